@@ -1,0 +1,36 @@
+# The two commands a new machine needs (see README):
+#   make run   installs everything and starts the local scheduler with demo jobs
+#   make test  installs everything and runs lint, types and the whole test suite
+PY ?= python3
+VENV := .venv
+MS_VENV := .venv-ministack
+MINISTACK_VERSION := 1.5.33
+
+.PHONY: install test lint run synth clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -e '.[dev,infra]'
+	touch $@
+
+# MiniStack pins an older botocore, so it lives in a virtual environment of its own.
+$(MS_VENV)/.installed:
+	$(PY) -m venv $(MS_VENV)
+	$(MS_VENV)/bin/pip install --quiet 'ministack==$(MINISTACK_VERSION)'
+	touch $@
+
+install: $(VENV)/.installed $(MS_VENV)/.installed
+
+lint: install
+	$(VENV)/bin/ruff check functions tests infra benchmarks
+	$(VENV)/bin/ruff format --check functions tests infra benchmarks
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest
+
+run: install
+	$(VENV)/bin/tickwork local --demo
+
+clean:
+	rm -rf $(VENV) $(MS_VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out

@@ -1,0 +1,221 @@
+"""Translation between domain objects and DynamoDB items (low-level attribute-value format)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    MissedFirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Run,
+    RunState,
+    Target,
+    Trigger,
+)
+from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule
+from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+# How long after its due time an unstarted run waits before the sweeper re-sends it.
+DISPATCH_GRACE = timedelta(seconds=90)
+
+
+def _to_dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: _to_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_dynamo(v) for v in value]
+    return value
+
+
+def _from_dynamo(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _from_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_dynamo(v) for v in value]
+    return value
+
+
+def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(_to_dynamo(v)) for k, v in item.items() if v is not None}
+
+
+def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _from_dynamo(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def _opt_instant(value: datetime | None) -> str | None:
+    return None if value is None else format_instant(value)
+
+
+def _opt_instant_ms(value: datetime | None) -> str | None:
+    return None if value is None else format_instant_ms(value)
+
+
+def _opt_parse(value: Any) -> datetime | None:
+    return None if value is None else parse_instant(str(value))
+
+
+def schedule_to_item(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "expression": schedule.expression,
+        "timezone": schedule.timezone,
+        "start_at": _opt_instant(schedule.start_at),
+        "end_at": _opt_instant(schedule.end_at),
+        "jitter_seconds": schedule.jitter_seconds,
+        "dst_gap": str(schedule.dst_gap),
+        "dst_repeat": str(schedule.dst_repeat),
+    }
+
+
+def schedule_from_item(item: Mapping[str, Any]) -> Schedule:
+    return Schedule(
+        expression=item["expression"],
+        timezone=item.get("timezone", "UTC"),
+        start_at=_opt_parse(item.get("start_at")),
+        end_at=_opt_parse(item.get("end_at")),
+        jitter_seconds=int(item.get("jitter_seconds", 0)),
+        dst_gap=DstGapPolicy(item.get("dst_gap", "shift")),
+        dst_repeat=DstRepeatPolicy(item.get("dst_repeat", "first")),
+    )
+
+
+def job_to_item(job: Job) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "job_id": job.job_id,
+        "owner": job.owner,
+        "name": job.name,
+        "description": job.description,
+        "tags": dict(job.tags),
+        "schedule": {k: v for k, v in schedule_to_item(job.schedule).items() if v is not None},
+        "target": {"kind": job.target.kind, "config": dict(job.target.config)},
+        "shard": job.shard,
+        "state": str(job.state),
+        "version": job.version,
+        "next_fire_at": _opt_instant(job.next_fire_at),
+        "due_key": job.due_key,
+        "paused_at": _opt_instant_ms(job.paused_at),
+        "overlap": str(job.overlap),
+        "missed_fire": str(job.missed_fire),
+        "retry": {
+            "max_attempts": job.retry.max_attempts,
+            "backoff_base_seconds": job.retry.backoff_base_seconds,
+            "backoff_max_seconds": job.retry.backoff_max_seconds,
+        },
+        "timeout_seconds": job.timeout_seconds,
+        "retention_days": job.retention_days,
+        "created_at": format_instant_ms(job.created_at),
+        "updated_at": format_instant_ms(job.updated_at),
+    }
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def job_from_item(item: Mapping[str, Any]) -> Job:
+    retry = item.get("retry", {})
+    target = item["target"]
+    return Job(
+        job_id=item["job_id"],
+        owner=item["owner"],
+        name=item.get("name", ""),
+        description=item.get("description", ""),
+        tags=dict(item.get("tags", {})),
+        schedule=schedule_from_item(item["schedule"]),
+        target=Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        shard=int(item["shard"]),
+        state=JobState(item["state"]),
+        version=int(item["version"]),
+        next_fire_at=_opt_parse(item.get("next_fire_at")),
+        paused_at=_opt_parse(item.get("paused_at")),
+        overlap=OverlapPolicy(item.get("overlap", "allow")),
+        missed_fire=MissedFirePolicy(item.get("missed_fire", "run_all")),
+        retry=RetryPolicy(
+            max_attempts=int(retry.get("max_attempts", 3)),
+            backoff_base_seconds=float(retry.get("backoff_base_seconds", 10.0)),
+            backoff_max_seconds=float(retry.get("backoff_max_seconds", 600.0)),
+        ),
+        timeout_seconds=int(item.get("timeout_seconds", 60)),
+        retention_days=int(item.get("retention_days", 30)),
+        created_at=parse_instant(item["created_at"]),
+        updated_at=parse_instant(item["updated_at"]),
+    )
+
+
+def run_check_at(run: Run) -> datetime | None:
+    """When the sweeper should look at an unfinished run if nothing has moved it by then."""
+    if run.state.is_terminal:
+        return None
+    if run.state is RunState.RUNNING:
+        return run.lease_expires_at
+    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
+        return run.retry_at + DISPATCH_GRACE
+    return run.due_at + DISPATCH_GRACE
+
+
+def run_to_item(run: Run) -> dict[str, Any]:
+    check_at = run_check_at(run)
+    item: dict[str, Any] = {
+        "job_id": run.job_id,
+        "scheduled_for": format_instant(run.scheduled_for),
+        "run_id": run.run_id,
+        "due_at": format_instant(run.due_at),
+        "state": str(run.state),
+        "trigger": str(run.trigger),
+        "job_version": run.job_version,
+        "attempt": run.attempt,
+        "shard": run.shard,
+        "planned_at": format_instant_ms(run.planned_at),
+        "dispatched_at": _opt_instant_ms(run.dispatched_at),
+        "started_at": _opt_instant_ms(run.started_at),
+        "finished_at": _opt_instant_ms(run.finished_at),
+        "start_delay_ms": run.start_delay_ms,
+        "lease_owner": run.lease_owner,
+        "lease_expires_at": _opt_instant_ms(run.lease_expires_at),
+        "retry_at": _opt_instant_ms(run.retry_at),
+        "outcome": run.outcome,
+        "reason": run.reason,
+        "attempts": [dict(a) for a in run.attempts] or None,
+        "expires_at": epoch_seconds(run.expires_at),
+        # Sparse index of unfinished runs: the sweeper's work list, never a scan of all runs.
+        "open_key": None if check_at is None else f"{run.shard:04d}",
+        "check_at": None if check_at is None else format_instant_ms(check_at),
+    }
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def run_from_item(item: Mapping[str, Any]) -> Run:
+    return Run(
+        job_id=item["job_id"],
+        scheduled_for=parse_instant(item["scheduled_for"]),
+        due_at=parse_instant(item["due_at"]),
+        state=RunState(item["state"]),
+        trigger=Trigger(item["trigger"]),
+        job_version=int(item["job_version"]),
+        attempt=int(item.get("attempt", 0)),
+        shard=int(item.get("shard", 0)),
+        planned_at=parse_instant(item["planned_at"]),
+        dispatched_at=_opt_parse(item.get("dispatched_at")),
+        started_at=_opt_parse(item.get("started_at")),
+        finished_at=_opt_parse(item.get("finished_at")),
+        start_delay_ms=None if item.get("start_delay_ms") is None else int(item["start_delay_ms"]),
+        lease_owner=item.get("lease_owner"),
+        lease_expires_at=_opt_parse(item.get("lease_expires_at")),
+        retry_at=_opt_parse(item.get("retry_at")),
+        outcome=item.get("outcome"),
+        reason=item.get("reason"),
+        attempts=tuple(item.get("attempts", ())),
+        expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
+    )

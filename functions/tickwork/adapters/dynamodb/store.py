@@ -1,0 +1,431 @@
+"""DynamoDB implementation of the storage ports. Translates AWS errors into domain errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from tickwork.adapters.dynamodb.items import (
+    deserialize,
+    job_from_item,
+    job_to_item,
+    run_from_item,
+    run_to_item,
+    serialize,
+)
+from tickwork.domain.errors import (
+    ConflictError,
+    NotFoundError,
+    PlanConflictError,
+    StaleRunError,
+    TransientStoreError,
+    VersionMismatchError,
+)
+from tickwork.domain.models import Job, Run, RunState
+from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
+from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# Error codes after which the same request may succeed: retried with backoff by the caller.
+TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+
+
+@dataclass(frozen=True, slots=True)
+class TableNames:
+    jobs: str
+    runs: str
+    shards: str
+
+    @classmethod
+    def from_resources(cls, names: ResourceNames) -> TableNames:
+        return cls(jobs=names.table(JOBS), runs=names.table(RUNS), shards=names.table(SHARDS))
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _cancellation_codes(error: ClientError) -> list[str]:
+    reasons = error.response.get("CancellationReasons") or []
+    return [str(r.get("Code") or "None") for r in reasons]
+
+
+def _transient(error: ClientError) -> TransientStoreError:
+    return TransientStoreError(f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}")
+
+
+class DynamoStore:
+    """Jobs, runs and shard watermarks in DynamoDB. One client, injected; no clients at import."""
+
+    def __init__(self, client: DynamoDBClient, tables: TableNames) -> None:
+        self._client = client
+        self.tables = tables
+
+    # --- reads -------------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        item = self._get(self.tables.jobs, {"job_id": job_id})
+        return None if item is None else job_from_item(item)
+
+    def query_due(self, due_key: str, through: datetime) -> Iterator[Job]:
+        request: dict[str, Any] = {
+            "TableName": self.tables.jobs,
+            "IndexName": "due",
+            "KeyConditionExpression": "due_key = :k AND next_fire_at <= :t",
+            "ExpressionAttributeValues": serialize({":k": due_key, ":t": format_instant(through)}),
+        }
+        while True:
+            try:
+                page = self._client.query(**request)
+            except ClientError as error:
+                raise self._translate(error) from error
+            for item in page.get("Items", []):
+                yield job_from_item(deserialize(item))
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            request["ExclusiveStartKey"] = last
+
+    def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
+        found: set[datetime] = set()
+        for fire in scheduled_fors:
+            if self._get(self.tables.runs, {"job_id": job_id, "scheduled_for": format_instant(fire)}):
+                found.add(fire)
+        return found
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None:
+        item = self._get(self.tables.runs, {"job_id": job_id, "scheduled_for": format_instant(scheduled_for)})
+        return None if item is None else run_from_item(item)
+
+    def list_runs(self, job_id: str, *, newest_first: bool = True, limit: int = 1000) -> list[Run]:
+        """A job's runs in time order (the runs table's sort key is the fixed-width fire time)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j",
+            "ExpressionAttributeValues": serialize({":j": job_id}),
+            "ScanIndexForward": not newest_first,
+            "ConsistentRead": True,
+        }
+        runs: list[Run] = []
+        while len(runs) < limit:
+            try:
+                page = self._client.query(**request)
+            except ClientError as error:
+                raise self._translate(error) from error
+            runs.extend(run_from_item(deserialize(item)) for item in page.get("Items", []))
+            if not page.get("LastEvaluatedKey"):
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return runs[:limit]
+
+    def get_watermark(self, shard: int) -> datetime | None:
+        item = self._get(self.tables.shards, {"shard_id": f"{shard:04d}"})
+        return None if item is None else parse_instant(item["planned_through"])
+
+    # --- the commit point --------------------------------------------------------------------------
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        if job.next_fire_at is None:
+            raise ValueError("a job without a next fire has nothing to plan")
+        advanced = job.advanced_to(next_fire_at)
+        names: dict[str, str] = {"#s": "state", "#v": "version", "#n": "next_fire_at"}
+        values: dict[str, Any] = {
+            ":v": job.version,
+            ":fire": format_instant(job.next_fire_at),
+            ":active": "active",
+        }
+        if next_fire_at is None:
+            update = "REMOVE #n, due_key"
+        else:
+            update = "SET #n = :next, due_key = :due"
+            values[":next"] = format_instant(next_fire_at)
+            values[":due"] = advanced.due_key
+        items: list[dict[str, Any]] = [self._put_new_run(run) for run in runs]
+        items.append(
+            {
+                "Update": {
+                    "TableName": self.tables.jobs,
+                    "Key": serialize({"job_id": job.job_id}),
+                    "UpdateExpression": update,
+                    "ConditionExpression": "#s = :active AND #v = :v AND #n = :fire",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": serialize(values),
+                }
+            }
+        )
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) != "TransactionCanceledException":
+                raise self._translate(error) from error
+            codes = _cancellation_codes(error)
+            if any(code in TRANSIENT_REASONS for code in codes):
+                raise _transient(error) from error
+            run_codes, job_code = codes[: len(runs)], (codes[len(runs)] if len(codes) > len(runs) else "None")
+            raise PlanConflictError(
+                run_exists=any(code == "ConditionalCheckFailed" for code in run_codes),
+                job_changed=job_code == "ConditionalCheckFailed",
+            ) from error
+
+    def set_watermark(self, shard: int, planned_through: datetime) -> None:
+        try:
+            self._client.put_item(
+                TableName=self.tables.shards,
+                Item=serialize(
+                    {"shard_id": f"{shard:04d}", "planned_through": format_instant_ms(planned_through)}
+                ),
+                ConditionExpression="attribute_not_exists(shard_id) OR planned_through < :t",
+                ExpressionAttributeValues=serialize({":t": format_instant_ms(planned_through)}),
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return  # another ticker already moved it further: forward-only is the rule, not an error
+            raise self._translate(error) from error
+
+    # --- job management ----------------------------------------------------------------------------
+
+    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self.tables.jobs,
+                    "Item": serialize(job_to_item(job)),
+                    "ConditionExpression": "attribute_not_exists(job_id)",
+                }
+            }
+        ]
+        items.extend(self._put_new_run(run) for run in runs)
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) == "TransactionCanceledException":
+                codes = _cancellation_codes(error)
+                if any(code in TRANSIENT_REASONS for code in codes):
+                    raise _transient(error) from error
+                raise ConflictError(f"job {job.job_id} already exists") from error
+            raise self._translate(error) from error
+
+    def replace_job(self, expected: Job, updated: Job, runs: Sequence[Run]) -> None:
+        # An update of the fields job management owns, never a whole-item put: the executors' overlap slot
+        # (active_run, queued_run) lives on the same item and must survive an edit.
+        condition = "version = :expected_version AND " + (
+            "next_fire_at = :expected_fire"
+            if expected.next_fire_at is not None
+            else "attribute_not_exists(next_fire_at)"
+        )
+        values: dict[str, Any] = {":expected_version": expected.version}
+        if expected.next_fire_at is not None:
+            values[":expected_fire"] = format_instant(expected.next_fire_at)
+        item = job_to_item(updated)
+        owned = [k for k in item if k != "job_id"]
+        names = {f"#f{i}": k for i, k in enumerate(owned)}
+        values.update({f":f{i}": item[k] for i, k in enumerate(owned)})
+        sets = ", ".join(f"#f{i} = :f{i}" for i in range(len(owned)))
+        removable = [a for a in ("next_fire_at", "due_key", "paused_at") if a not in item]
+        update = f"SET {sets}" + (f" REMOVE {', '.join(removable)}" if removable else "")
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.tables.jobs,
+                    "Key": serialize({"job_id": expected.job_id}),
+                    "UpdateExpression": update,
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": serialize(values),
+                }
+            }
+        ]
+        items.extend(self._put_new_run(run) for run in runs)
+        self._transact_job_change(expected, items)
+
+    def delete_job(self, expected: Job) -> None:
+        items: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.tables.jobs,
+                    "Key": serialize({"job_id": expected.job_id}),
+                    "ConditionExpression": "version = :v",
+                    "ExpressionAttributeValues": serialize({":v": expected.version}),
+                }
+            }
+        ]
+        self._transact_job_change(expected, items)
+
+    # --- execution ---------------------------------------------------------------------------------
+
+    def transition_run(self, expected: Run, updated: Run) -> None:
+        condition, values = self._run_condition(expected)
+        try:
+            self._client.put_item(
+                TableName=self.tables.runs,
+                Item=serialize(run_to_item(updated)),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=serialize(values),
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                raise StaleRunError(
+                    f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}"
+                ) from error
+            raise self._translate(error) from error
+
+    def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
+        slot_free = "(attribute_not_exists(active_run) OR active_lease_expires_at < :now OR active_run = :me)"
+        update = "SET active_run = :me, active_lease_expires_at = :lease"
+        if expected.state is RunState.QUEUED:
+            update += " REMOVE queued_run"
+        values = {
+            ":now": format_instant_ms(now),
+            ":me": expected.run_id,
+            ":lease": format_instant_ms(updated.lease_expires_at or now),
+        }
+        return self._run_with_job_slot(expected, updated, slot_free, update, values)
+
+    def enqueue_behind(self, expected: Run, updated: Run) -> bool:
+        values = {":me": expected.run_id}
+        return self._run_with_job_slot(
+            expected,
+            updated,
+            "(attribute_not_exists(queued_run) OR queued_run = :me)",
+            "SET queued_run = :me",
+            values,
+        )
+
+    def finish_exclusive(self, expected: Run, updated: Run) -> str | None:
+        values = {":me": expected.run_id}
+        released = self._run_with_job_slot(
+            expected, updated, "active_run = :me", "REMOVE active_run, active_lease_expires_at", values
+        )
+        if not released:
+            # The slot was lost (the job was deleted, or it was taken after our lease expired): record the
+            # outcome on the run alone, still fenced by its state and attempt.
+            self.transition_run(expected, updated)
+        raw = self._get(self.tables.jobs, {"job_id": expected.job_id})
+        return None if raw is None else raw.get("queued_run")
+
+    def open_runs(self, shard: int, through: datetime) -> Iterator[Run]:
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "IndexName": "open_runs",
+            "KeyConditionExpression": "open_key = :k AND check_at <= :t",
+            "ExpressionAttributeValues": serialize({":k": f"{shard:04d}", ":t": format_instant_ms(through)}),
+        }
+        while True:
+            try:
+                page = self._client.query(**request)
+            except ClientError as error:
+                raise self._translate(error) from error
+            for item in page.get("Items", []):
+                yield run_from_item(deserialize(item))
+            if not page.get("LastEvaluatedKey"):
+                return
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _run_condition(self, expected: Run) -> tuple[str, dict[str, Any]]:
+        condition = "#s = :expected_state AND attempt = :expected_attempt"
+        values: dict[str, Any] = {
+            ":expected_state": str(expected.state),
+            ":expected_attempt": expected.attempt,
+        }
+        if expected.lease_expires_at is not None:
+            condition += " AND lease_expires_at = :expected_lease"
+            values[":expected_lease"] = format_instant_ms(expected.lease_expires_at)
+        return condition, values
+
+    def _run_with_job_slot(
+        self, expected: Run, updated: Run, job_condition: str, job_update: str, job_values: dict[str, Any]
+    ) -> bool:
+        """Move the run and the job's overlap slot together; False when only the slot's condition failed."""
+        run_condition, run_values = self._run_condition(expected)
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self.tables.runs,
+                    "Item": serialize(run_to_item(updated)),
+                    "ConditionExpression": run_condition,
+                    "ExpressionAttributeNames": {"#s": "state"},
+                    "ExpressionAttributeValues": serialize(run_values),
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.tables.jobs,
+                    "Key": serialize({"job_id": expected.job_id}),
+                    "UpdateExpression": job_update,
+                    "ConditionExpression": f"attribute_exists(job_id) AND {job_condition}",
+                    "ExpressionAttributeValues": serialize(job_values),
+                }
+            },
+        ]
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) != "TransactionCanceledException":
+                raise self._translate(error) from error
+            codes = _cancellation_codes(error)
+            if any(code in TRANSIENT_REASONS for code in codes):
+                raise _transient(error) from error
+            if codes and codes[0] == "ConditionalCheckFailed":
+                raise StaleRunError(f"run {expected.run_id} moved on") from error
+            return False
+        return True
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    def _transact_job_change(self, expected: Job, items: list[dict[str, Any]]) -> None:
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) != "TransactionCanceledException":
+                raise self._translate(error) from error
+            codes = _cancellation_codes(error)
+            if any(code in TRANSIENT_REASONS for code in codes):
+                raise _transient(error) from error
+            if codes and codes[0] == "ConditionalCheckFailed":
+                if self.get_job(expected.job_id) is None:
+                    raise NotFoundError(f"job {expected.job_id} not found") from error
+                raise VersionMismatchError(
+                    f"job {expected.job_id} changed since version {expected.version}"
+                ) from error
+            raise ConflictError(f"job {expected.job_id}: a run it plans already exists ({codes})") from error
+
+    def _put_new_run(self, run: Run) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.tables.runs,
+                "Item": serialize(run_to_item(run)),
+                "ConditionExpression": "attribute_not_exists(job_id)",
+            }
+        }
+
+    def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            response = self._client.get_item(TableName=table, Key=serialize(key), ConsistentRead=True)
+        except ClientError as error:
+            raise self._translate(error) from error
+        item = response.get("Item")
+        return None if item is None else deserialize(item)
+
+    @staticmethod
+    def _translate(error: ClientError) -> Exception:
+        if _code(error) in TRANSIENT_CODES:
+            return _transient(error)
+        return error

@@ -1,0 +1,78 @@
+"""SQS dispatch: one small message per run attempt, delayed to its due time, in batches of 10."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from tickwork.domain.dispatch import RunMessage, delay_seconds
+from tickwork.domain.errors import DispatchError
+from tickwork.domain.models import Run
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+BATCH_SIZE = 10
+SEND_ATTEMPTS = 3
+
+
+class SqsDispatcher:
+    """Runs spread over the dispatch queues by shard: one event source mapping tops out at 1,000 concurrent
+    executions, so a 10,000 cap needs several queues."""
+
+    def __init__(self, client: SQSClient, queue_urls: Sequence[str]) -> None:
+        if not queue_urls:
+            raise ValueError("at least one dispatch queue is needed")
+        self._client = client
+        self._queue_urls = list(queue_urls)
+
+    def queue_for(self, run: Run) -> str:
+        return self._queue_urls[run.shard % len(self._queue_urls)]
+
+    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+        self.send([RunMessage.for_run(r) for r in runs], [self.queue_for(r) for r in runs], now)
+
+    def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
+        self.send([message], [self._queue_urls[shard % len(self._queue_urls)]], now)
+
+    def send(self, messages: Sequence[RunMessage], queue_urls: Sequence[str], now: datetime) -> None:
+        by_queue: dict[str, list[RunMessage]] = defaultdict(list)
+        for message, url in zip(messages, queue_urls, strict=True):
+            by_queue[url].append(message)
+        failed: list[str] = []
+        errors: list[str] = []
+        for url, queued in by_queue.items():
+            for start in range(0, len(queued), BATCH_SIZE):
+                batch_failed, detail = self._send_batch(url, queued[start : start + BATCH_SIZE], now)
+                failed.extend(batch_failed)
+                if detail:
+                    errors.append(detail)
+        if failed:
+            raise DispatchError(failed, "; ".join(errors))
+
+    def _send_batch(self, url: str, batch: list[RunMessage], now: datetime) -> tuple[list[str], str]:
+        """Send one batch; a partially failed batch is retried for its failed entries only."""
+        pending = {str(i): m for i, m in enumerate(batch)}
+        detail = ""
+        for _ in range(SEND_ATTEMPTS):
+            entries: list[Any] = [
+                {"Id": key, "MessageBody": m.to_json(), "DelaySeconds": delay_seconds(m.not_before, now)}
+                for key, m in pending.items()
+            ]
+            try:
+                response = self._client.send_message_batch(QueueUrl=url, Entries=entries)
+            except ClientError as error:
+                detail = str(error)
+                continue
+            for ok in response.get("Successful", []):
+                pending.pop(ok["Id"], None)
+            failures = response.get("Failed", [])
+            if failures:
+                detail = ", ".join(f"{f.get('Code')}: {f.get('Message', '')}" for f in failures)
+            if not pending:
+                return [], ""
+        return [m.dedupe_id for m in pending.values()], detail

@@ -1,0 +1,61 @@
+"""The dispatch message (small: the run's key and the attempt it is for) and its delay rule."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import Run
+from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
+
+MAX_DELAY_SECONDS = 900  # SQS's per-message delay limit
+
+
+@dataclass(frozen=True, slots=True)
+class RunMessage:
+    job_id: str
+    scheduled_for: datetime
+    attempt: int  # the run's attempt counter when sent: a claim succeeds only if it still matches
+    not_before: datetime  # the run's due time (or retry time): executors hold early arrivals until then
+
+    @classmethod
+    def for_run(cls, run: Run, not_before: datetime | None = None) -> RunMessage:
+        return cls(run.job_id, run.scheduled_for, run.attempt, not_before or run.due_at)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "job_id": self.job_id,
+                "scheduled_for": format_instant(self.scheduled_for),
+                "attempt": self.attempt,
+                "not_before": format_instant_ms(self.not_before),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, body: str) -> RunMessage:
+        try:
+            data = json.loads(body)
+            return cls(
+                job_id=str(data["job_id"]),
+                scheduled_for=parse_instant(str(data["scheduled_for"])),
+                attempt=int(data["attempt"]),
+                not_before=parse_instant(str(data["not_before"])),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValidationError("message", f"not a Tickwork run message: {error}") from error
+
+    @property
+    def dedupe_id(self) -> str:
+        return f"{self.job_id}:{format_instant(self.scheduled_for)}:{self.attempt}"
+
+
+def delay_seconds(not_before: datetime, now: datetime) -> int:
+    """Whole seconds SQS should hide the message: rounded down so it is never late (the executor holds the
+    sub-second remainder), clamped to SQS's 0..900; longer waits are re-sent by the executor."""
+    remaining = (not_before - now).total_seconds()
+    return max(0, min(MAX_DELAY_SECONDS, math.floor(remaining)))

@@ -1,0 +1,53 @@
+"""Domain errors. Adapters translate AWS errors into these; handlers map them to HTTP."""
+
+from __future__ import annotations
+
+
+class TickworkError(Exception):
+    """Base class of every error the domain raises on purpose."""
+
+
+class ValidationError(TickworkError):
+    """Bad input. `field` names the offending input so the caller can fix it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFoundError(TickworkError):
+    """The job or run does not exist (or belongs to another owner)."""
+
+
+class ConflictError(TickworkError):
+    """The write lost a race or contradicts the current state."""
+
+
+class VersionMismatchError(ConflictError):
+    """An optimistic-concurrency precondition (If-Match / version) failed."""
+
+
+class TransientStoreError(TickworkError):
+    """Throttling or a transaction conflict: safe to retry with backoff, never to drop."""
+
+
+class PlanConflictError(ConflictError):
+    """The planning transaction was cancelled; says which of its conditions failed."""
+
+    def __init__(self, *, run_exists: bool, job_changed: bool) -> None:
+        super().__init__(f"plan cancelled (run_exists={run_exists}, job_changed={job_changed})")
+        self.run_exists = run_exists
+        self.job_changed = job_changed
+
+
+class DispatchError(TickworkError):
+    """Some runs could not be handed to the queue; the sweeper re-sends them."""
+
+    def __init__(self, failed_run_ids: list[str], detail: str) -> None:
+        super().__init__(f"dispatch failed for {len(failed_run_ids)} run(s): {detail}")
+        self.failed_run_ids = failed_run_ids
+
+
+class StaleRunError(ConflictError):
+    """The run moved on (a newer attempt, the sweeper, another executor) since it was read."""

@@ -1,0 +1,93 @@
+"""Pure execution rules: what the job's current state means for a run, leases, and failure handling."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from random import Random
+from typing import Any
+
+from tickwork.domain.backoff import backoff_delay
+from tickwork.domain.models import Job, JobState, Run, RunState
+from tickwork.domain.schedule import is_fire_time
+from tickwork.domain.targets import TargetResult
+from tickwork.domain.timekeys import format_instant_ms
+
+# Time beyond the target's own timeout before a silent worker counts as dead.
+LEASE_MARGIN = timedelta(seconds=30)
+MAX_DETAIL_CHARS = 1024
+
+
+def cancellation_reason(job: Job | None, run: Run) -> str | None:
+    """The job's state at claim time rules (recorded in docs/design.md): deleted or paused -> cancelled;
+    the fire no longer on the (edited) schedule -> cancelled; anything else, including a changed target,
+    runs with the job as it is now."""
+    if job is None:
+        return "job deleted"
+    if job.state is JobState.PAUSED:
+        return "job paused"
+    if not is_fire_time(job.schedule, run.scheduled_for):
+        return "schedule changed: this fire time is no longer on it"
+    return None
+
+
+def claimed(run: Run, job: Job, *, worker: str, now: datetime) -> Run:
+    """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
+    lease_expires_at = now + timedelta(seconds=job.timeout_seconds) + LEASE_MARGIN
+    first_start = run.started_at is None
+    return replace(
+        run,
+        state=RunState.RUNNING,
+        attempt=run.attempt + 1,
+        lease_owner=worker,
+        lease_expires_at=lease_expires_at,
+        started_at=now if first_start else run.started_at,
+        # Start delay is measured once, for the first attempt, against the due time (fire + jitter).
+        start_delay_ms=int((now - run.due_at).total_seconds() * 1000) if first_start else run.start_delay_ms,
+        retry_at=None,
+    )
+
+
+def _attempt_record(run: Run, now: datetime, result: TargetResult) -> dict[str, Any]:
+    return {
+        "attempt": run.attempt,
+        "worker": run.lease_owner or "",
+        "finished_at": format_instant_ms(now),
+        "ok": result.ok,
+        "status": result.status,
+        "latency_ms": result.latency_ms,
+        "detail": result.detail[:MAX_DETAIL_CHARS],
+    }
+
+
+def after_attempt(run: Run, job: Job, result: TargetResult, *, now: datetime, rng: Random) -> Run:
+    """Success ends the run; a retryable failure waits with backoff while attempts remain; else failed."""
+    attempts = (*run.attempts, _attempt_record(run, now, result))
+    base = replace(run, attempts=attempts, lease_owner=None, lease_expires_at=None, outcome=result.status)
+    if result.ok:
+        return replace(base, state=RunState.SUCCEEDED, finished_at=now, reason=None)
+    if result.retryable and run.attempt < job.retry.max_attempts:
+        delay = backoff_delay(run.attempt, job.retry.backoff_base_seconds, job.retry.backoff_max_seconds, rng)
+        return replace(
+            base,
+            state=RunState.RETRY_WAIT,
+            retry_at=now + timedelta(seconds=delay),
+            reason=result.detail[:200],
+        )
+    why = "not retryable" if not result.retryable else f"all {job.retry.max_attempts} attempts failed"
+    return replace(base, state=RunState.FAILED, finished_at=now, reason=f"{why}: {result.detail[:200]}")
+
+
+def after_lease_expired(run: Run, job: Job | None, *, now: datetime, rng: Random) -> Run:
+    """A worker stopped answering: its attempt counts as failed (it may still be running: the fencing
+    token keeps its late result out)."""
+    result = TargetResult(
+        ok=False, retryable=True, status="LeaseExpired", latency_ms=0, detail="worker lease expired"
+    )
+    if job is None:
+        return replace(run, state=RunState.CANCELLED, finished_at=now, reason="job deleted", lease_owner=None)
+    return after_attempt(run, job, result, now=now, rng=rng)
+
+
+def terminal(run: Run, state: RunState, reason: str, now: datetime) -> Run:
+    return replace(run, state=state, reason=reason, finished_at=now, lease_owner=None, lease_expires_at=None)

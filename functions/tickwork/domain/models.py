@@ -1,0 +1,179 @@
+"""Jobs and runs: small immutable types and the enums that name their states and policies."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from tickwork.domain.schedule import Schedule, jitter_offset
+from tickwork.domain.timekeys import compact_instant, due_key, parse_compact_instant
+
+
+class JobState(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+
+
+class RunState(StrEnum):
+    PLANNED = "planned"  # committed by the ticker; dispatch message sent or about to be
+    QUEUED = "queued"  # overlap=queue: waits for the job's running run to finish
+    RUNNING = "running"  # claimed by an executor holding a lease
+    RETRY_WAIT = "retry_wait"  # an attempt failed; the next one is scheduled with backoff
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # every attempt failed (or dead-lettered): alarmed
+    SKIPPED = "skipped"  # overlap policy said no; the reason says why
+    MISSED = "missed"  # missed-fire policy recorded the slot without running it
+    CANCELLED = "cancelled"  # job paused, deleted, or the fire left its schedule before the run started
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_RUN_STATES
+
+
+TERMINAL_RUN_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.MISSED, RunState.CANCELLED}
+)
+
+
+class Trigger(StrEnum):
+    SCHEDULE = "schedule"
+    CATCH_UP = "catch-up"  # planned after its fire time had passed (the ticker was behind)
+
+
+class OverlapPolicy(StrEnum):
+    ALLOW = "allow"
+    SKIP = "skip"
+    QUEUE = "queue"
+
+
+class MissedFirePolicy(StrEnum):
+    RUN_ALL = "run_all"  # default: every missed fire runs (late), none silently lost
+    COALESCE = "coalesce"  # run the latest missed fire, record the others as missed
+    SKIP = "skip"  # record every missed fire as missed, run none
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff_base_seconds: float = 10.0
+    backoff_max_seconds: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a run calls. `kind` selects the adapter (http, sqs, sns, eventbridge, lambda, stepfunctions)."""
+
+    kind: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_RETENTION = timedelta(days=30)
+
+
+def shard_of(job_id: str, shard_count: int) -> int:
+    """Stable shard of a job: a hash, so jobs (and their bursts) spread evenly."""
+    digest = hashlib.sha256(job_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shard_count
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: str
+    owner: str
+    name: str
+    schedule: Schedule
+    target: Target
+    shard: int
+    created_at: datetime
+    updated_at: datetime
+    state: JobState = JobState.ACTIVE
+    version: int = 1
+    next_fire_at: datetime | None = None  # the job's next scheduled fire (UTC, no jitter)
+    paused_at: datetime | None = None
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout_seconds: int = 60
+    retention_days: int = 30
+    description: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def due_key(self) -> str | None:
+        """Key in the sparse `due` index; only active jobs with a next fire are in it."""
+        if self.state is not JobState.ACTIVE or self.next_fire_at is None:
+            return None
+        return due_key(self.shard, self.next_fire_at)
+
+    def advanced_to(self, next_fire_at: datetime | None) -> Job:
+        return replace(self, next_fire_at=next_fire_at)
+
+
+def make_run_id(job_id: str, scheduled_for: datetime) -> str:
+    """The run's identity is (job, scheduled fire time): the lock against planning a fire twice."""
+    return f"{job_id}:{compact_instant(scheduled_for)}"
+
+
+def split_run_id(run_id: str) -> tuple[str, datetime]:
+    job_id, sep, stamp = run_id.rpartition(":")
+    if not sep or not job_id:
+        raise ValueError(f"not a run id: {run_id!r}")
+    return job_id, parse_compact_instant(stamp)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    job_id: str
+    scheduled_for: datetime  # the nominal fire time; part of the key
+    due_at: datetime  # scheduled_for + the job's deterministic jitter: when the run should start
+    state: RunState
+    trigger: Trigger
+    job_version: int
+    planned_at: datetime
+    expires_at: datetime  # retention (DynamoDB TTL)
+    shard: int
+    attempt: int = 0  # incremented by every claim: the fencing token
+    dispatched_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    start_delay_ms: int | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    retry_at: datetime | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    attempts: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        return make_run_id(self.job_id, self.scheduled_for)
+
+    @classmethod
+    def for_fire(
+        cls,
+        job: Job,
+        scheduled_for: datetime,
+        *,
+        now: datetime,
+        trigger: Trigger,
+        state: RunState,
+        reason: str | None = None,
+    ) -> Run:
+        due_at = scheduled_for + jitter_offset(job.schedule, job.job_id, scheduled_for)
+        return cls(
+            job_id=job.job_id,
+            scheduled_for=scheduled_for,
+            due_at=due_at,
+            state=state,
+            trigger=trigger,
+            job_version=job.version,
+            planned_at=now,
+            expires_at=scheduled_for + timedelta(days=job.retention_days),
+            shard=job.shard,
+            reason=reason,
+            finished_at=now if state.is_terminal else None,
+        )

@@ -1,0 +1,49 @@
+"""Pure planning rules: which fires of a job a tick plans, and how a missed fire is treated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from tickwork.domain.models import Job, MissedFirePolicy, Run, RunState, Trigger
+from tickwork.domain.schedule import next_fire_after
+
+
+@dataclass(frozen=True, slots=True)
+class PlanBatch:
+    """Runs to create in one commit, and where the job's next fire moves to."""
+
+    runs: tuple[Run, ...]
+    next_fire_at: datetime | None
+
+
+def classify_fire(job: Job, scheduled_for: datetime, following: datetime | None, now: datetime) -> RunState:
+    """A fire still ahead of `now` is planned. A fire already past (the ticker was behind) follows the
+    job's missed-fire policy; every slot still gets a run record, so nothing is skipped silently."""
+    if scheduled_for >= now:
+        return RunState.PLANNED
+    if job.missed_fire is MissedFirePolicy.RUN_ALL:
+        return RunState.PLANNED
+    if job.missed_fire is MissedFirePolicy.SKIP:
+        return RunState.MISSED
+    # COALESCE: only the latest missed fire runs.
+    latest_missed = following is None or following >= now
+    return RunState.PLANNED if latest_missed else RunState.MISSED
+
+
+def plan_batch(job: Job, *, now: datetime, horizon: datetime, max_runs: int) -> PlanBatch:
+    """The next at most `max_runs` fires of `job` at or before `horizon`, from its stored next fire."""
+    runs: list[Run] = []
+    fire = job.next_fire_at
+    while fire is not None and fire <= horizon and len(runs) < max_runs:
+        following = next_fire_after(job.schedule, fire)
+        state = classify_fire(job, fire, following, now)
+        trigger = Trigger.SCHEDULE if fire >= now else Trigger.CATCH_UP
+        reason = (
+            f"missed while the scheduler was behind (missed_fire={job.missed_fire})"
+            if (state is RunState.MISSED)
+            else None
+        )
+        runs.append(Run.for_fire(job, fire, now=now, trigger=trigger, state=state, reason=reason))
+        fire = following
+    return PlanBatch(runs=tuple(runs), next_fire_at=fire)

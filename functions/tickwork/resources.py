@@ -1,0 +1,140 @@
+"""The one definition of every table, index and queue. The CDK stack and the local bootstrap both read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+AttrType = Literal["S", "N"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAttr:
+    name: str
+    type: AttrType = "S"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDef:
+    name: str
+    partition: KeyAttr
+    sort: KeyAttr | None = None
+    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
+
+
+@dataclass(frozen=True, slots=True)
+class TableDef:
+    logical_name: str
+    partition: KeyAttr
+    sort: KeyAttr | None = None
+    indexes: tuple[IndexDef, ...] = ()
+    ttl_attribute: str | None = None
+    purpose: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDef:
+    logical_name: str
+    visibility_timeout_seconds: int = 30
+    retention_seconds: int = 4 * 24 * 3600
+    dead_letter: QueueDef | None = None
+    max_receive_count: int = 5
+    purpose: str = ""
+
+
+JOBS = TableDef(
+    logical_name="jobs",
+    partition=KeyAttr("job_id"),
+    indexes=(
+        # Sparse: only active jobs carry `due_key` (shard x minute of next fire), so "what is due?"
+        # reads a handful of small partitions, never the 100,000 definitions.
+        IndexDef("due", KeyAttr("due_key"), KeyAttr("next_fire_at")),
+        IndexDef("by_owner", KeyAttr("owner"), KeyAttr("job_id")),
+    ),
+    purpose="job definitions: schedule, target, policies, state, version, next fire",
+)
+
+RUNS = TableDef(
+    logical_name="runs",
+    partition=KeyAttr("job_id"),
+    sort=KeyAttr("scheduled_for"),  # fixed-width UTC: sort order is time order
+    indexes=(
+        # Sparse: only unfinished runs carry `open_key`; `check_at` is when the sweeper should look.
+        IndexDef("open_runs", KeyAttr("open_key"), KeyAttr("check_at")),
+    ),
+    ttl_attribute="expires_at",
+    purpose="one record per scheduled fire: state, attempts, timings, outcome",
+)
+
+SHARDS = TableDef(
+    logical_name="shards",
+    partition=KeyAttr("shard_id"),
+    purpose="per-shard ticker watermark: how far the shard is fully planned",
+)
+
+TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS)
+
+DISPATCH_DLQ = QueueDef(
+    logical_name="dispatch-dlq",
+    retention_seconds=14 * 24 * 3600,
+    purpose="dispatch messages that failed max_receive_count times; the sweeper marks their runs failed",
+)
+
+DISPATCH = QueueDef(
+    logical_name="dispatch",
+    visibility_timeout_seconds=960,  # above the executor's 900 s maximum timeout
+    dead_letter=DISPATCH_DLQ,
+    max_receive_count=5,
+    purpose="one small message per run attempt (run key + attempt), delayed to its fire time",
+)
+
+QUEUES: tuple[QueueDef, ...] = (DISPATCH, DISPATCH_DLQ)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """Physical names: `<prefix>-<logical name>`."""
+
+    prefix: str = "tickwork"
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def table(self, table: TableDef) -> str:
+        return self.overrides.get(table.logical_name, f"{self.prefix}-{table.logical_name}")
+
+    def queue(self, queue: QueueDef) -> str:
+        return self.overrides.get(queue.logical_name, f"{self.prefix}-{queue.logical_name}")
+
+
+def create_table_request(table: TableDef, physical_name: str) -> dict[str, Any]:
+    """boto3 `create_table` arguments (on-demand billing) for a table definition."""
+    attributes: dict[str, AttrType] = {}
+    key_schema = [{"AttributeName": table.partition.name, "KeyType": "HASH"}]
+    attributes[table.partition.name] = table.partition.type
+    if table.sort is not None:
+        key_schema.append({"AttributeName": table.sort.name, "KeyType": "RANGE"})
+        attributes[table.sort.name] = table.sort.type
+    request: dict[str, Any] = {
+        "TableName": physical_name,
+        "KeySchema": key_schema,
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    indexes = []
+    for index in table.indexes:
+        index_keys = [{"AttributeName": index.partition.name, "KeyType": "HASH"}]
+        attributes[index.partition.name] = index.partition.type
+        if index.sort is not None:
+            index_keys.append({"AttributeName": index.sort.name, "KeyType": "RANGE"})
+            attributes[index.sort.name] = index.sort.type
+        indexes.append(
+            {
+                "IndexName": index.name,
+                "KeySchema": index_keys,
+                "Projection": {"ProjectionType": index.projection},
+            }
+        )
+    if indexes:
+        request["GlobalSecondaryIndexes"] = indexes
+    request["AttributeDefinitions"] = [
+        {"AttributeName": n, "AttributeType": t} for n, t in attributes.items()
+    ]
+    return request

@@ -1,0 +1,169 @@
+"""The executor's use case: claim a run, call its target, record the outcome, fenced by the attempt."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from enum import StrEnum
+from random import Random
+
+from tickwork.domain.clock import Clock
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.errors import StaleRunError
+from tickwork.domain.execution import after_attempt, cancellation_reason, claimed, terminal
+from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
+from tickwork.domain.targets import Invocation, TargetInvoker
+from tickwork.services.ports import Dispatcher, Metrics, RunStore
+
+logger = logging.getLogger(__name__)
+
+# Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
+# further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
+DEFAULT_MAX_HOLD = timedelta(seconds=2)
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    QUEUED = "queued"
+    DEFERRED = "deferred"  # not yet due: sent back with a delay
+    DUPLICATE = "duplicate"  # another delivery or attempt owns the run: nothing to do
+    STALE_COMPLETION = "stale_completion"  # finished after losing the lease: result discarded
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    worker_id: str
+    max_hold: timedelta = DEFAULT_MAX_HOLD
+
+
+class Executor:
+    def __init__(
+        self,
+        store: RunStore,
+        invoker: TargetInvoker,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        metrics: Metrics,
+        config: ExecutorConfig,
+        rng: Random | None = None,
+    ) -> None:
+        self._store = store
+        self._invoker = invoker
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._metrics = metrics
+        self._config = config
+        self._rng = rng or Random()
+
+    def execute(self, message: RunMessage) -> Outcome:
+        """Handle one delivery. Safe to call any number of times for the same message: only the delivery
+        whose claim wins calls the target, once per attempt."""
+        now = self._clock.now()
+        run = self._store.get_run(message.job_id, message.scheduled_for)
+        if run is None:
+            logger.warning("message for unknown run %s: dropped", message.dedupe_id)
+            self._metrics.count("OrphanMessages")
+            return Outcome.NOT_FOUND
+        if run.state.is_terminal or run.attempt != message.attempt:
+            return Outcome.DUPLICATE
+        if run.state is RunState.RUNNING and run.lease_expires_at is not None and run.lease_expires_at > now:
+            return Outcome.DUPLICATE
+        wait = (message.not_before - now).total_seconds()
+        if wait > self._config.max_hold.total_seconds():
+            self._dispatcher.redispatch(message, run.shard, now)
+            return Outcome.DEFERRED
+        if wait > 0:
+            self._clock.sleep(wait)
+            now = self._clock.now()
+        job = self._store.get_job(run.job_id)
+        reason = cancellation_reason(job, run)
+        if reason is not None or job is None:
+            return self._end(run, RunState.CANCELLED, reason or "job deleted", Outcome.CANCELLED)
+        mine = claimed(run, job, worker=self._config.worker_id, now=now)
+        exclusive = job.overlap is not OverlapPolicy.ALLOW
+        try:
+            if exclusive and not self._store.claim_exclusive(run, mine, now):
+                return self._blocked_by_overlap(run, job)
+            if not exclusive:
+                self._store.transition_run(run, mine)
+        except StaleRunError:
+            return Outcome.DUPLICATE  # another delivery claimed it first
+        if mine.attempt == 1 and mine.start_delay_ms is not None:
+            self._metrics.timing_ms("StartDelay", mine.start_delay_ms)
+        self._metrics.count("RunsStarted")
+        if mine.attempt > 1:
+            self._metrics.count("Retries")
+        return self._run_target(mine, job, exclusive)
+
+    def _run_target(self, run: Run, job: Job, exclusive: bool) -> Outcome:
+        invocation = Invocation(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            timeout_seconds=float(job.timeout_seconds),
+        )
+        result = self._invoker.invoke(job.target, invocation)
+        now = self._clock.now()
+        finished = after_attempt(run, job, result, now=now, rng=self._rng)
+        try:
+            if exclusive and finished.state is not RunState.RETRY_WAIT:
+                waiting = self._store.finish_exclusive(run, finished)
+                if waiting is not None:
+                    self._release_queued(waiting, run.shard)
+            else:
+                self._store.transition_run(run, finished)
+        except StaleRunError:
+            # A newer attempt owns the run (our lease expired and it was taken over): our result must not
+            # overwrite it.
+            logger.warning("stale completion of %s attempt %d discarded", run.run_id, run.attempt)
+            self._metrics.count("StaleCompletions")
+            return Outcome.STALE_COMPLETION
+        if finished.state is RunState.SUCCEEDED:
+            self._metrics.count("RunsSucceeded")
+            return Outcome.SUCCEEDED
+        if finished.state is RunState.RETRY_WAIT and finished.retry_at is not None:
+            self._dispatcher.redispatch(RunMessage.for_run(finished, finished.retry_at), run.shard, now)
+            return Outcome.RETRY_SCHEDULED
+        self._metrics.count("RunsFailed")
+        logger.error("run %s failed after attempt %d: %s", run.run_id, run.attempt, finished.reason)
+        return Outcome.FAILED
+
+    def _blocked_by_overlap(self, run: Run, job: Job) -> Outcome:
+        if job.overlap is OverlapPolicy.QUEUE:
+            waiting = replace(
+                run, state=RunState.QUEUED, reason="waiting for the job's running run to finish"
+            )
+            try:
+                if self._store.enqueue_behind(run, waiting):
+                    self._metrics.count("RunsQueued")
+                    return Outcome.QUEUED
+            except StaleRunError:
+                return Outcome.DUPLICATE
+            return self._end(
+                run, RunState.SKIPPED, "overlap=queue and a run is already waiting", Outcome.SKIPPED
+            )
+        return self._end(
+            run, RunState.SKIPPED, "overlap=skip and the previous run is still running", Outcome.SKIPPED
+        )
+
+    def _release_queued(self, run_id: str, shard: int) -> None:
+        job_id, scheduled_for = split_run_id(run_id)
+        queued = self._store.get_run(job_id, scheduled_for)
+        if queued is not None and queued.state is RunState.QUEUED:
+            now = self._clock.now()
+            self._dispatcher.redispatch(RunMessage.for_run(queued, now), shard, now)
+
+    def _end(self, run: Run, state: RunState, reason: str, outcome: Outcome) -> Outcome:
+        try:
+            self._store.transition_run(run, terminal(run, state, reason, self._clock.now()))
+        except StaleRunError:
+            return Outcome.DUPLICATE
+        self._metrics.count(f"Runs{state.value.capitalize()}")
+        return outcome

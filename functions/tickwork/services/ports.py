@@ -1,0 +1,110 @@
+"""Ports: what the services need from storage and dispatch. Adapters implement them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.models import Job, Run
+
+
+class PlanStore(Protocol):
+    """Storage as the ticker sees it."""
+
+    def query_due(self, due_key: str, through: datetime) -> Iterator[Job]:
+        """Active jobs in one `due` partition whose next fire is at or before `through`.
+        Eventually consistent: a job written a moment ago may be missing, or stale."""
+        ...
+
+    def get_job(self, job_id: str) -> Job | None:
+        """Strongly consistent read of one job."""
+        ...
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        """THE commit point: atomically create `runs` (each must not exist) and move the job's next fire
+        from `job.next_fire_at` to `next_fire_at` (job must still be active at `job.version` and
+        `job.next_fire_at`). Raises PlanConflictError naming the failed conditions, or
+        TransientStoreError (throttling, transaction conflict) which the caller retries."""
+        ...
+
+    def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
+        """Which of these fires of a job already have a run record (strongly consistent)."""
+        ...
+
+    def get_watermark(self, shard: int) -> datetime | None:
+        """The instant through which the shard is fully planned, or None for a new shard."""
+        ...
+
+    def set_watermark(self, shard: int, planned_through: datetime) -> None:
+        """Move the watermark forward (never back: a slower ticker must not rewind a faster one)."""
+        ...
+
+
+class JobStore(Protocol):
+    """Storage as job management sees it."""
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
+        """Create the job (must not exist) together with runs it plans for itself. ConflictError if exists."""
+        ...
+
+    def replace_job(self, expected: Job, updated: Job, runs: Sequence[Run]) -> None:
+        """Write `updated` if the stored job still has `expected`'s version and next fire, creating `runs`
+        in the same transaction. VersionMismatchError if the job changed, NotFoundError if it is gone."""
+        ...
+
+    def delete_job(self, expected: Job) -> None:
+        """Delete if still at `expected.version`; VersionMismatchError otherwise."""
+        ...
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+        """Hand committed runs to the executors, each to become visible at its due time.
+        Raises DispatchError listing the runs it could not send (the sweeper re-sends them)."""
+        ...
+
+    def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
+        """Send one message again (a retry, an early arrival held back, a sweeper repair)."""
+        ...
+
+
+class RunStore(Protocol):
+    """Storage as executors and the sweeper see it. Every transition is conditional on the run still
+    being in the state and attempt it was read in: that is what fences out a stale worker."""
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
+
+    def transition_run(self, expected: Run, updated: Run) -> None:
+        """Write `updated` if the stored run still has `expected`'s state, attempt and lease.
+        Raises StaleRunError otherwise."""
+        ...
+
+    def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
+        """Overlap policies skip / queue: claim the run AND take the job's single running slot, atomically.
+        False if another run of the job holds an unexpired slot. StaleRunError if the run moved."""
+        ...
+
+    def enqueue_behind(self, expected: Run, updated: Run) -> bool:
+        """Overlap policy queue: record the run as the job's one waiting run. False if one already waits."""
+        ...
+
+    def finish_exclusive(self, expected: Run, updated: Run) -> str | None:
+        """Finish a run holding the job's slot and release it; returns the run id waiting behind it, if any.
+        StaleRunError if the run moved."""
+        ...
+
+    def open_runs(self, shard: int, through: datetime) -> Iterator[Run]:
+        """Unfinished runs of a shard whose check time is at or before `through` (the sweeper's work list)."""
+        ...
+
+
+class Metrics(Protocol):
+    def count(self, name: str, value: float = 1.0) -> None: ...
+
+    def timing_ms(self, name: str, value_ms: float) -> None: ...

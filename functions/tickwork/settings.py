@@ -1,0 +1,67 @@
+"""Deployment settings from the environment, validated once at cold start (a bad value fails loudly)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from tickwork.resources import ResourceNames
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names the environment variable."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as error:
+        raise SettingsError(f"{name}={raw!r} is not an integer") from error
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    table_prefix: str = "tickwork"
+    shard_count: int = 16
+    lookahead_seconds: int = 120
+    reread_seconds: int = 120
+    concurrency_cap: int = 10_000
+    mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
+
+    @property
+    def resource_names(self) -> ResourceNames:
+        return ResourceNames(prefix=self.table_prefix)
+
+    @property
+    def lookahead(self) -> timedelta:
+        return timedelta(seconds=self.lookahead_seconds)
+
+    @property
+    def reread(self) -> timedelta:
+        return timedelta(seconds=self.reread_seconds)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        mode = env.get("TICKWORK_MODE", "aws")
+        if mode not in ("aws", "local"):
+            raise SettingsError(f"TICKWORK_MODE={mode!r} must be 'aws' or 'local'")
+        prefix = env.get("TICKWORK_TABLE_PREFIX", "tickwork")
+        if not prefix or not prefix.replace("-", "").replace("_", "").isalnum():
+            raise SettingsError(f"TICKWORK_TABLE_PREFIX={prefix!r} must be alphanumeric with - or _")
+        return cls(
+            table_prefix=prefix,
+            shard_count=_int(env, "TICKWORK_SHARD_COUNT", 16, 1, 4096),
+            # SQS delays at most 900 s; a transaction holds at most 100 items (the 10 s floor allows 99 fires
+            # in 990 s): 600 s keeps both with room to spare.
+            lookahead_seconds=_int(env, "TICKWORK_LOOKAHEAD_SECONDS", 120, 1, 600),
+            reread_seconds=_int(env, "TICKWORK_REREAD_SECONDS", 120, 0, 3600),
+            concurrency_cap=_int(env, "TICKWORK_CONCURRENCY_CAP", 10_000, 1, 100_000),
+            mode=mode,
+        )

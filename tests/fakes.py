@@ -1,0 +1,81 @@
+"""In-memory test doubles for the ports (fakes, not mocks: they behave, and tests read their state)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.errors import DispatchError, TransientStoreError
+from tickwork.domain.models import Job, Run
+from tickwork.services.ports import PlanStore
+
+
+@dataclass
+class RecordingDispatcher:
+    """Records dispatched runs; can be told to fail the next N calls."""
+
+    sent: list[Run] = field(default_factory=list)
+    messages: list[RunMessage] = field(default_factory=list)
+    fail_next: int = 0
+
+    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DispatchError([r.run_id for r in runs], "injected failure")
+        self.sent.extend(runs)
+
+    def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DispatchError([message.dedupe_id], "injected failure")
+        self.messages.append(message)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.sent]
+
+
+class CrashError(RuntimeError):
+    """Stands for the process dying at a chosen point."""
+
+
+class FaultyPlanStore:
+    """Wraps a real store and injects faults at chosen points of the planning path."""
+
+    def __init__(self, inner: PlanStore) -> None:
+        self.inner = inner
+        self.crash_before_commit = False
+        self.crash_after_commit = False
+        self.throttle_commits = 0
+        self.hidden_from_index: set[str] = set()  # simulates the GSI lagging behind the table
+        self.commits = 0
+
+    def query_due(self, due_key: str, through: datetime) -> Iterator[Job]:
+        for job in self.inner.query_due(due_key, through):
+            if job.job_id not in self.hidden_from_index:
+                yield job
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self.inner.get_job(job_id)
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        if self.crash_before_commit:
+            raise CrashError("crash just before the commit")
+        if self.throttle_commits > 0:
+            self.throttle_commits -= 1
+            raise TransientStoreError("ThrottlingException: injected")
+        self.inner.commit_plan(job, runs, next_fire_at)
+        self.commits += 1
+        if self.crash_after_commit:
+            raise CrashError("crash just after the commit")
+
+    def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
+        return self.inner.existing_run_times(job_id, scheduled_fors)
+
+    def get_watermark(self, shard: int) -> datetime | None:
+        return self.inner.get_watermark(shard)
+
+    def set_watermark(self, shard: int, planned_through: datetime) -> None:
+        self.inner.set_watermark(shard, planned_through)
