@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from moto import mock_aws
 
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.domain.clock import FakeClock
+from tickwork.local.emulator import Emulator, EmulatorConfig
 from tickwork.resources import ResourceNames
 
 # A fixed anchor: every test's "now" is derived from it, never from the wall clock.
@@ -53,3 +56,33 @@ def clock() -> FakeClock:
 
 def pytest_report_header() -> str:
     return f"tickwork tests; AWS endpoint override: {os.environ.get('AWS_ENDPOINT_URL', 'none (moto)')}"
+
+
+@pytest.fixture(scope="session")
+def ministack() -> Iterator[Emulator]:
+    """One embedded MiniStack for the session (its own venv; installed by `make install`)."""
+    emulator = Emulator(EmulatorConfig())
+    emulator.start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+def ministack_client(emulator: Emulator, service: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=emulator.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 2, "mode": "standard"}, max_pool_connections=32),
+    )
+
+
+@pytest.fixture
+def ministack_names(ministack: Emulator) -> ResourceNames:
+    """Fresh tables per test: a unique prefix, so tests never see each other's items."""
+    names = ResourceNames(prefix=f"t{uuid.uuid4().hex[:10]}")
+    ensure_tables(ministack_client(ministack, "dynamodb"), names)
+    return names

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, TransientStoreError
-from tickwork.domain.models import Job, Run
+from tickwork.domain.models import Job, Run, Target
+from tickwork.domain.targets import Invocation, TargetResult
 from tickwork.services.ports import PlanStore
 
 
@@ -79,3 +80,41 @@ class FaultyPlanStore:
 
     def set_watermark(self, shard: int, planned_through: datetime) -> None:
         self.inner.set_watermark(shard, planned_through)
+
+
+@dataclass
+class RecordingMetrics:
+    counts: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, list[float]] = field(default_factory=dict)
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        self.counts[name] = self.counts.get(name, 0.0) + value
+
+    def timing_ms(self, name: str, value_ms: float) -> None:
+        self.timings.setdefault(name, []).append(value_ms)
+
+
+@dataclass
+class ScriptedInvoker:
+    """A target whose answers are scripted; records every call. `during_call` runs inside the call
+    (to simulate what happens elsewhere while a slow target is running)."""
+
+    results: list[TargetResult] = field(default_factory=list)
+    calls: list[tuple[Target, Invocation]] = field(default_factory=list)
+    during_call: Callable[[], None] | None = None
+    crash: bool = False
+
+    def invoke(self, target: Target, invocation: Invocation) -> TargetResult:
+        self.calls.append((target, invocation))
+        if self.during_call is not None:
+            hook, self.during_call = self.during_call, None
+            hook()
+        if self.crash:
+            raise CrashError("the worker died mid-run")
+        if self.results:
+            return self.results.pop(0)
+        return TargetResult(ok=True, retryable=False, status="200", latency_ms=5, detail="ok")
+
+
+def failure(retryable: bool = True, status: str = "500") -> TargetResult:
+    return TargetResult(ok=False, retryable=retryable, status=status, latency_ms=5, detail=f"HTTP {status}")

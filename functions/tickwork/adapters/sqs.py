@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from tickwork.domain.dispatch import RunMessage, delay_seconds
-from tickwork.domain.errors import DispatchError
+from tickwork.domain.dispatch import DeadLetter, RunMessage, delay_seconds
+from tickwork.domain.errors import DispatchError, ValidationError
 from tickwork.domain.models import Run
 
 if TYPE_CHECKING:
@@ -76,3 +76,34 @@ class SqsDispatcher:
             if not pending:
                 return [], ""
         return [m.dedupe_id for m in pending.values()], detail
+
+
+class SqsDeadLetters:
+    """The dispatch DLQ as the sweeper reads it."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._client = client
+        self._queue_url = queue_url
+
+    def receive(self, max_messages: int) -> list[DeadLetter]:
+        response = self._client.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=min(10, max_messages),
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        )
+        letters: list[DeadLetter] = []
+        for raw in response.get("Messages", []):
+            body = raw.get("Body", "")
+            try:
+                message: RunMessage | None = RunMessage.from_json(body)
+            except ValidationError:
+                message = None
+            count = int(raw.get("Attributes", {}).get("ApproximateReceiveCount", "0"))
+            letters.append(
+                DeadLetter(receipt=raw["ReceiptHandle"], message=message, body=body, receive_count=count)
+            )
+        return letters
+
+    def delete(self, receipt: str) -> None:
+        self._client.delete_message(QueueUrl=self._queue_url, ReceiptHandle=receipt)

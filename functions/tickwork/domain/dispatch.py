@@ -59,3 +59,13 @@ def delay_seconds(not_before: datetime, now: datetime) -> int:
     sub-second remainder), clamped to SQS's 0..900; longer waits are re-sent by the executor."""
     remaining = (not_before - now).total_seconds()
     return max(0, min(MAX_DELAY_SECONDS, math.floor(remaining)))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A dispatch message the queue gave up on (it failed max_receive_count deliveries)."""
+
+    receipt: str
+    message: RunMessage | None  # None: the body was not a run message
+    body: str
+    receive_count: int

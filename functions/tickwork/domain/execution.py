@@ -11,7 +11,7 @@ from tickwork.domain.backoff import backoff_delay
 from tickwork.domain.models import Job, JobState, Run, RunState
 from tickwork.domain.schedule import is_fire_time
 from tickwork.domain.targets import TargetResult
-from tickwork.domain.timekeys import format_instant_ms
+from tickwork.domain.timekeys import format_instant_ms, truncate_ms
 
 # Time beyond the target's own timeout before a silent worker counts as dead.
 LEASE_MARGIN = timedelta(seconds=30)
@@ -71,7 +71,7 @@ def after_attempt(run: Run, job: Job, result: TargetResult, *, now: datetime, rn
         return replace(
             base,
             state=RunState.RETRY_WAIT,
-            retry_at=now + timedelta(seconds=delay),
+            retry_at=truncate_ms(now + timedelta(seconds=delay)),
             reason=result.detail[:200],
         )
     why = "not retryable" if not result.retryable else f"all {job.retry.max_attempts} attempts failed"

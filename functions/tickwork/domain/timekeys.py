@@ -67,3 +67,8 @@ def parse_compact_instant(text: str) -> datetime:
 
 def epoch_seconds(instant: datetime) -> int:
     return int(_utc(instant).timestamp())
+
+
+def truncate_ms(instant: datetime) -> datetime:
+    """Stored times keep milliseconds; computing with the same precision keeps comparisons exact."""
+    return instant.replace(microsecond=instant.microsecond // 1000 * 1000)

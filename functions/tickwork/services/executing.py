@@ -10,7 +10,7 @@ from random import Random
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.errors import StaleRunError
+from tickwork.domain.errors import DispatchError, StaleRunError
 from tickwork.domain.execution import after_attempt, cancellation_reason, claimed, terminal
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
@@ -129,7 +129,12 @@ class Executor:
             self._metrics.count("RunsSucceeded")
             return Outcome.SUCCEEDED
         if finished.state is RunState.RETRY_WAIT and finished.retry_at is not None:
-            self._dispatcher.redispatch(RunMessage.for_run(finished, finished.retry_at), run.shard, now)
+            try:
+                self._dispatcher.redispatch(RunMessage.for_run(finished, finished.retry_at), run.shard, now)
+            except DispatchError as error:
+                # The retry-wait is committed; the sweeper re-sends it once retry_at + grace has passed.
+                logger.error("could not schedule the retry of %s, sweeper will: %s", run.run_id, error)
+                self._metrics.count("DispatchFailures")
             return Outcome.RETRY_SCHEDULED
         self._metrics.count("RunsFailed")
         logger.error("run %s failed after attempt %d: %s", run.run_id, run.attempt, finished.reason)

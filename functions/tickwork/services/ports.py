@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.models import Job, Run
 
 
@@ -108,3 +108,9 @@ class Metrics(Protocol):
     def count(self, name: str, value: float = 1.0) -> None: ...
 
     def timing_ms(self, name: str, value_ms: float) -> None: ...
+
+
+class DeadLetterSource(Protocol):
+    def receive(self, max_messages: int) -> list[DeadLetter]: ...
+
+    def delete(self, receipt: str) -> None: ...

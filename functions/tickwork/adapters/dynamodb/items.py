@@ -160,9 +160,10 @@ def run_check_at(run: Run) -> datetime | None:
         return None
     if run.state is RunState.RUNNING:
         return run.lease_expires_at
-    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
-        return run.retry_at + DISPATCH_GRACE
-    return run.due_at + DISPATCH_GRACE
+    expected = run.retry_at if run.state is RunState.RETRY_WAIT and run.retry_at is not None else run.due_at
+    if run.redispatched_at is not None:
+        expected = max(expected, run.redispatched_at)
+    return expected + DISPATCH_GRACE
 
 
 def run_to_item(run: Run) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "attempt": run.attempt,
         "shard": run.shard,
         "planned_at": format_instant_ms(run.planned_at),
-        "dispatched_at": _opt_instant_ms(run.dispatched_at),
+        "redispatched_at": _opt_instant_ms(run.redispatched_at),
         "started_at": _opt_instant_ms(run.started_at),
         "finished_at": _opt_instant_ms(run.finished_at),
         "start_delay_ms": run.start_delay_ms,
@@ -207,7 +208,7 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         attempt=int(item.get("attempt", 0)),
         shard=int(item.get("shard", 0)),
         planned_at=parse_instant(item["planned_at"]),
-        dispatched_at=_opt_parse(item.get("dispatched_at")),
+        redispatched_at=_opt_parse(item.get("redispatched_at")),
         started_at=_opt_parse(item.get("started_at")),
         finished_at=_opt_parse(item.get("finished_at")),
         start_delay_ms=None if item.get("start_delay_ms") is None else int(item["start_delay_ms"]),

@@ -1,0 +1,250 @@
+"""HTTP(S) targets over the standard library, with an SSRF guard on the address actually connected to.
+
+The call resolves the host once, checks every resolved address, and connects the socket to a checked address
+itself; http.client then only speaks HTTP over that socket. So a DNS answer that changes between check and
+connect (rebinding) cannot redirect the call. TLS verifies the certificate against the URL's hostname (SNI
+too),
+not the IP. Redirects are never followed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import socket
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from tickwork import signing
+from tickwork.adapters.targets._common import Stopwatch, checked_target
+from tickwork.adapters.targets.ssrf import IPAddress, blocked_reason, parse_networks
+from tickwork.domain.models import Target
+from tickwork.domain.targets import Invocation, TargetResult, http_status_retryable, invocation_headers
+
+MAX_RESPONSE_BYTES = 64 * 1024  # read at most this much of a response; the result keeps 1 KiB of it
+_READ_CHUNK = 8 * 1024
+USER_AGENT = "Tickwork/1 (+https://github.com/tickwork)"
+SSRF_BLOCKED = "SSRFBlocked"
+NAME_RESOLUTION_ERROR = "NameResolutionError"
+TIMEOUT_ERROR = "TimeoutError"
+
+Resolver = Callable[[str, int], Sequence[tuple[int, IPAddress]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Destination:
+    scheme: str
+    host: str  # hostname as in the URL, brackets stripped: used for Host, SNI and certificate checks
+    port: int
+    path: str  # path + query, what goes on the request line
+
+
+class _Blocked(Exception):
+    """Raised inside the call when the guard refuses an address; becomes an SSRFBlocked result."""
+
+
+class _Deadline:
+    """One time budget for the whole call (resolve, connect, send, read), not per socket operation: a server
+    that trickles a byte every few seconds must not keep the call alive past its timeout."""
+
+    def __init__(self, seconds: float, monotonic: Callable[[], float]) -> None:
+        self._monotonic = monotonic
+        self._end = monotonic() + seconds
+
+    def remaining(self) -> float:
+        left = self._end - self._monotonic()
+        if left <= 0:
+            raise TimeoutError("the target's timeout elapsed")
+        return left
+
+
+def resolve(host: str, port: int) -> list[tuple[int, IPAddress]]:
+    """Every (address family, address) the host resolves to; an IP literal resolves to itself without DNS."""
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        pass  # not an IP literal: ask DNS below
+    else:
+        return [(socket.AF_INET6 if literal.version == 6 else socket.AF_INET, literal)]
+    found: list[tuple[int, IPAddress]] = []
+    for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        # Drop an IPv6 zone id ("fe80::1%eth0"); link-local is refused anyway.
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if (family, address) not in found:
+            found.append((family, address))
+    return found
+
+
+def _connect(family: int, address: IPAddress, port: int, timeout: float) -> socket.socket:
+    """Open a TCP connection to exactly this address (no DNS). A module function so tests can assert that no
+    connection is attempted when the guard refuses."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect((str(address), port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpInvoker:
+    """Calls `http` targets. Every request carries the run identity headers and an HMAC signature."""
+
+    def __init__(
+        self,
+        signing_secret: bytes,
+        clock_epoch: Callable[[], float],
+        allow_loopback: bool,
+        allowed_networks: Sequence[str] = (),
+        *,
+        resolver: Resolver = resolve,
+        tls_context: ssl.SSLContext | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not signing_secret:
+            raise ValueError("HttpInvoker needs a non-empty signing secret")
+        self._secret = signing_secret
+        self._clock_epoch = clock_epoch
+        self._allow_loopback = allow_loopback
+        self._allowed_networks = parse_networks(
+            allowed_networks
+        )  # a bad CIDR fails at start-up, not per call
+        self._resolver = resolver
+        self._tls = tls_context or ssl.create_default_context()
+        self._monotonic = monotonic
+
+    def invoke(self, target: Target, invocation: Invocation) -> TargetResult:
+        checked = checked_target(target, frozenset({"http"}))
+        if isinstance(checked, TargetResult):
+            return checked
+        config = checked.config
+        method: str = config["method"]
+        body: bytes = config["body"].encode("utf-8")
+        destination = _destination(config["url"])
+        headers = {
+            "User-Agent": USER_AGENT,
+            **config["headers"],
+            **invocation_headers(invocation),
+            signing.SIGNATURE_HEADER: signing.sign(self._secret, int(self._clock_epoch()), body),
+        }
+        watch = Stopwatch(self._monotonic)
+        deadline = _Deadline(invocation.timeout_seconds, self._monotonic)
+        try:
+            code, reason, response_body = self._exchange(destination, method, headers, body, deadline)
+        except _Blocked as blocked:
+            return TargetResult(False, False, SSRF_BLOCKED, watch.elapsed_ms(), str(blocked))
+        except socket.gaierror as error:
+            # DNS failures are often transient (resolver hiccup, record being re-created): worth a retry.
+            return TargetResult(
+                False, True, NAME_RESOLUTION_ERROR, watch.elapsed_ms(), f"{destination.host}: {error}"
+            )
+        except ssl.SSLCertVerificationError as error:
+            # A certificate that does not verify will not verify on the next attempt either.
+            return TargetResult(False, False, type(error).__name__, watch.elapsed_ms(), str(error))
+        except TimeoutError as error:
+            return TargetResult(False, True, TIMEOUT_ERROR, watch.elapsed_ms(), str(error) or "timed out")
+        except (OSError, http.client.HTTPException) as error:
+            # Refused, reset, unreachable, TLS failure, malformed response: the network or the server, not the
+            # job.
+            return TargetResult(
+                False, True, type(error).__name__, watch.elapsed_ms(), str(error) or repr(error)
+            )
+        text = response_body.decode("utf-8", errors="replace")
+        if 200 <= code < 300:
+            return TargetResult(True, False, str(code), watch.elapsed_ms(), text)
+        if 300 <= code < 400:
+            text = f"{reason}; redirects are not followed (update the job's URL)" + (
+                f": {text}" if text else ""
+            )
+        return TargetResult(False, http_status_retryable(code), str(code), watch.elapsed_ms(), text)
+
+    def _exchange(
+        self,
+        destination: _Destination,
+        method: str,
+        headers: dict[str, str],
+        body: bytes,
+        deadline: _Deadline,
+    ) -> tuple[int, str, bytes]:
+        sock = self._open(destination, deadline)
+        # http.client only speaks HTTP over the socket we hand it: it never resolves or connects itself.
+        connection: http.client.HTTPConnection
+        if destination.scheme == "https":
+            # The socket is already TLS-wrapped; HTTPSConnection is used for its Host header (no ":443").
+            connection = http.client.HTTPSConnection(
+                destination.host, destination.port, timeout=deadline.remaining(), context=self._tls
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                destination.host, destination.port, timeout=deadline.remaining()
+            )
+        connection.sock = sock
+        try:
+            connection.request(method, destination.path, body=body, headers=headers)
+            sock.settimeout(deadline.remaining())
+            response = connection.getresponse()
+            chunks: list[bytes] = []
+            received = 0
+            while received < MAX_RESPONSE_BYTES:
+                sock.settimeout(deadline.remaining())
+                chunk = response.read(min(_READ_CHUNK, MAX_RESPONSE_BYTES - received))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                received += len(chunk)
+            return response.status, response.reason, b"".join(chunks)
+        finally:
+            # Closing without draining the rest of an oversized body is deliberate: we never reuse
+            # connections.
+            connection.close()
+
+    def _open(self, destination: _Destination, deadline: _Deadline) -> socket.socket:
+        addresses = self._resolver(destination.host, destination.port)
+        if not addresses:
+            raise socket.gaierror(f"{destination.host} resolved to no IPv4/IPv6 address")
+        # Every address must pass, not just the first: otherwise a name resolving to one public and one
+        # private
+        # address would be allowed and the connection attempt could land on the private one.
+        for _, address in addresses:
+            reason = blocked_reason(
+                address, allow_loopback=self._allow_loopback, allowed_networks=self._allowed_networks
+            )
+            if reason is not None:
+                raise _Blocked(f"{destination.host} -> {reason}; refused before connecting")
+        last_error = OSError(f"could not connect to {destination.host}")
+        for family, address in addresses:
+            try:
+                sock = _connect(family, address, destination.port, deadline.remaining())
+                break
+            except TimeoutError:
+                raise
+            except OSError as error:
+                last_error = error  # try the next checked address (e.g. ::1 refused, 127.0.0.1 listening)
+        else:
+            raise last_error
+        if destination.scheme == "https":
+            try:
+                sock.settimeout(deadline.remaining())
+                return self._tls.wrap_socket(sock, server_hostname=destination.host)
+            except BaseException:
+                sock.close()
+                raise
+        return sock
+
+
+def _destination(url: str) -> _Destination:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""  # validate_target guarantees a host; urlsplit strips IPv6 brackets
+    port = parts.port or (443 if scheme == "https" else 80)
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    return _Destination(scheme=scheme, host=host, port=port, path=path)

@@ -1,0 +1,477 @@
+"""Targets: what a run calls, validated at write time, and the result of calling it.
+
+Pure: no boto3, no sockets. Adapters in `tickwork.adapters.targets` do the calls; this module owns the rules
+(which configs are valid, which failures are worth a retry, what every call carries to identify the run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import Target
+from tickwork.domain.timekeys import format_instant
+
+TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions")
+AWS_TARGET_KINDS = frozenset(TARGET_KINDS) - {"http"}
+
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+LAMBDA_INVOCATION_TYPES = ("RequestResponse", "Event")
+
+# One limit for every user payload (HTTP body, message, detail, payload, input): it keeps job items far below
+# DynamoDB's 400 KB and every AWS target's own limit (SQS/SNS/EventBridge 256 KB with attributes).
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_DETAIL_BYTES = 1024
+MAX_URL_LENGTH = 2048
+MAX_HEADERS = 50
+MAX_HEADER_VALUE_BYTES = 8 * 1024
+
+# Headers Tickwork sets itself, or that belong to the connection rather than the request: a job may not set
+# them, so a receiver can trust X-Tickwork-* and Idempotency-Key to come from Tickwork.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+        "idempotency-key",
+    }
+)
+RESERVED_HEADER_PREFIX = "x-tickwork-"
+
+# The key under which Tickwork adds run identity to JSON payloads (EventBridge detail, Lambda payload, SFN
+# input).
+CONTEXT_KEY = "tickwork"
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 header field name
+_BAD_HEADER_VALUE = re.compile(r"[\r\n\x00]")
+_PARTITION = r"aws(?:-[a-z]+)*"
+_REGION = r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}"
+_ACCOUNT = r"\d{12}"
+_SNS_TOPIC_ARN = re.compile(
+    rf"^arn:{_PARTITION}:sns:{_REGION}:{_ACCOUNT}:([A-Za-z0-9_-]{{1,251}}(?:\.fifo)?)$"
+)
+_SFN_NAME = r"[^\s<>{}\[\]?*\"#%\\^|~`$&,;:/]{1,80}"
+_SFN_ARN = re.compile(
+    rf"^arn:{_PARTITION}:states:{_REGION}:{_ACCOUNT}:stateMachine:{_SFN_NAME}(?::{_SFN_NAME})?$"
+)
+# The pattern of Lambda's own API: a name, name:qualifier, a partial ARN or a full ARN.
+_LAMBDA_FUNCTION = re.compile(
+    rf"^(?:arn:{_PARTITION}:lambda:{_REGION}:{_ACCOUNT}:function:|{_ACCOUNT}:function:)?"
+    r"[A-Za-z0-9_-]{1,64}(?::(?:\$LATEST|[A-Za-z0-9_-]{1,128}))?$"
+)
+_SQS_QUEUE_PATH = re.compile(r"^/\d{12}/([A-Za-z0-9_-]{1,80}(?:\.fifo)?)$")
+_EVENT_BUS = re.compile(
+    rf"^(?:[/.\-_A-Za-z0-9]{{1,256}}|arn:{_PARTITION}:events:{_REGION}:{_ACCOUNT}:event-bus/[/.\-_A-Za-z0-9]{{1,256}})$"
+)
+# Characters SQS and SNS accept in a message (XML 1.0 chars); anything else is refused by the service.
+_BAD_MESSAGE_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_FIFO_ID = re.compile(r"^[!-~]{1,128}$")  # SQS/SNS group and dedup ids: 1-128 printable ASCII
+
+# Execution names: SFN allows more, but CloudWatch Logs only copes with these, so they are what we emit.
+_SFN_EXECUTION_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+SFN_EXECUTION_NAME_MAX = 80
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Invocation and result
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One attempt of one run, as the target sees it. `run_id` is the idempotency key."""
+
+    run_id: str
+    job_id: str
+    scheduled_for: datetime  # the nominal fire time, tz-aware
+    attempt: int
+    timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TargetResult:
+    """How a call went. A target call never raises for an ordinary failure: it returns one of these.
+
+    `status` is short and machine-friendly: an HTTP status code ("200"), an AWS error code
+    ("ThrottlingException")
+    or an exception class name ("TimeoutError"). `detail` is the response body or error text, cut to 1 KiB.
+    """
+
+    ok: bool
+    retryable: bool
+    status: str
+    latency_ms: int
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ok and self.retryable:
+            raise ValueError("a successful result cannot be retryable")
+        truncated = truncate_detail(self.detail)
+        if truncated is not self.detail:
+            object.__setattr__(self, "detail", truncated)
+
+
+class TargetInvoker(Protocol):
+    def invoke(self, target: Target, invocation: Invocation) -> TargetResult:
+        """Call the target once. Returns a result for every ordinary failure; raises only on programming
+        errors."""
+        ...
+
+
+_TRUNCATION_MARK = "…[truncated]"
+
+
+def truncate_detail(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes (marked), never splitting a character."""
+    encoded = text.encode("utf-8", errors="replace")
+    if len(encoded) <= limit:
+        return text
+    room = limit - len(_TRUNCATION_MARK.encode())
+    return encoded[:room].decode("utf-8", errors="ignore") + _TRUNCATION_MARK
+
+
+def http_status_retryable(code: int) -> bool:
+    """5xx, 408 (request timeout) and 429 (too many requests) are worth another attempt; other codes are not.
+
+    3xx counts as a non-retryable failure: redirects are not followed (a redirect could point anywhere,
+    including
+    at an internal address), so a job whose URL moved must be updated.
+    """
+    return code >= 500 or code in (408, 429)
+
+
+def invocation_context(invocation: Invocation) -> dict[str, Any]:
+    """The run identity every target receives. Deterministic for a given run + attempt (no wall-clock time),
+    so
+    a repeated call sends identical input: Step Functions relies on that for name/input idempotency."""
+    return {
+        "run_id": invocation.run_id,
+        "job_id": invocation.job_id,
+        "scheduled_for": format_instant(invocation.scheduled_for),
+        "attempt": invocation.attempt,
+    }
+
+
+def invocation_headers(invocation: Invocation) -> dict[str, str]:
+    """HTTP headers that identify the call; `Idempotency-Key` follows the IETF draft of that name."""
+    return {
+        "Idempotency-Key": invocation.run_id,
+        "X-Tickwork-Run-Id": invocation.run_id,
+        "X-Tickwork-Job-Id": invocation.job_id,
+        "X-Tickwork-Scheduled-For": format_instant(invocation.scheduled_for),
+        "X-Tickwork-Attempt": str(invocation.attempt),
+    }
+
+
+def fifo_id(value: str) -> str:
+    """`value` as an SQS/SNS FIFO group or deduplication id: itself when it fits (1-128 printable ASCII),
+    otherwise a stable hash of it, so the same run always maps to the same id."""
+    if _FIFO_ID.match(value):
+        return value
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def sfn_execution_name(run_id: str, attempt: int) -> str:
+    """A Step Functions execution name unique to (run, attempt) and stable across retries of the same start.
+
+    The run id is sanitised to [A-Za-z0-9_-] and shortened to fit 80 characters; a hash of the exact run id
+    keeps
+    two runs whose ids sanitise alike (job "a.b" vs "a_b") from sharing a name. AWS refuses a second execution
+    with the same name, which makes the name the lock against starting the same attempt twice.
+    """
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
+    suffix = f"-{digest}-a{attempt}"
+    readable = _SFN_EXECUTION_UNSAFE.sub("-", run_id)[: SFN_EXECUTION_NAME_MAX - len(suffix)]
+    return readable + suffix
+
+
+def is_fifo_queue_url(queue_url: str) -> bool:
+    return queue_url.endswith(".fifo")
+
+
+def is_fifo_topic_arn(topic_arn: str) -> bool:
+    return topic_arn.endswith(".fifo")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Validation
+# ----------------------------------------------------------------------------------------------------------
+
+
+def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
+    """A valid, normalised target (defaults filled in, JSON values copied) or ValidationError naming the
+    field.
+
+    Only what can be checked without the network is checked here; whether an HTTP target's address is allowed
+    is
+    decided at call time, after DNS resolution (see the SSRF guard), because DNS can change after validation.
+    """
+    if not isinstance(kind, str) or kind not in TARGET_KINDS:
+        raise ValidationError(
+            "target.kind", f"unknown target kind {kind!r}; expected one of {', '.join(TARGET_KINDS)}"
+        )
+    if not isinstance(config, Mapping):
+        raise ValidationError("target.config", "must be an object")
+    for key in config:
+        if not isinstance(key, str):
+            raise ValidationError("target.config", f"keys must be strings, got {key!r}")
+    normalised = _VALIDATORS[kind](_Config(config))
+    return Target(kind=kind, config=normalised)
+
+
+class _Config:
+    """Reads a config mapping, tracking which keys were consumed so unknown keys can be reported."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self._raw = raw
+        self._seen: set[str] = set()
+
+    def get(self, key: str, default: Any = None, *, required: bool = False) -> Any:
+        self._seen.add(key)
+        if key not in self._raw or self._raw[key] is None:
+            if required:
+                raise ValidationError(_field(key), "is required")
+            return default
+        return self._raw[key]
+
+    def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
+        value = self.get(key, default, required=required)
+        if not isinstance(value, str):
+            raise ValidationError(_field(key), f"must be a string, got {type(value).__name__}")
+        return value
+
+    def finish(self, normalised: dict[str, Any]) -> dict[str, Any]:
+        extra = sorted(set(self._raw) - self._seen)
+        if extra:
+            allowed = ", ".join(sorted(self._seen))
+            raise ValidationError(_field(extra[0]), f"unknown key for this target kind (allowed: {allowed})")
+        return normalised
+
+
+def _field(key: str) -> str:
+    return f"target.config.{key}"
+
+
+def _validate_http(cfg: _Config) -> dict[str, Any]:
+    url = _http_url(cfg.string("url", required=True))
+    method = cfg.string("method", "POST").upper()
+    if method not in HTTP_METHODS:
+        raise ValidationError(_field("method"), f"must be one of {', '.join(HTTP_METHODS)}")
+    headers = _http_headers(cfg.get("headers", {}))
+    body = cfg.string("body", "")
+    _check_size("body", body)
+    if method == "GET" and body:
+        raise ValidationError(_field("body"), "a GET request carries no body; use POST or PUT")
+    return cfg.finish({"method": method, "url": url, "headers": headers, "body": body})
+
+
+def _http_url(url: str) -> str:
+    if len(url) > MAX_URL_LENGTH:
+        raise ValidationError(_field("url"), f"longer than {MAX_URL_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise ValidationError(_field("url"), "contains whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError when out of range or not a number
+    except ValueError as error:
+        raise ValidationError(_field("url"), f"not a valid URL: {error}") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValidationError(_field("url"), "must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValidationError(_field("url"), "has no host")
+    if parts.username is not None or parts.password is not None:
+        # Credentials in a URL end up in logs and the job listing; a header can be redacted.
+        raise ValidationError(
+            _field("url"), "must not contain credentials; send them in an Authorization header"
+        )
+    if port == 0:
+        raise ValidationError(_field("url"), "port 0 is not a valid destination")
+    return url
+
+
+def _http_headers(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        raise ValidationError(_field("headers"), "must be an object of header name to string value")
+    if len(raw) > MAX_HEADERS:
+        raise ValidationError(_field("headers"), f"at most {MAX_HEADERS} headers")
+    headers: dict[str, str] = {}
+    seen: set[str] = set()
+    for name, value in raw.items():
+        field = _field(f"headers.{name}")
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            raise ValidationError(field, "is not a valid header name (RFC 9110 token characters only)")
+        lowered = name.lower()
+        if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
+            raise ValidationError(field, "is set by Tickwork or the connection and cannot be overridden")
+        if lowered in seen:
+            raise ValidationError(field, "appears twice (header names are case-insensitive)")
+        seen.add(lowered)
+        if not isinstance(value, str):
+            raise ValidationError(field, f"value must be a string, got {type(value).__name__}")
+        if _BAD_HEADER_VALUE.search(value):
+            raise ValidationError(field, "value must not contain CR, LF or NUL")
+        if len(value.encode()) > MAX_HEADER_VALUE_BYTES:
+            raise ValidationError(field, f"value larger than {MAX_HEADER_VALUE_BYTES} bytes")
+        headers[name] = value
+    return headers
+
+
+def _validate_sqs(cfg: _Config) -> dict[str, Any]:
+    queue_url = cfg.string("queue_url", required=True)
+    parts = urlsplit(queue_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or not _SQS_QUEUE_PATH.match(parts.path):
+        raise ValidationError(
+            _field("queue_url"),
+            "must be a queue URL like https://sqs.<region>.amazonaws.com/<account>/<queue>",
+        )
+    if parts.query or parts.fragment:
+        raise ValidationError(_field("queue_url"), "must not have a query or fragment")
+    message = _message(cfg, "message")
+    normalised: dict[str, Any] = {"queue_url": queue_url, "message": message}
+    group = _fifo_group(cfg, fifo=is_fifo_queue_url(queue_url), what="queue")
+    if group is not None:
+        normalised["message_group_id"] = group
+    return cfg.finish(normalised)
+
+
+def _validate_sns(cfg: _Config) -> dict[str, Any]:
+    topic_arn = cfg.string("topic_arn", required=True)
+    if not _SNS_TOPIC_ARN.match(topic_arn):
+        raise ValidationError(
+            _field("topic_arn"), "must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)"
+        )
+    normalised: dict[str, Any] = {"topic_arn": topic_arn, "message": _message(cfg, "message")}
+    subject = cfg.get("subject")
+    if subject is not None:
+        if not isinstance(subject, str) or not 1 <= len(subject) <= 100 or not subject.isprintable():
+            raise ValidationError(_field("subject"), "must be 1-100 printable characters without line breaks")
+        normalised["subject"] = subject
+    group = _fifo_group(cfg, fifo=is_fifo_topic_arn(topic_arn), what="topic")
+    if group is not None:
+        normalised["message_group_id"] = group
+    return cfg.finish(normalised)
+
+
+def _message(cfg: _Config, key: str) -> str:
+    message = cfg.string(key, required=True)
+    if not message:
+        raise ValidationError(_field(key), "must not be empty")
+    if _BAD_MESSAGE_CHAR.search(message):
+        raise ValidationError(_field(key), "contains characters SQS/SNS do not accept (control characters)")
+    _check_size(key, message)
+    return message
+
+
+def _fifo_group(cfg: _Config, *, fifo: bool, what: str) -> str | None:
+    """FIFO only: the message group; by default the job id (set at call time), so one job's runs stay
+    ordered."""
+    group = cfg.get("message_group_id")
+    if group is None:
+        return None
+    if not fifo:
+        raise ValidationError(
+            _field("message_group_id"), f"only applies to a FIFO {what} (name ending in .fifo)"
+        )
+    if not isinstance(group, str) or not _FIFO_ID.match(group):
+        raise ValidationError(_field("message_group_id"), "must be 1-128 printable ASCII characters")
+    return group
+
+
+def _validate_eventbridge(cfg: _Config) -> dict[str, Any]:
+    bus = cfg.string("event_bus_name", "default")
+    if not _EVENT_BUS.match(bus):
+        raise ValidationError(_field("event_bus_name"), "must be an event bus name or ARN")
+    source = cfg.string("source", required=True)
+    if not 1 <= len(source) <= 256:
+        raise ValidationError(_field("source"), "must be 1-256 characters")
+    if source.lower().startswith("aws."):
+        raise ValidationError(_field("source"), "sources starting with 'aws.' are reserved for AWS services")
+    detail_type = cfg.string("detail_type", required=True)
+    if not 1 <= len(detail_type) <= 128:
+        raise ValidationError(_field("detail_type"), "must be 1-128 characters")
+    detail = _json_value(cfg, "detail", {})
+    if not isinstance(detail, dict):
+        raise ValidationError(_field("detail"), "must be a JSON object")
+    if CONTEXT_KEY in detail:
+        raise ValidationError(
+            _field(f"detail.{CONTEXT_KEY}"), "is reserved: Tickwork adds the run identity there"
+        )
+    return cfg.finish({"event_bus_name": bus, "source": source, "detail_type": detail_type, "detail": detail})
+
+
+def _validate_lambda(cfg: _Config) -> dict[str, Any]:
+    function_name = cfg.string("function_name", required=True)
+    if len(function_name) > 170 or not _LAMBDA_FUNCTION.match(function_name):
+        raise ValidationError(
+            _field("function_name"), "must be a function name, name:qualifier, or a (partial) function ARN"
+        )
+    invocation_type = cfg.string("invocation_type", "RequestResponse")
+    if invocation_type not in LAMBDA_INVOCATION_TYPES:
+        raise ValidationError(
+            _field("invocation_type"), f"must be one of {', '.join(LAMBDA_INVOCATION_TYPES)}"
+        )
+    payload = _json_value(cfg, "payload", {})
+    return cfg.finish(
+        {"function_name": function_name, "invocation_type": invocation_type, "payload": payload}
+    )
+
+
+def _validate_stepfunctions(cfg: _Config) -> dict[str, Any]:
+    arn = cfg.string("state_machine_arn", required=True)
+    if not _SFN_ARN.match(arn):
+        raise ValidationError(
+            _field("state_machine_arn"),
+            "must be a state machine ARN (arn:aws:states:<region>:<account>:stateMachine:<name>)",
+        )
+    return cfg.finish({"state_machine_arn": arn, "input": _json_value(cfg, "input", {})})
+
+
+def _json_value(cfg: _Config, key: str, default: Any) -> Any:
+    """A deep copy of a JSON value, refused if it is not plain JSON (NaN, sets, objects) or too large."""
+    value = cfg.get(key, default)
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise ValidationError(_field(key), f"must be plain JSON: {error}") from None
+    _check_size(key, text)
+    return json.loads(text)
+
+
+def _check_size(key: str, text: str) -> None:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(_field(key), "is not valid Unicode (lone surrogate)") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise ValidationError(
+            _field(key), f"is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (64 KiB)"
+        )
+
+
+def json_dumps(value: Any) -> str:
+    """The compact JSON used for every payload Tickwork sends (stable, so repeated calls send identical
+    bytes)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+_VALIDATORS: Mapping[str, Callable[[_Config], dict[str, Any]]] = {
+    "http": _validate_http,
+    "sqs": _validate_sqs,
+    "sns": _validate_sns,
+    "eventbridge": _validate_eventbridge,
+    "lambda": _validate_lambda,
+    "stepfunctions": _validate_stepfunctions,
+}

@@ -1,0 +1,75 @@
+"""Tickers racing on one shard, against MiniStack (moto lets racing transactions both win)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.conftest import ANCHOR, ministack_client
+from tests.fakes import RecordingDispatcher
+from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.models import Target
+from tickwork.domain.schedule import parse_schedule
+from tickwork.local.emulator import Emulator
+from tickwork.resources import ResourceNames
+from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.planning import Planner, TickReport
+
+pytestmark = pytest.mark.ministack
+
+SHARDS = 2
+JOBS = 40
+TICKERS = 4
+
+
+def test_tickers_racing_on_one_shard_create_each_run_exactly_once(
+    ministack: Emulator, ministack_names: ResourceNames
+) -> None:
+    tables = TableNames.from_resources(ministack_names)
+    clock = FakeClock(ANCHOR)
+    seeding = JobService(
+        DynamoStore(ministack_client(ministack, "dynamodb"), tables),
+        RecordingDispatcher(),
+        clock,
+        JobServiceConfig(shard_count=SHARDS),
+    )
+    spec = JobSpec(
+        name="race",
+        schedule=parse_schedule("*/30 * * * * *"),
+        target=Target("http", {"url": "http://127.0.0.1/"}),
+    )
+    jobs = [seeding.create("alice", spec) for _ in range(JOBS)]
+    shard = 0
+    on_shard = [j for j in jobs if j.shard == shard]
+    assert len(on_shard) >= 5
+
+    now = datetime(2026, 12, 2, 12, 3, 0, tzinfo=UTC)  # 3 minutes on: each job has 5 fires to plan
+    dispatchers = [RecordingDispatcher() for _ in range(TICKERS)]
+    barrier = threading.Barrier(TICKERS)
+
+    def tick(index: int) -> TickReport:
+        # Each ticker is its own instance with its own client, as separate Lambda invocations would be.
+        planner = Planner(
+            DynamoStore(ministack_client(ministack, "dynamodb"), tables), dispatchers[index], FakeClock(now)
+        )
+        barrier.wait()
+        return planner.plan(shard, now)
+
+    with ThreadPoolExecutor(TICKERS) as pool:
+        reports = list(pool.map(tick, range(TICKERS)))
+    planned = [r.runs_planned for r in reports]
+    print("runs planned per ticker:", planned, "lost races:", [r.conflicts for r in reports])
+
+    store = DynamoStore(ministack_client(ministack, "dynamodb"), tables)
+    for job in on_shard:
+        times = [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)]
+        assert len(times) == len(set(times)), f"{job.job_id} has a duplicate run"
+        assert len(times) == 4 + 5  # 4 planned by the create (..12:02:30), 5 by the tick (12:03:00..12:05:00)
+    dispatched = Counter(r.run_id for d in dispatchers for r in d.sent)
+    assert sum(planned) == len(on_shard) * 5 == len(dispatched)
+    assert set(dispatched.values()) == {1}  # every run dispatched by exactly one ticker
