@@ -26,6 +26,10 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     return value
 
 
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     table_prefix: str = "tickwork"
@@ -34,6 +38,11 @@ class Settings:
     reread_seconds: int = 120
     concurrency_cap: int = 10_000
     mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
+    dispatch_queue_urls: tuple[str, ...] = ()
+    dead_letter_queue_url: str = ""
+    signing_secret: str = ""
+    allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
+    region: str = "us-east-1"
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -64,4 +73,21 @@ class Settings:
             reread_seconds=_int(env, "TICKWORK_REREAD_SECONDS", 120, 0, 3600),
             concurrency_cap=_int(env, "TICKWORK_CONCURRENCY_CAP", 10_000, 1, 100_000),
             mode=mode,
+            dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
+            dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
+            signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
+            allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
+
+    def require(self, *names: str) -> Settings:
+        """Fail at cold start, naming the variable, when a component needs a setting that is empty."""
+        env_names = {
+            "dispatch_queue_urls": "TICKWORK_DISPATCH_QUEUE_URLS",
+            "dead_letter_queue_url": "TICKWORK_DLQ_URL",
+            "signing_secret": "TICKWORK_SIGNING_SECRET",
+        }
+        for name in names:
+            if not getattr(self, name):
+                raise SettingsError(f"{env_names.get(name, name)} must be set")
+        return self

@@ -59,10 +59,13 @@ def blocked_reason(
             return None
     if allow_loopback and any(c.is_loopback for c in same_host):
         return None
-    candidates = list(same_host)
+    # An IPv4-mapped address is judged as its IPv4 address alone (Python 3.11 calls all of ::ffff:0:0/96
+    # private, which would wrongly refuse ::ffff:8.8.8.8); the other embeddings must pass as both addresses.
     inner = embedded_ipv4(address)
-    if inner is not None and inner not in candidates:
-        candidates.append(inner)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        candidates: list[IPAddress] = [address.ipv4_mapped]
+    else:
+        candidates = [address] if inner is None else [address, inner]
     for candidate in candidates:
         reason = _category(candidate)
         if reason is not None:

@@ -1,0 +1,44 @@
+"""Metrics adapters: CloudWatch EMF through Powertools in Lambda, in memory for the local runtime."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+
+class PowertoolsMetrics:
+    """EMF metrics via Powertools; thread-safe because an executor runs its batch on threads."""
+
+    def __init__(self, metrics: Any) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        with self._lock:
+            self._metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+    def timing_ms(self, name: str, value_ms: float) -> None:
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        with self._lock:
+            self._metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value_ms)
+
+
+class InMemoryMetrics:
+    """Counters and timings kept in the process (local runtime status line, tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, float] = defaultdict(float)
+        self.timings: dict[str, list[float]] = defaultdict(list)
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        with self._lock:
+            self.counts[name] += value
+
+    def timing_ms(self, name: str, value_ms: float) -> None:
+        with self._lock:
+            self.timings[name].append(value_ms)

@@ -1,0 +1,83 @@
+"""The composition root: builds adapters from settings and hands them to services. Handlers and the
+local runtime call this; services never see boto3."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from functools import cached_property
+from random import Random
+from typing import Any
+
+from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
+from tickwork.adapters.targets.aws import AwsInvoker
+from tickwork.adapters.targets.http import HttpInvoker
+from tickwork.adapters.targets.registry import TargetRegistry
+from tickwork.domain.clock import Clock
+from tickwork.services.executing import Executor, ExecutorConfig
+from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.planning import Planner, PlannerConfig
+from tickwork.services.ports import Metrics
+from tickwork.services.sweeping import Sweeper
+from tickwork.settings import Settings
+
+ClientFor = Callable[[str], Any]
+
+
+class Components:
+    """Lazily built, shared per process (one Lambda environment, or one local worker process)."""
+
+    def __init__(self, settings: Settings, clock: Clock, client_for: ClientFor, metrics: Metrics) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.client_for = client_for
+        self.metrics = metrics
+
+    @cached_property
+    def store(self) -> DynamoStore:
+        return DynamoStore(
+            self.client_for("dynamodb"), TableNames.from_resources(self.settings.resource_names)
+        )
+
+    @cached_property
+    def dispatcher(self) -> SqsDispatcher:
+        self.settings.require("dispatch_queue_urls")
+        return SqsDispatcher(self.client_for("sqs"), self.settings.dispatch_queue_urls)
+
+    @cached_property
+    def targets(self) -> TargetRegistry:
+        self.settings.require("signing_secret")
+        http = HttpInvoker(
+            self.settings.signing_secret.encode(),
+            lambda: self.clock.now().timestamp(),
+            allow_loopback=self.settings.mode == "local",
+            allowed_networks=self.settings.allowed_networks,
+        )
+        return TargetRegistry(http=http, aws=AwsInvoker(self.client_for))
+
+    def planner(self) -> Planner:
+        config = PlannerConfig(lookahead=self.settings.lookahead, reread=self.settings.reread)
+        return Planner(self.store, self.dispatcher, self.clock, config)
+
+    def executor(self, worker_id: str | None = None) -> Executor:
+        worker = worker_id or f"{socket.gethostname()}-{Random().getrandbits(32):08x}"
+        return Executor(
+            self.store,
+            self.targets,
+            self.dispatcher,
+            self.clock,
+            self.metrics,
+            ExecutorConfig(worker_id=worker),
+        )
+
+    def sweeper(self) -> Sweeper:
+        self.settings.require("dead_letter_queue_url")
+        dead_letters = SqsDeadLetters(self.client_for("sqs"), self.settings.dead_letter_queue_url)
+        return Sweeper(
+            self.store, self.dispatcher, dead_letters, self.clock, self.metrics, self.settings.shard_count
+        )
+
+    def job_service(self) -> JobService:
+        config = JobServiceConfig(shard_count=self.settings.shard_count, lookahead=self.settings.lookahead)
+        return JobService(self.store, self.dispatcher, self.clock, config)

@@ -1,0 +1,42 @@
+"""What every Lambda handler shares: Powertools logger and metrics, and the components, built once per
+execution environment on first use (never at import)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from aws_lambda_powertools import Logger, Metrics
+
+from tickwork.adapters.metrics import PowertoolsMetrics
+from tickwork.adapters.targets.aws import boto3_client_factory
+from tickwork.composition import Components
+from tickwork.domain.clock import SystemClock
+from tickwork.settings import Settings
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "tickwork"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tickwork"))
+
+_lock = threading.Lock()
+_components: Components | None = None
+
+
+def components() -> Components:
+    """Settings are validated here, at cold start: a bad environment fails the first invocation loudly."""
+    global _components
+    with _lock:
+        if _components is None:
+            settings = Settings.from_env(os.environ)
+            _components = Components(
+                settings,
+                SystemClock(),
+                boto3_client_factory(region_name=settings.region),
+                PowertoolsMetrics(metrics),
+            )
+        return _components
+
+
+def reset_for_tests(replacement: Components | None = None) -> None:
+    global _components
+    with _lock:
+        _components = replacement

@@ -1,0 +1,131 @@
+"""Each Lambda handler driven by its sample event from events/, on moto, with a loopback HTTP target."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.conftest import NAMES
+from tests.fakes import RecordingMetrics
+from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.composition import Components
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.models import RunState, Target
+from tickwork.domain.schedule import parse_schedule
+from tickwork.handlers import executor, runtime, sweeper, ticker
+from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.settings import Settings
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+class LambdaContext:
+    function_name = "tickwork-test"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tickwork-test"
+    aws_request_id = "req-1"
+
+
+def load(name: str) -> dict[str, Any]:
+    return dict(json.loads((EVENTS / name).read_text()))
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    received: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            received.append(dict(self.headers.items()))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def deployed(dynamodb: Any, receiver: tuple[str, list[dict[str, str]]]) -> Iterator[Components]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    queue_urls, dlq_url = ensure_queues(sqs, NAMES, dispatch_queues=2)
+    settings = Settings(
+        table_prefix=NAMES.prefix,
+        shard_count=2,
+        mode="local",
+        dispatch_queue_urls=tuple(queue_urls),
+        dead_letter_queue_url=dlq_url,
+        signing_secret="s3cret",
+    )
+    clients = {"dynamodb": dynamodb, "sqs": sqs}
+    clock = FakeClock(datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC))
+    parts = Components(settings, clock, clients.__getitem__, RecordingMetrics())
+    runtime.reset_for_tests(parts)
+    yield parts
+    runtime.reset_for_tests(None)
+
+
+def test_ticker_sweeper_and_executor_handlers_take_their_sample_events(
+    deployed: Components, receiver: tuple[str, list[dict[str, str]]]
+) -> None:
+    url, received = receiver
+    clock = deployed.clock
+    assert isinstance(clock, FakeClock)
+    jobs = JobService(
+        deployed.store,
+        deployed.dispatcher,
+        clock,
+        JobServiceConfig(shard_count=2),
+        new_id=lambda: "job_example",
+    )
+    jobs.create(
+        "alice",
+        JobSpec(name="ex", schedule=parse_schedule("*/5 * * * *"), target=Target("http", {"url": url})),
+    )
+
+    clock.set(datetime(2026, 12, 2, 12, 3, 0, 500000, tzinfo=UTC))
+    summary = ticker.handler(load("ticker.json"), LambdaContext())  # type: ignore[arg-type]
+    assert summary["runs_planned"] == 1 and summary["incomplete_shards"] == []
+
+    clock.set(datetime(2026, 12, 2, 12, 5, 0, 100000, tzinfo=UTC))
+    response = executor.handler(load("executor.json"), LambdaContext())  # type: ignore[arg-type]
+    assert response == {"batchItemFailures": []}
+    run = deployed.store.get_run("job_example", datetime(2026, 12, 2, 12, 5, tzinfo=UTC))
+    assert run is not None and run.state is RunState.SUCCEEDED and run.start_delay_ms == 100
+    assert [h["Idempotency-Key"] for h in received] == ["job_example:20261202T120500Z"]
+
+    clock.set(datetime(2026, 12, 2, 12, 7, 0, tzinfo=UTC))
+    report = sweeper.handler(load("sweeper.json"), LambdaContext())  # type: ignore[arg-type]
+    assert report["redispatched"] == 0 and report["expired_leases"] == 0
+
+
+def test_the_executor_reports_only_the_failed_messages_of_a_batch(deployed: Components) -> None:
+    event = load("executor.json")
+    good = dict(event["Records"][0])
+    bad = {**good, "messageId": "poison-1", "body": "not json"}
+    event["Records"] = [good, bad]
+
+    response = executor.handler(event, LambdaContext())  # type: ignore[arg-type]
+
+    # The good message names a run that does not exist here: acknowledged (nothing to do), not failed.
+    assert response == {"batchItemFailures": [{"itemIdentifier": "poison-1"}]}
+
+
+def test_the_ticker_refuses_shards_outside_its_range(deployed: Components) -> None:
+    with pytest.raises(ValueError, match="shards"):
+        ticker.handler({**load("ticker.json"), "shards": [7]}, LambdaContext())  # type: ignore[arg-type]

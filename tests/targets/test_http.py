@@ -1,0 +1,162 @@
+"""The HTTP invoker against a real threaded server on 127.0.0.1 (local mode: loopback allowed)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tickwork.adapters.targets import http as http_adapter
+from tickwork.adapters.targets.http import HttpInvoker
+from tickwork.domain.models import Target
+from tickwork.domain.targets import MAX_DETAIL_BYTES
+from tickwork.signing import SIGNATURE_HEADER, verify
+
+from .conftest import EPOCH, SECRET, RecordingServer, invocation
+
+
+def local_invoker(**kwargs: object) -> HttpInvoker:
+    return HttpInvoker(SECRET, clock_epoch=lambda: float(EPOCH), allow_loopback=True, **kwargs)  # type: ignore[arg-type]
+
+
+def http_target(url: str, **config: object) -> Target:
+    return Target("http", {"url": url, **config})
+
+
+def test_request_carries_run_identity_and_a_valid_signature(server: RecordingServer) -> None:
+    body = '{"report": "daily"}'
+    target = http_target(server.url("/status/200?x=1"), method="PUT", body=body, headers={"X-Custom": "yes"})
+
+    result = local_invoker().invoke(target, invocation(attempt=2))
+
+    assert result.ok and result.status == "200" and not result.retryable
+    assert result.detail == '{"status": 200}'
+    [request] = server.requests
+    assert (request.method, request.path, request.body) == ("PUT", "/status/200?x=1", body.encode())
+    headers = request.headers
+    assert headers["idempotency-key"] == "job-1:20261202T120500Z"
+    assert headers["x-tickwork-run-id"] == "job-1:20261202T120500Z"
+    assert headers["x-tickwork-job-id"] == "job-1"
+    assert headers["x-tickwork-scheduled-for"] == "2026-12-02T12:05:00Z"
+    assert headers["x-tickwork-attempt"] == "2"
+    assert headers["x-custom"] == "yes"
+    assert headers["host"] == f"127.0.0.1:{server.port}"
+    signature = headers[SIGNATURE_HEADER.lower()]
+    assert signature.startswith(f"t={EPOCH},v1=")
+    assert verify(SECRET, signature, request.body, now=EPOCH + 10)
+    assert not verify(SECRET, signature, request.body + b" ", now=EPOCH)
+
+
+def test_default_method_is_post_with_an_empty_signed_body(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target(server.url()), invocation())
+
+    assert result.ok
+    [request] = server.requests
+    assert request.method == "POST" and request.body == b""
+    assert request.headers["content-length"] == "0"
+    assert verify(SECRET, request.headers["x-tickwork-signature"], b"", now=EPOCH)
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [
+        pytest.param(500, True, id="500-server-error-retried"),
+        pytest.param(503, True, id="503-unavailable-retried"),
+        pytest.param(429, True, id="429-too-many-requests-retried"),
+        pytest.param(408, True, id="408-request-timeout-retried"),
+        pytest.param(404, False, id="404-not-found-final"),
+        pytest.param(400, False, id="400-bad-request-final"),
+        pytest.param(401, False, id="401-unauthorised-final"),
+    ],
+)
+def test_error_statuses_are_failures_classified_by_code(
+    server: RecordingServer, code: int, retryable: bool
+) -> None:
+    result = local_invoker().invoke(http_target(server.url(f"/status/{code}")), invocation())
+
+    assert not result.ok
+    assert result.retryable is retryable
+    assert result.status == str(code)
+    assert str(code) in result.detail
+
+
+def test_redirect_is_not_followed(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target(server.url("/status/302")), invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, False, "302")
+    assert "redirects are not followed" in result.detail
+    assert len(server.requests) == 1  # the Location (the metadata service) was never requested
+
+
+def test_timeout_is_retryable(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target(server.url("/slow/1.0")), invocation(timeout=0.2))
+
+    assert (result.ok, result.retryable, result.status) == (False, True, "TimeoutError")
+    assert 150 <= result.latency_ms < 900
+
+
+def test_connection_refused_is_retryable() -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    result = local_invoker().invoke(http_target(f"http://127.0.0.1:{port}/"), invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, True, "ConnectionRefusedError")
+
+
+def test_response_body_is_truncated_in_the_result(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target(server.url("/big"), method="GET"), invocation())
+
+    assert result.ok
+    assert len(result.detail.encode()) <= MAX_DETAIL_BYTES
+    assert result.detail.startswith("xxxx") and result.detail.endswith("[truncated]")
+
+
+def test_name_resolution_failure_is_retryable() -> None:
+    def no_such_host(host: str, port: int) -> list[tuple[int, object]]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    invoker = local_invoker(resolver=no_such_host)
+    result = invoker.invoke(http_target("http://no-such-host.invalid/"), invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, True, "NameResolutionError")
+
+
+def test_connects_to_the_checked_address_but_keeps_the_hostname(server: RecordingServer) -> None:
+    """The socket goes to the address the guard checked; Host (and SNI for https) stay the URL's hostname."""
+    import ipaddress
+
+    resolved: list[str] = []
+
+    def resolver(host: str, port: int) -> list[tuple[int, http_adapter.IPAddress]]:
+        resolved.append(host)
+        return [(socket.AF_INET, ipaddress.IPv4Address("127.0.0.1"))]
+
+    result = local_invoker(resolver=resolver).invoke(
+        http_target(server.url(host="scheduler-target.test")), invocation()
+    )
+
+    assert result.ok
+    assert resolved == ["scheduler-target.test"]  # resolved exactly once: no second lookup to rebind
+    assert server.requests[0].headers["host"] == f"scheduler-target.test:{server.port}"
+
+
+def test_falls_back_to_the_next_checked_address(server: RecordingServer) -> None:
+    """localhost may resolve to ::1 first while the server listens on 127.0.0.1 only."""
+    result = local_invoker().invoke(http_target(server.url(host="localhost")), invocation())
+
+    assert result.ok, result
+
+
+def test_invalid_stored_target_fails_without_a_call(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target("ftp://127.0.0.1/"), invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, False, "InvalidTarget")
+    assert "target.config.url" in result.detail
+    assert server.connections == 0
+
+
+def test_empty_signing_secret_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="secret"):
+        HttpInvoker(b"", clock_epoch=lambda: 0.0, allow_loopback=True)
