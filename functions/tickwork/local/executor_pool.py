@@ -90,13 +90,15 @@ class ExecutorPool:
             outcome: Outcome = executor.execute(RunMessage.from_json(message["Body"]))
             self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
             logger.debug("message %s: %s", message.get("MessageId"), outcome)
-        except Exception:  # noqa: BLE001 - the worker thread's boundary: log it, and let SQS redeliver
+        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
             # Left on the queue: it comes back, and after max_receive_count goes to the DLQ (sweeper).
             logger.exception("run message failed, will be redelivered")
             with self._lock:
                 self.stats.errors += 1
             self._sqs.change_message_visibility(
-                QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=LOCAL_RETRY_VISIBILITY_SECONDS
+                QueueUrl=url,
+                ReceiptHandle=message["ReceiptHandle"],
+                VisibilityTimeout=LOCAL_RETRY_VISIBILITY_SECONDS,
             )
         finally:
             with self._lock:
