@@ -22,8 +22,8 @@ $(MS_VENV)/.installed:
 install: $(VENV)/.installed $(MS_VENV)/.installed
 
 lint: install
-	$(VENV)/bin/ruff check functions tests infra benchmarks
-	$(VENV)/bin/ruff format --check functions tests infra benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 test: lint
