@@ -1,0 +1,130 @@
+"""DynamoDB write units per successful run, counted from real item sizes and DynamoDB's rules (moto's
+ConsumedCapacity is fake): 1 KB rounding per item, 2x for transactional writes, and one index write per
+index item added, removed or changed (two when an index key changes: delete + put).
+
+    python benchmarks/write_units.py
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from random import Random
+from typing import Any
+
+from tickwork.adapters.dynamodb.items import job_to_item, run_to_item
+from tickwork.domain.execution import after_attempt, claimed
+from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
+from tickwork.domain.schedule import next_fire_after, parse_schedule
+from tickwork.domain.targets import TargetResult
+from tickwork.resources import JOBS, RUNS, IndexDef, TableDef
+
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def value_size(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, int | float | Decimal):
+        digits = len(str(abs(value)).replace(".", "").lstrip("0")) or 1
+        return math.ceil(digits / 2) + 1
+    if isinstance(value, Mapping):
+        return 3 + sum(len(k.encode()) + value_size(v) + 1 for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return 3 + sum(value_size(v) + 1 for v in value)
+    raise TypeError(type(value))
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+def units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
+
+
+def index_item(index: IndexDef, table: TableDef, item: Mapping[str, Any]) -> dict[str, Any] | None:
+    keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
+    if any(k not in item for k in keys):
+        return None  # sparse: not in the index
+    if index.projection == "ALL":
+        return dict(item)
+    base = [table.partition.name] + ([table.sort.name] if table.sort else [])
+    return {k: item[k] for k in {*keys, *base}}
+
+
+def index_writes(table: TableDef, before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> int:
+    total = 0
+    for index in table.indexes:
+        old = None if before is None else index_item(index, table, before)
+        new = index_item(index, table, after)
+        keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
+        if old is None and new is None or old == new:
+            continue
+        if old is None or new is None:
+            total += units(item_size(old or new or {}))
+        elif any(old[k] != new[k] for k in keys):
+            total += units(item_size(old)) + units(item_size(new))  # key moved: delete + put
+        else:
+            total += units(max(item_size(old), item_size(new)))
+    return total
+
+
+def write(
+    table: TableDef, before: Mapping[str, Any] | None, after: Mapping[str, Any], transactional: bool
+) -> int:
+    base = units(max(item_size(before or {}), item_size(after)))
+    return base * (2 if transactional else 1) + index_writes(table, before, after)
+
+
+def main() -> None:
+    schedule = parse_schedule("*/5 * * * *", "Europe/Berlin")
+    job = Job(
+        job_id="job_0123456789abcdef0123",
+        owner="arn:aws:iam::123456789012:role/payments-batch",
+        name="nightly settlement export",
+        schedule=schedule,
+        target=Target(
+            "http", {"url": "https://hooks.example.com/settlement", "method": "POST", "headers": {}}
+        ),
+        shard=shard_of("job_0123456789abcdef0123", 16),
+        created_at=NOW,
+        updated_at=NOW,
+        next_fire_at=next_fire_after(schedule, NOW),
+        tags={"team": "payments"},
+    )
+    assert job.next_fire_at is not None
+    run = Run.for_fire(job, job.next_fire_at, now=NOW, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    job_after = job.advanced_to(next_fire_after(schedule, job.next_fire_at))
+    running = claimed(run, job, worker="executor-1f2e3d4c", now=run.due_at + timedelta(milliseconds=180))
+    ok = TargetResult(ok=True, retryable=False, status="200", latency_ms=84, detail='{"status":"accepted"}')
+    finished = after_attempt(running, job, ok, now=running.started_at or NOW, rng=Random(1))
+    assert finished.state is RunState.SUCCEEDED
+
+    steps = [
+        ("plan: put run (transaction)", write(RUNS, None, run_to_item(run), True)),
+        ("plan: advance job (transaction)", write(JOBS, job_to_item(job), job_to_item(job_after), True)),
+        ("claim: run -> running", write(RUNS, run_to_item(run), run_to_item(running), False)),
+        (
+            "finish: run -> succeeded",
+            write(RUNS, run_to_item(running), run_to_item(replace(finished)), False),
+        ),
+    ]
+    print(
+        f"item sizes: job {item_size(job_to_item(job))} B, run planned {item_size(run_to_item(run))} B, "
+        f"run finished {item_size(run_to_item(finished))} B"
+    )
+    for name, wcu in steps:
+        print(f"  {name:<34} {wcu:>3} WCU")
+    total = sum(w for _, w in steps)
+    minimum = 2 + 2 + 1 + 1 + 2  # txn put run, txn update job, claim, finish, due-index move
+    print(f"total per successful run: {total} WCU; design minimum {minimum} WCU; ratio {total / minimum:.2f}")
+
+
+if __name__ == "__main__":
+    main()
