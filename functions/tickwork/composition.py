@@ -20,7 +20,7 @@ from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.services.ports import Metrics
 from tickwork.services.sweeping import Sweeper
-from tickwork.settings import Settings
+from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
 
@@ -46,10 +46,20 @@ class Components:
         return SqsDispatcher(self.client_for("sqs"), self.settings.dispatch_queue_urls)
 
     @cached_property
+    def signing_secret(self) -> bytes:
+        if self.settings.signing_secret:
+            return self.settings.signing_secret.encode()
+        if self.settings.signing_secret_arn:
+            secret = self.client_for("secretsmanager").get_secret_value(
+                SecretId=self.settings.signing_secret_arn
+            )
+            return str(secret["SecretString"]).encode()
+        raise SettingsError("TICKWORK_SIGNING_SECRET or TICKWORK_SIGNING_SECRET_ARN must be set")
+
+    @cached_property
     def targets(self) -> TargetRegistry:
-        self.settings.require("signing_secret")
         http = HttpInvoker(
-            self.settings.signing_secret.encode(),
+            self.signing_secret,
             lambda: self.clock.now().timestamp(),
             allow_loopback=self.settings.mode == "local",
             allowed_networks=self.settings.allowed_networks,

@@ -41,6 +41,7 @@ class Settings:
     dispatch_queue_urls: tuple[str, ...] = ()
     dead_letter_queue_url: str = ""
     signing_secret: str = ""
+    signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
 
@@ -76,6 +77,7 @@ class Settings:
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
+            signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )

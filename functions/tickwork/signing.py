@@ -37,8 +37,7 @@ def verify(
     `now`.
 
     Never raises on a malformed header (a receiver faces untrusted input): it returns False. Several v1
-    entries
-    are accepted, any one matching, so a sender can sign with an old and a new secret while rotating.
+    entries are accepted, any one matching, so a sender can sign with an old and a new secret while rotating.
     """
     if not secret:
         return False

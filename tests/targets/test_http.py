@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+import ssl
+from typing import Any
 
 import pytest
 
-from tickwork.adapters.targets import http as http_adapter
-from tickwork.adapters.targets.http import HttpInvoker
+from tickwork.adapters.targets.http import HttpInvoker, Resolver, resolve
+from tickwork.adapters.targets.ssrf import IPAddress
 from tickwork.domain.models import Target
 from tickwork.domain.targets import MAX_DETAIL_BYTES
 from tickwork.signing import SIGNATURE_HEADER, verify
@@ -15,8 +18,8 @@ from tickwork.signing import SIGNATURE_HEADER, verify
 from .conftest import EPOCH, SECRET, RecordingServer, invocation
 
 
-def local_invoker(**kwargs: object) -> HttpInvoker:
-    return HttpInvoker(SECRET, clock_epoch=lambda: float(EPOCH), allow_loopback=True, **kwargs)  # type: ignore[arg-type]
+def local_invoker(resolver: Resolver = resolve) -> HttpInvoker:
+    return HttpInvoker(SECRET, clock_epoch=lambda: float(EPOCH), allow_loopback=True, resolver=resolver)
 
 
 def http_target(url: str, **config: object) -> Target:
@@ -114,7 +117,7 @@ def test_response_body_is_truncated_in_the_result(server: RecordingServer) -> No
 
 
 def test_name_resolution_failure_is_retryable() -> None:
-    def no_such_host(host: str, port: int) -> list[tuple[int, object]]:
+    def no_such_host(host: str, port: int) -> list[tuple[int, IPAddress]]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     invoker = local_invoker(resolver=no_such_host)
@@ -125,11 +128,9 @@ def test_name_resolution_failure_is_retryable() -> None:
 
 def test_connects_to_the_checked_address_but_keeps_the_hostname(server: RecordingServer) -> None:
     """The socket goes to the address the guard checked; Host (and SNI for https) stay the URL's hostname."""
-    import ipaddress
-
     resolved: list[str] = []
 
-    def resolver(host: str, port: int) -> list[tuple[int, http_adapter.IPAddress]]:
+    def resolver(host: str, port: int) -> list[tuple[int, IPAddress]]:
         resolved.append(host)
         return [(socket.AF_INET, ipaddress.IPv4Address("127.0.0.1"))]
 
@@ -160,3 +161,37 @@ def test_invalid_stored_target_fails_without_a_call(server: RecordingServer) -> 
 def test_empty_signing_secret_is_refused_at_construction() -> None:
     with pytest.raises(ValueError, match="secret"):
         HttpInvoker(b"", clock_epoch=lambda: 0.0, allow_loopback=True)
+
+
+class _RecordingTls(ssl.SSLContext):
+    """Records the SNI name the invoker asks for, then fails the handshake (no certificate here)."""
+
+    server_hostnames: list[str | None]
+
+    def wrap_socket(self, sock: socket.socket, *args: Any, **kwargs: Any) -> Any:
+        self.server_hostnames.append(kwargs.get("server_hostname"))
+        raise ssl.SSLError("handshake refused by the test")
+
+
+def test_https_verifies_the_hostname_not_the_connected_ip(server: RecordingServer) -> None:
+    tls = _RecordingTls(ssl.PROTOCOL_TLS_CLIENT)
+    tls.server_hostnames = []
+
+    def resolver(host: str, port: int) -> list[tuple[int, IPAddress]]:
+        return [(socket.AF_INET, ipaddress.IPv4Address("127.0.0.1"))]
+
+    invoker = HttpInvoker(
+        SECRET, clock_epoch=lambda: float(EPOCH), allow_loopback=True, resolver=resolver, tls_context=tls
+    )
+    result = invoker.invoke(http_target(f"https://hooks.example.com:{server.port}/x"), invocation())
+
+    assert tls.server_hostnames == ["hooks.example.com"]
+    assert (result.ok, result.retryable, result.status) == (False, True, "SSLError")
+    assert server.requests == []  # nothing was sent in clear text
+
+
+def test_https_to_a_plain_http_server_fails_retryably(server: RecordingServer) -> None:
+    result = local_invoker().invoke(http_target(server.url().replace("http://", "https://")), invocation())
+
+    assert (result.ok, result.retryable) == (False, True)
+    assert server.requests == []

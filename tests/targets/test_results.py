@@ -49,8 +49,19 @@ def test_truncate_detail_bounds(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("code", "retryable"),
-    [(500, True), (502, True), (599, True), (408, True), (429, True), (400, False), (403, False), (404, False),
-     (409, False), (422, False), (301, False)],
+    [
+        (500, True),
+        (502, True),
+        (599, True),
+        (408, True),
+        (429, True),
+        (400, False),
+        (403, False),
+        (404, False),
+        (409, False),
+        (422, False),
+        (301, False),
+    ],
 )
 def test_http_status_retryable(code: int, retryable: bool) -> None:
     assert http_status_retryable(code) is retryable

@@ -81,3 +81,26 @@ def test_empty_secret() -> None:
     with pytest.raises(ValueError):
         sign(b"", 1, b"")
     assert not verify(b"", "t=1,v1=" + signature(b"", 1, b""), b"", now=1)
+
+
+def test_the_documented_receiver_check_agrees_with_sign() -> None:
+    """docs/targets.md shows receivers a copy-paste verifier; it must accept what Tickwork sends."""
+    import re
+    import time
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "targets.md").read_text()
+    source = next(
+        block for block in re.findall(r"```python\n(.*?)```", doc, re.S) if "def verify_tickwork" in block
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(source, "docs/targets.md", "exec"), namespace)  # the doc's own code, no I/O
+    verify_tickwork = namespace["verify_tickwork"]
+    assert callable(verify_tickwork)
+    now = int(time.time())
+    header = sign(b"secret", now, b'{"a":1}')
+
+    assert verify_tickwork(b"secret", header, b'{"a":1}')
+    assert not verify_tickwork(b"secret", header, b'{"a":2}')
+    assert not verify_tickwork(b"other", header, b'{"a":1}')
+    assert not verify_tickwork(b"secret", sign(b"secret", now - 301, b""), b"")

@@ -10,7 +10,7 @@ import pytest
 
 from tickwork.adapters.targets import http as http_adapter
 from tickwork.adapters.targets.http import HttpInvoker
-from tickwork.adapters.targets.ssrf import blocked_reason, parse_networks
+from tickwork.adapters.targets.ssrf import IPAddress, blocked_reason, parse_networks
 from tickwork.domain.models import Target
 
 from .conftest import EPOCH, SECRET, RecordingServer, invocation
@@ -94,7 +94,7 @@ def test_local_mode_allows_loopback_only(server: RecordingServer, no_connect: No
 def test_a_name_with_any_internal_address_is_refused(no_connect: None) -> None:
     """DNS answering one public and one private address: the private one could be the one connected to."""
 
-    def resolver(host: str, port: int) -> list[tuple[int, http_adapter.IPAddress]]:
+    def resolver(host: str, port: int) -> list[tuple[int, IPAddress]]:
         return [
             (socket.AF_INET, ipaddress.IPv4Address("93.184.216.34")),
             (socket.AF_INET, ipaddress.IPv4Address("10.1.2.3")),

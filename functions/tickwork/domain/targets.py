@@ -106,8 +106,8 @@ class TargetResult:
     """How a call went. A target call never raises for an ordinary failure: it returns one of these.
 
     `status` is short and machine-friendly: an HTTP status code ("200"), an AWS error code
-    ("ThrottlingException")
-    or an exception class name ("TimeoutError"). `detail` is the response body or error text, cut to 1 KiB.
+    ("ThrottlingException") or an exception class name ("TimeoutError"). `detail` is the response body or
+    error text, cut to 1 KiB.
     """
 
     ok: bool
@@ -147,16 +147,14 @@ def http_status_retryable(code: int) -> bool:
     """5xx, 408 (request timeout) and 429 (too many requests) are worth another attempt; other codes are not.
 
     3xx counts as a non-retryable failure: redirects are not followed (a redirect could point anywhere,
-    including
-    at an internal address), so a job whose URL moved must be updated.
+    including at an internal address), so a job whose URL moved must be updated.
     """
     return code >= 500 or code in (408, 429)
 
 
 def invocation_context(invocation: Invocation) -> dict[str, Any]:
     """The run identity every target receives. Deterministic for a given run + attempt (no wall-clock time),
-    so
-    a repeated call sends identical input: Step Functions relies on that for name/input idempotency."""
+    so a repeated call sends identical input: Step Functions relies on that for name/input idempotency."""
     return {
         "run_id": invocation.run_id,
         "job_id": invocation.job_id,
@@ -188,9 +186,8 @@ def sfn_execution_name(run_id: str, attempt: int) -> str:
     """A Step Functions execution name unique to (run, attempt) and stable across retries of the same start.
 
     The run id is sanitised to [A-Za-z0-9_-] and shortened to fit 80 characters; a hash of the exact run id
-    keeps
-    two runs whose ids sanitise alike (job "a.b" vs "a_b") from sharing a name. AWS refuses a second execution
-    with the same name, which makes the name the lock against starting the same attempt twice.
+    keeps two runs whose ids sanitise alike (job "a.b" vs "a_b") from sharing a name. AWS refuses a second
+    execution with the same name, which makes the name the lock against starting the same attempt twice.
     """
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
     suffix = f"-{digest}-a{attempt}"
@@ -216,8 +213,8 @@ def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
     field.
 
     Only what can be checked without the network is checked here; whether an HTTP target's address is allowed
-    is
-    decided at call time, after DNS resolution (see the SSRF guard), because DNS can change after validation.
+    is decided at call time, after DNS resolution (see the SSRF guard), because DNS can change after
+    validation.
     """
     if not isinstance(kind, str) or kind not in TARGET_KINDS:
         raise ValidationError(

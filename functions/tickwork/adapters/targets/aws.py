@@ -1,8 +1,7 @@
 """AWS targets: SQS, SNS, EventBridge, Lambda and Step Functions, each one API call.
 
 Clients come from a `client_for(service)` callable, so none is created at import or before a target of that
-kind
-is called, and tests can hand in moto-backed or Stubber-wrapped clients. Every botocore error becomes a
+kind is called, and tests can hand in moto-backed or Stubber-wrapped clients. Every botocore error becomes a
 TargetResult; the error code decides whether another attempt could succeed.
 """
 
@@ -99,8 +98,8 @@ def boto3_client_factory(
     """A thread-safe `client_for` creating each service's client on first use and reusing it after.
 
     Lambda gets a read timeout above its 15-minute maximum and NO botocore retries: botocore retries read
-    timeouts, which for a synchronous invoke would run the function a second time behind Tickwork's back.
-    The other services keep botocore's standard retries (short, throttling-aware) under a shorter timeout.
+    timeouts, which for a synchronous invoke would run the function a second time behind Tickwork's back. The
+    other services keep botocore's standard retries (short, throttling-aware) under a shorter timeout.
     """
     import boto3  # deferred: importing this module must not need (or configure) boto3
 

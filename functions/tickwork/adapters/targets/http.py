@@ -3,8 +3,7 @@
 The call resolves the host once, checks every resolved address, and connects the socket to a checked address
 itself; http.client then only speaks HTTP over that socket. So a DNS answer that changes between check and
 connect (rebinding) cannot redirect the call. TLS verifies the certificate against the URL's hostname (SNI
-too),
-not the IP. Redirects are never followed.
+too), not the IP. Redirects are never followed.
 """
 
 from __future__ import annotations
@@ -113,9 +112,8 @@ class HttpInvoker:
         self._secret = signing_secret
         self._clock_epoch = clock_epoch
         self._allow_loopback = allow_loopback
-        self._allowed_networks = parse_networks(
-            allowed_networks
-        )  # a bad CIDR fails at start-up, not per call
+        # Parsed here so a bad CIDR fails at start-up, not on every call.
+        self._allowed_networks = parse_networks(allowed_networks)
         self._resolver = resolver
         self._tls = tls_context or ssl.create_default_context()
         self._monotonic = monotonic
@@ -151,8 +149,8 @@ class HttpInvoker:
         except TimeoutError as error:
             return TargetResult(False, True, TIMEOUT_ERROR, watch.elapsed_ms(), str(error) or "timed out")
         except (OSError, http.client.HTTPException) as error:
-            # Refused, reset, unreachable, TLS failure, malformed response: the network or the server, not the
-            # job.
+            # Refused, reset, unreachable, TLS failure, malformed response: the network or the server is at
+            # fault, not the job's config.
             return TargetResult(
                 False, True, type(error).__name__, watch.elapsed_ms(), str(error) or repr(error)
             )
@@ -201,17 +199,16 @@ class HttpInvoker:
                 received += len(chunk)
             return response.status, response.reason, b"".join(chunks)
         finally:
-            # Closing without draining the rest of an oversized body is deliberate: we never reuse
-            # connections.
+            # Closing without draining an oversized body is deliberate: connections are never reused.
             connection.close()
 
     def _open(self, destination: _Destination, deadline: _Deadline) -> socket.socket:
+        # getaddrinfo cannot be given a timeout; the system resolver's own (a few seconds) bounds it.
         addresses = self._resolver(destination.host, destination.port)
         if not addresses:
             raise socket.gaierror(f"{destination.host} resolved to no IPv4/IPv6 address")
         # Every address must pass, not just the first: otherwise a name resolving to one public and one
-        # private
-        # address would be allowed and the connection attempt could land on the private one.
+        # private address would be allowed and the connection attempt could land on the private one.
         for _, address in addresses:
             reason = blocked_reason(
                 address, allow_loopback=self._allow_loopback, allowed_networks=self._allowed_networks

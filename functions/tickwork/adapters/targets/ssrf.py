@@ -2,8 +2,7 @@
 
 Job URLs are user input, and the scheduler runs inside a VPC next to the instance metadata service and private
 services. The check is on the address actually connected to (after DNS), never on the URL's text: a hostname
-can
-resolve to anything, and can change between validation and the call.
+can resolve to anything, and can change between validation and the call.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ def blocked_reason(
     """Why connecting to `address` is refused, or None when it is allowed.
 
     Allowed: globally routable unicast addresses, plus loopback when `allow_loopback` (local mode), plus
-    anything
-    inside `allowed_networks` (an operator's explicit choice, e.g. a VPC peer's CIDR).
+    anything inside `allowed_networks` (an operator's explicit choice, e.g. a VPC peer's CIDR).
     """
     # An IPv4-mapped address IS its IPv4 address on a dual-stack socket, so the allow rules apply to it too.
     # NAT64/6to4/Teredo only route towards the embedded address, so those count for blocking, never allowing.
