@@ -64,7 +64,7 @@ def index_writes(table: TableDef, before: Mapping[str, Any] | None, after: Mappi
         old = None if before is None else index_item(index, table, before)
         new = index_item(index, table, after)
         keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
-        if old is None and new is None or old == new:
+        if (old is None and new is None) or old == new:
             continue
         if old is None or new is None:
             total += units(item_size(old or new or {}))
