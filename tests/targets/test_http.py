@@ -195,3 +195,23 @@ def test_https_to_a_plain_http_server_fails_retryably(server: RecordingServer) -
 
     assert (result.ok, result.retryable) == (False, True)
     assert server.requests == []
+
+
+def test_an_http_1_0_server_with_content_length_answers_ok() -> None:
+    """Regression: BaseHTTPRequestHandler speaks HTTP/1.0 and closes after a sized body; reading it must not
+    touch the closed socket (it failed with EBADF and every call was retried)."""
+    from datetime import UTC, datetime
+
+    from tickwork.domain.targets import Invocation, validate_target
+    from tickwork.local.echo import EchoServer
+
+    echo = EchoServer().start()
+    try:
+        invoker = HttpInvoker(b"secret", lambda: 1_800_000_000.0, allow_loopback=True)
+        target = validate_target("http", {"url": f"{echo.url}/echo", "method": "POST", "body": '{"a": 1}'})
+        result = invoker.invoke(
+            target, Invocation("job:20261202T120000Z", "job", datetime(2026, 12, 2, tzinfo=UTC), 1, 5.0)
+        )
+    finally:
+        echo.stop()
+    assert (result.ok, result.status, result.detail) == (True, "200", '{"ok": true}')

@@ -190,7 +190,9 @@ class HttpInvoker:
             response = connection.getresponse()
             chunks: list[bytes] = []
             received = 0
-            while received < MAX_RESPONSE_BYTES:
+            while received < MAX_RESPONSE_BYTES and not response.isclosed():
+                # A response with a Content-Length closes itself (and, when the server said
+                # "Connection: close", the socket) once its body is read: stop before touching the socket.
                 sock.settimeout(deadline.remaining())
                 chunk = response.read(min(_READ_CHUNK, MAX_RESPONSE_BYTES - received))
                 if not chunk:

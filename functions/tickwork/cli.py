@@ -1,0 +1,141 @@
+"""The `tickwork` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tickwork.adapters.metrics import InMemoryMetrics
+from tickwork.adapters.targets.aws import boto3_client_factory
+from tickwork.composition import Components
+from tickwork.domain.clock import SystemClock
+from tickwork.local.demo import register_demo_jobs
+from tickwork.local.echo import EchoServer
+from tickwork.local.emulator import EmulatorError
+from tickwork.local.runtime import ROLE_ORDER, LocalConfig, LocalRuntime
+from tickwork.settings import Settings
+
+
+def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    local = sub.add_parser(
+        "local", help="run the whole scheduler on this machine against an embedded emulator"
+    )
+    local.add_argument(
+        "--demo", action="store_true", help="register demo jobs against a built-in echo endpoint"
+    )
+    local.add_argument("--port", type=int, default=8080, help="API port on 127.0.0.1 (default 8080)")
+    local.add_argument("--state-dir", type=Path, default=Path(".tickwork"), help="where state is kept")
+    local.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("TICKWORK_ENDPOINT_URL"),
+        help="use this AWS-compatible endpoint instead of the embedded MiniStack (env TICKWORK_ENDPOINT_URL)",
+    )
+    local.add_argument("--shards", type=int, default=4)
+    local.add_argument("--queues", type=int, default=2, help="dispatch queues")
+    local.add_argument("--cap", type=int, default=200, help="global cap on runs executing at once")
+    local.add_argument("--tick-interval", type=float, default=60.0, help="seconds between ticks (default 60)")
+    local.add_argument(
+        "--lookahead", type=int, default=120, help="seconds the ticker plans ahead (default 120)"
+    )
+    local.add_argument("--sweep-interval", type=float, default=60.0)
+    local.add_argument("--status-interval", type=float, default=5.0)
+    local.add_argument("--roles", default=",".join(ROLE_ORDER), help="which role processes to start")
+    local.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="TOKEN=OWNER",
+        help="bearer token for the local API and the owner it maps to (repeatable)",
+    )
+
+
+def _tokens(pairs: list[str]) -> dict[str, str]:
+    tokens = {"local-dev-token": "local-user"}
+    for pair in pairs:
+        token, sep, owner = pair.partition("=")
+        if not sep or not token or not owner:
+            raise SystemExit(f"tickwork: --token expects TOKEN=OWNER, got {pair!r}")
+        tokens[token] = owner
+    return tokens
+
+
+def run_local(args: argparse.Namespace) -> int:
+    roles = tuple(r for r in args.roles.split(",") if r)
+    unknown = [r for r in roles if r not in ROLE_ORDER]
+    if unknown:
+        print(f"tickwork: unknown role(s) {unknown}; choose from {list(ROLE_ORDER)}", file=sys.stderr)
+        return 2
+    config = LocalConfig(
+        state_dir=args.state_dir,
+        api_port=args.port,
+        endpoint_url=args.endpoint_url,
+        shard_count=args.shards,
+        dispatch_queues=args.queues,
+        concurrency_cap=args.cap,
+        tick_interval=args.tick_interval,
+        lookahead_seconds=args.lookahead,
+        sweep_interval=args.sweep_interval,
+        status_interval=args.status_interval,
+        tokens=_tokens(args.token),
+        roles=roles,
+        demo=args.demo,
+    )
+    runtime = LocalRuntime(config)
+    echo: EchoServer | None = None
+    try:
+        runtime.start()
+        print(f"tickwork local: emulator   {runtime.endpoint_url}  (state in {config.state_dir.resolve()})")
+        print(f"                API        http://127.0.0.1:{config.api_port}  (Swagger UI at /docs)")
+        print(f"                tokens     {json.dumps(config.tokens)}  (Authorization: Bearer <token>)")
+        pids = ", ".join(f"{role} pid {p.process.pid}" for role, p in runtime.processes.items())
+        print(f"                processes  {pids}")
+        print(f"                logs       {runtime.run_dir.resolve()}/<role>.log")
+        if config.demo:
+            echo = EchoServer(port=0).start()
+            parts = Components(
+                Settings.from_env(runtime.env), SystemClock(), _local_clients(runtime.env), InMemoryMetrics()
+            )
+            jobs = register_demo_jobs(parts, echo.url)
+            print(f"                demo       {len(jobs)} jobs calling {echo.url}:")
+            for job in jobs:
+                print(f"                           {job.job_id}  {job.name}")
+        print("Ctrl-C stops everything and keeps the state.", flush=True)
+        runtime.supervise()
+    except KeyboardInterrupt:
+        print("\nstopping ...", flush=True)
+    except EmulatorError as error:
+        print(f"tickwork: the embedded emulator failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        runtime.stop()
+        if echo is not None:
+            echo.stop()
+    return 0
+
+
+def _local_clients(env: dict[str, str]) -> Callable[[str], Any]:
+    """Clients for the supervisor itself (demo registration), pointed at the same endpoint as the roles."""
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    return boto3_client_factory(region_name=env.get("AWS_DEFAULT_REGION", "us-east-1"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tickwork", description="Tickwork: a serverless cron scheduler")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _local_parser(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "local":
+        return run_local(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

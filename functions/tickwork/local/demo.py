@@ -1,0 +1,38 @@
+"""Demo jobs for `tickwork local --demo`: runs appear within the first minute."""
+
+from __future__ import annotations
+
+from tickwork.composition import Components
+from tickwork.domain.models import Job, RetryPolicy, Target
+from tickwork.domain.schedule import parse_schedule
+from tickwork.services.jobs import JobSpec
+
+DEMO_OWNER = "local-user"
+
+
+def demo_specs(echo_url: str) -> list[JobSpec]:
+    return [
+        JobSpec(
+            name="heartbeat every 15 s",
+            schedule=parse_schedule("*/15 * * * * *"),
+            target=Target(
+                "http", {"url": f"{echo_url}/echo", "method": "POST", "body": '{"hello": "tickwork"}'}
+            ),
+        ),
+        JobSpec(
+            name="report every minute (New York time)",
+            schedule=parse_schedule("* * * * *", "America/New_York"),
+            target=Target("http", {"url": f"{echo_url}/echo?sleep=0.5", "method": "POST"}),
+        ),
+        JobSpec(
+            name="flaky endpoint every 30 s (shows retries and a final failure)",
+            schedule=parse_schedule("*/30 * * * * *"),
+            target=Target("http", {"url": f"{echo_url}/fail", "method": "POST"}),
+            retry=RetryPolicy(max_attempts=3, backoff_base_seconds=2, backoff_max_seconds=10),
+        ),
+    ]
+
+
+def register_demo_jobs(parts: Components, echo_url: str) -> list[Job]:
+    service = parts.job_service()
+    return [service.create(DEMO_OWNER, spec) for spec in demo_specs(echo_url)]

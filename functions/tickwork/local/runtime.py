@@ -1,0 +1,234 @@
+"""`tickwork local`: the embedded emulator, the resources, and one process per role, supervised.
+
+The emulator is its own process (state survives a crash of any scheduler process); each role is its own
+process too, restarted by the supervisor if it dies. Ctrl-C stops the roles, then the emulator, which
+writes its state to disk, so the next start continues where this one stopped."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
+from tickwork.local.status import read_snapshots, summarize
+from tickwork.resources import JOBS, ResourceNames
+
+logger = logging.getLogger("tickwork.local")
+
+ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
+
+
+@dataclass
+class LocalConfig:
+    state_dir: Path = Path(".tickwork")
+    api_port: int = 8080
+    endpoint_url: str | None = (
+        None  # an AWS-compatible endpoint the user already runs; None: embedded MiniStack
+    )
+    shard_count: int = 4
+    dispatch_queues: int = 2
+    concurrency_cap: int = 200
+    tick_interval: float = 60.0
+    lookahead_seconds: int = 120
+    sweep_interval: float = 60.0
+    status_interval: float = 5.0
+    tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
+    roles: tuple[str, ...] = ROLE_ORDER
+    demo: bool = False
+
+
+@dataclass
+class RoleProcess:
+    role: str
+    process: subprocess.Popen[bytes]
+    restarts: int = 0
+
+
+class LocalRuntime:
+    def __init__(self, config: LocalConfig) -> None:
+        self.config = config
+        self.emulator: Emulator | None = None
+        self.endpoint_url = config.endpoint_url or ""
+        self.env: dict[str, str] = {}
+        self.processes: dict[str, RoleProcess] = {}
+        self._stop = threading.Event()
+        self.run_dir = config.state_dir / "run"
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.run_dir.glob("metrics-*.json"):
+            stale.unlink()
+        if not self.endpoint_url:
+            self.emulator = Emulator(
+                EmulatorConfig(
+                    state_dir=self.config.state_dir / "emulator", log_file=self.run_dir / "emulator.log"
+                )
+            )
+            self.emulator.start()
+            self.endpoint_url = self.emulator.endpoint_url
+        self.env = self._environment()
+        for role in self.config.roles:
+            self._spawn(role)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for running in self.processes.values():
+            if running.process.poll() is None:
+                running.process.send_signal(signal.SIGTERM)
+        for running in self.processes.values():
+            try:
+                running.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                running.process.kill()
+                running.process.wait()
+        if self.emulator is not None:
+            self.emulator.stop()
+
+    def supervise(self) -> None:
+        """Restart a role process that died; print a status line every few seconds; until stopped."""
+        last_status = 0.0
+        while not self._stop.wait(0.5):
+            for role, running in list(self.processes.items()):
+                code = running.process.poll()
+                if code is not None and not self._stop.is_set():
+                    logger.warning("%s exited with %s; restarting it", role, code)
+                    self._spawn(role, restarts=running.restarts + 1)
+            if time.monotonic() - last_status >= self.config.status_interval:
+                last_status = time.monotonic()
+                print(self.status_line(), flush=True)  # noqa: T201
+
+    def kill_role(self, role: str) -> None:
+        """SIGKILL one role process (crash tests); the supervisor restarts it."""
+        self.processes[role].process.kill()
+
+    # --- resources and processes -------------------------------------------------------------------
+
+    def _environment(self) -> dict[str, str]:
+        names = ResourceNames(prefix="tickwork")
+        aws_env = client_env(self.endpoint_url)
+        session = boto3.session.Session(
+            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
+            region_name=aws_env["AWS_DEFAULT_REGION"],
+        )
+        ensure_tables(session.client("dynamodb", endpoint_url=self.endpoint_url), names)
+        queue_urls, dlq_url = ensure_queues(
+            session.client("sqs", endpoint_url=self.endpoint_url), names, self.config.dispatch_queues
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}
+        env.update(aws_env)
+        env.update(
+            {
+                "TICKWORK_MODE": "local",
+                "TICKWORK_TABLE_PREFIX": names.prefix,
+                "TICKWORK_SHARD_COUNT": str(self.config.shard_count),
+                "TICKWORK_LOOKAHEAD_SECONDS": str(self.config.lookahead_seconds),
+                "TICKWORK_REREAD_SECONDS": str(max(self.config.lookahead_seconds, 60)),
+                "TICKWORK_CONCURRENCY_CAP": str(self.config.concurrency_cap),
+                "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
+                "TICKWORK_DLQ_URL": dlq_url,
+                "TICKWORK_SIGNING_SECRET": self._signing_secret(),
+                "TICKWORK_TICK_INTERVAL": str(self.config.tick_interval),
+                "TICKWORK_SWEEP_INTERVAL": str(self.config.sweep_interval),
+                "TICKWORK_API_PORT": str(self.config.api_port),
+                "TICKWORK_LOCAL_TOKENS": json.dumps(self.config.tokens),
+                "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    def _signing_secret(self) -> str:
+        """One secret per local installation, kept with its state, so receivers can verify across restarts."""
+        path = self.config.state_dir / "signing-secret"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def _spawn(self, role: str, restarts: int = 0) -> None:
+        log = (self.run_dir / f"{role}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tickwork.local.roles", role],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.processes[role] = RoleProcess(role, process, restarts)
+
+    # --- status ------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        summary = summarize(read_snapshots(self.run_dir))
+        counts = summary["counts"]
+        aws_env = client_env(self.endpoint_url)
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=self.endpoint_url,
+            region_name=aws_env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
+        )
+        depth = 0
+        for url in self.env.get("TICKWORK_DISPATCH_QUEUE_URLS", "").split(","):
+            if url:
+                attributes = sqs.get_queue_attributes(
+                    QueueUrl=url,
+                    AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
+                )["Attributes"]
+                depth += sum(int(v) for v in attributes.values())
+        return {
+            "planned": int(counts.get("RunsPlanned", 0)),
+            "jobs": self._job_count(),
+            "running": int(summary["gauges"].get("RunsInFlight", 0)),
+            "succeeded": int(counts.get("RunsSucceeded", 0)),
+            "failed": int(counts.get("RunsFailed", 0)),
+            "retries": int(counts.get("Retries", 0)),
+            "queue_depth": depth,
+            "start_delay_p50_ms": summary["start_delay_p50"],
+            "start_delay_p99_ms": summary["start_delay_p99"],
+        }
+
+    def _job_count(self) -> int:
+        aws_env = client_env(self.endpoint_url)
+        dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint_url,
+            region_name=aws_env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
+        )
+        table = dynamodb.describe_table(TableName=ResourceNames(prefix="tickwork").table(JOBS))["Table"]
+        return int(table.get("ItemCount", 0))
+
+    def status_line(self) -> str:
+        s = self.status()
+
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0f} ms"
+
+        return (
+            f"jobs {s['jobs']}  runs planned {s['planned']}  running {s['running']}"
+            f"  succeeded {s['succeeded']}  failed {s['failed']}  retries {s['retries']}"
+            f"  queue {s['queue_depth']}"
+            f"  start delay p50 {ms(s['start_delay_p50_ms'])}"
+            f" p99 {ms(s['start_delay_p99_ms'])} (last minute)"
+        )

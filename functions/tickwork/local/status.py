@@ -1,0 +1,90 @@
+"""Cross-process status for the local runtime: each role process writes a small JSON snapshot of its
+metrics; the supervisor reads them and prints one status line."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any
+
+WINDOW_SECONDS = 60.0
+
+
+class SnapshotMetrics:
+    """The Metrics port for local role processes: counters plus timings stamped with when they happened,
+    so the status line can show start delay percentiles over the last minute."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._counts: dict[str, float] = defaultdict(float)
+        self._timings: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=100_000))
+        self._gauges: dict[str, float] = {}
+
+    def gauge(self, name: str, value: float) -> None:
+        with self._lock:
+            self._gauges[name] = value
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        with self._lock:
+            self._counts[name] += value
+
+    def timing_ms(self, name: str, value_ms: float) -> None:
+        with self._lock:
+            self._timings[name].append((time.time(), value_ms))
+
+    def write(self, extra: dict[str, Any] | None = None) -> None:
+        now = time.time()
+        with self._lock:
+            snapshot = {
+                "written_at": now,
+                "counts": dict(self._counts),
+                "gauges": dict(self._gauges),
+                "timings": {
+                    k: [v for t, v in q if now - t <= WINDOW_SECONDS] for k, q in self._timings.items()
+                },
+                **(extra or {}),
+            }
+        temporary = self._path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(snapshot))
+        os.replace(temporary, self._path)  # atomic: a reader never sees half a file
+
+
+def read_snapshots(directory: Path) -> list[dict[str, Any]]:
+    snapshots = []
+    for path in sorted(directory.glob("metrics-*.json")):
+        try:
+            snapshots.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # being replaced right now: the next status line reads it
+    return snapshots
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarize(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    counts: dict[str, float] = defaultdict(float)
+    gauges: dict[str, float] = defaultdict(float)
+    delays: list[float] = []
+    for snapshot in snapshots:
+        for name, value in snapshot.get("counts", {}).items():
+            counts[name] += value
+        for name, value in snapshot.get("gauges", {}).items():
+            gauges[name] += value
+        delays.extend(snapshot.get("timings", {}).get("StartDelay", []))
+    return {
+        "counts": dict(counts),
+        "gauges": dict(gauges),
+        "start_delay_p50": percentile(delays, 0.5),
+        "start_delay_p99": percentile(delays, 0.99),
+    }
