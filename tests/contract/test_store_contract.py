@@ -1,0 +1,230 @@
+"""One contract suite for the storage and queue adapters, run against moto AND MiniStack: any difference
+between the two emulators shows up here as a failing test, not as a surprise in `tickwork local`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.conftest import ANCHOR, ministack_client
+from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
+from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.errors import ConflictError, PlanConflictError, StaleRunError, VersionMismatchError
+from tickwork.domain.execution import claimed
+from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Target, Trigger
+from tickwork.domain.schedule import parse_schedule
+from tickwork.local.emulator import Emulator
+from tickwork.resources import ResourceNames
+
+FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+
+
+class Backend:
+    def __init__(self, name: str, clients: dict[str, Any], names: ResourceNames) -> None:
+        self.name = name
+        self.clients = clients
+        self.names = names
+        self.store = DynamoStore(clients["dynamodb"], TableNames.from_resources(names))
+
+
+@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack)])
+def backend(request: pytest.FixtureRequest, aws_env: None) -> Iterator[Backend]:
+    names = ResourceNames(prefix=f"c{time.monotonic_ns() % 10**9}")
+    if request.param == "moto":
+        with mock_aws():
+            clients = {s: boto3.client(s, region_name="us-east-1") for s in ("dynamodb", "sqs")}
+            ensure_tables(clients["dynamodb"], names)
+            yield Backend("moto", clients, names)
+    else:
+        emulator: Emulator = request.getfixturevalue("ministack")
+        clients = {s: ministack_client(emulator, s) for s in ("dynamodb", "sqs")}
+        ensure_tables(clients["dynamodb"], names)
+        yield Backend("ministack", clients, names)
+
+
+def a_job(job_id: str = "job_contract", **changes: Any) -> Job:
+    job = Job(
+        job_id=job_id,
+        owner="alice",
+        name="contract",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=Target("http", {"url": "http://127.0.0.1:9/"}),
+        shard=1,
+        created_at=ANCHOR,
+        updated_at=ANCHOR,
+        next_fire_at=FIRE,
+    )
+    return replace(job, **changes)
+
+
+def a_run(job: Job, fire: datetime = FIRE) -> Run:
+    return Run.for_fire(job, fire, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+
+
+def test_commit_plan_creates_the_run_and_moves_the_job_and_its_due_key(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, ())
+    following = FIRE + timedelta(minutes=5)
+
+    store.commit_plan(job, [a_run(job)], following)
+
+    stored = store.get_job(job.job_id)
+    assert stored is not None and stored.next_fire_at == following
+    assert [j.job_id for j in store.query_due(job.due_key or "", FIRE + timedelta(hours=1))] == []
+    moved = stored.due_key or ""
+    assert [j.job_id for j in store.query_due(moved, following)] == [job.job_id]
+    assert store.get_run(job.job_id, FIRE) == a_run(job)
+
+
+@pytest.mark.parametrize(
+    ("setup", "run_exists", "job_changed"),
+    [
+        pytest.param("other_ticker_won", True, True, id="another_ticker_committed_first"),
+        pytest.param("job_edited", False, True, id="job_edited_since_read"),
+        pytest.param("run_only", True, False, id="run_already_created_by_the_jobs_write"),
+    ],
+)
+def test_commit_plan_names_the_conditions_that_failed(
+    backend: Backend, setup: str, run_exists: bool, job_changed: bool
+) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)] if setup == "run_only" else [])
+    if setup == "other_ticker_won":
+        store.commit_plan(job, [a_run(job)], FIRE + timedelta(minutes=5))
+    elif setup == "job_edited":
+        store.replace_job(job, replace(job, name="edited", version=2), ())
+
+    with pytest.raises(PlanConflictError) as raised:
+        store.commit_plan(job, [a_run(job)], FIRE + timedelta(minutes=5))
+
+    assert (raised.value.run_exists, raised.value.job_changed) == (run_exists, job_changed)
+
+
+def test_the_due_index_is_sparse(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(replace(job, state=JobState.PAUSED), ())
+    assert list(store.query_due(job.due_key or "", FIRE + timedelta(hours=1))) == []
+
+
+def test_watermarks_only_move_forward(backend: Backend) -> None:
+    store = backend.store
+    assert store.get_watermark(3) is None
+    store.set_watermark(3, FIRE)
+    store.set_watermark(3, FIRE - timedelta(minutes=1))  # a slower ticker: ignored
+    assert store.get_watermark(3) == FIRE
+
+
+def test_replace_job_is_conditional_and_keeps_the_overlap_slot(backend: Backend) -> None:
+    store, job = backend.store, a_job(overlap="skip")  # type: ignore[arg-type]
+    store.create_job(job, ())
+    run = a_run(job)
+    store.create_job(a_job("job_other"), ())
+    backend.clients["dynamodb"].put_item(
+        TableName=store.tables.runs,
+        Item={"job_id": {"S": "x"}, "scheduled_for": {"S": "y"}, "expires_at": {"N": "1"}},
+    )
+    store.commit_plan(job, [run], FIRE + timedelta(minutes=5))
+    mine = claimed(run, job, worker="w", now=FIRE)
+    assert store.claim_exclusive(run, mine, FIRE)
+    current = store.get_job(job.job_id)
+    assert current is not None
+
+    store.replace_job(current, replace(current, name="renamed", version=current.version + 1), ())
+
+    raw = backend.clients["dynamodb"].get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})
+    assert raw["Item"]["active_run"]["S"] == run.run_id and raw["Item"]["name"]["S"] == "renamed"
+    with pytest.raises(VersionMismatchError):
+        store.replace_job(current, replace(current, name="stale write"), ())
+
+
+def test_create_job_twice_conflicts(backend: Backend) -> None:
+    backend.store.create_job(a_job(), ())
+    with pytest.raises(ConflictError):
+        backend.store.create_job(a_job(), ())
+
+
+def test_run_transitions_are_fenced_by_state_attempt_and_lease(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    run = a_run(job)
+    first = claimed(run, job, worker="a", now=FIRE)
+    store.transition_run(run, first)
+    with pytest.raises(StaleRunError):
+        store.transition_run(run, claimed(run, job, worker="b", now=FIRE))  # a second claim of attempt 0
+    second = claimed(first, job, worker="b", now=FIRE + timedelta(minutes=2))  # lease takeover
+    store.transition_run(first, second)
+    with pytest.raises(StaleRunError):
+        store.transition_run(first, replace(first, state=RunState.SUCCEEDED))  # the slow worker's result
+    stored = store.get_run(job.job_id, FIRE)
+    assert stored is not None and (stored.attempt, stored.lease_owner) == (2, "b")
+
+
+def test_the_overlap_slot_admits_one_run_and_one_waiter(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE, FIRE + timedelta(minutes=5), FIRE + timedelta(minutes=10)]
+    runs = [a_run(job, f) for f in fires]
+    store.create_job(job, runs)
+    holder = claimed(runs[0], job, worker="a", now=FIRE)
+    assert store.claim_exclusive(runs[0], holder, FIRE)
+    assert not store.claim_exclusive(runs[1], claimed(runs[1], job, worker="b", now=FIRE), FIRE)
+    waiting = replace(runs[1], state=RunState.QUEUED)
+    assert store.enqueue_behind(runs[1], waiting)
+    assert not store.enqueue_behind(runs[2], replace(runs[2], state=RunState.QUEUED))
+
+    released = store.finish_exclusive(holder, replace(holder, state=RunState.SUCCEEDED, finished_at=FIRE))
+
+    assert released == waiting.run_id
+    assert store.claim_exclusive(waiting, claimed(waiting, job, worker="c", now=FIRE), FIRE)
+
+
+def test_open_runs_lists_what_is_overdue_and_drops_finished_runs(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    run = a_run(job)
+    store.create_job(job, [run])
+    assert list(store.open_runs(job.shard, FIRE)) == []  # not overdue before due + grace
+    assert [r.run_id for r in store.open_runs(job.shard, FIRE + timedelta(minutes=2))] == [run.run_id]
+    store.transition_run(run, replace(run, state=RunState.SUCCEEDED, finished_at=FIRE))
+    assert list(store.open_runs(job.shard, FIRE + timedelta(hours=1))) == []
+
+
+def test_list_runs_is_time_ordered(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE + timedelta(minutes=5 * i) for i in range(4)]
+    store.create_job(job, [a_run(job, f) for f in reversed(fires)])
+    assert [r.scheduled_for for r in store.list_runs(job.job_id)] == list(reversed(fires))
+    assert [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)] == fires
+
+
+def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backend) -> None:
+    sqs = backend.clients["sqs"]
+    urls, dlq_url = ensure_queues(sqs, backend.names, dispatch_queues=2)
+    now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+    job = a_job()
+    due_now, due_later = a_run(job, now), a_run(job, now + timedelta(seconds=30))
+    SqsDispatcher(sqs, urls).dispatch([due_now, due_later], now)
+
+    queue = urls[job.shard % 2]
+    received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+        "Messages", []
+    )
+    assert [RunMessage.from_json(m["Body"]).scheduled_for for m in received] == [due_now.scheduled_for]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+    redrive = json.loads(attributes["RedrivePolicy"])
+    assert int(redrive["maxReceiveCount"]) == 5 and redrive["deadLetterTargetArn"].endswith("dispatch-dlq")
+
+    sqs.send_message(QueueUrl=dlq_url, MessageBody=RunMessage.for_run(due_now).to_json())
+    sqs.send_message(QueueUrl=dlq_url, MessageBody="not a run message")
+    letters = SqsDeadLetters(sqs, dlq_url).receive(10)
+    assert sorted(letter.message is None for letter in letters) == [False, True]
