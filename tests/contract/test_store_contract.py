@@ -126,14 +126,9 @@ def test_watermarks_only_move_forward(backend: Backend) -> None:
 
 
 def test_replace_job_is_conditional_and_keeps_the_overlap_slot(backend: Backend) -> None:
-    store, job = backend.store, a_job(overlap="skip")  # type: ignore[arg-type]
+    store, job = backend.store, a_job(overlap=OverlapPolicy.SKIP)
     store.create_job(job, ())
     run = a_run(job)
-    store.create_job(a_job("job_other"), ())
-    backend.clients["dynamodb"].put_item(
-        TableName=store.tables.runs,
-        Item={"job_id": {"S": "x"}, "scheduled_for": {"S": "y"}, "expires_at": {"N": "1"}},
-    )
     store.commit_plan(job, [run], FIRE + timedelta(minutes=5))
     mine = claimed(run, job, worker="w", now=FIRE)
     assert store.claim_exclusive(run, mine, FIRE)
