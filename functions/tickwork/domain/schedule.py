@@ -277,6 +277,7 @@ class _CronSpec:
         "day_of_month_restricted",
         "day_of_week",
         "day_of_week_restricted",
+        "either_day_field",
         "field_texts",
         "first_time_of_day",
         "fixed_time",
@@ -299,6 +300,14 @@ class _CronSpec:
         self.day_of_week = _parse_day_of_week(dow_text)
         self.day_of_month_restricted = dom_text not in ("*", "?")
         self.day_of_week_restricted = dow_text not in ("*", "?")
+        # Vixie cron: a day matches either day field only when both are restricted and neither starts with `*`
+        # (so `*/2` counts as unrestricted here); otherwise it must match both.
+        self.either_day_field = (
+            self.day_of_month_restricted
+            and self.day_of_week_restricted
+            and not dom_text.startswith("*")
+            and not dow_text.startswith("*")
+        )
         # Vixie cron's rule: a job whose minute and hour are both fixed keeps its wall-clock meaning across
         # DST (the gap/repeat policies apply); `*` or a step in either follows real elapsed time instead.
         self.fixed_time = not _is_wildcard_text(minute_text) and not _is_wildcard_text(hour_text)
@@ -328,8 +337,7 @@ class _CronSpec:
         first_weekday, last = calendar.monthrange(year, month)  # Monday = 0
         dom, dow = self.day_of_month, self.day_of_week
         nearest = {_nearest_weekday(year, month, day, last) for day in dom.nearest_weekdays}
-        # POSIX: when both day fields are restricted a day matches either; otherwise both must match.
-        either = self.day_of_month_restricted and self.day_of_week_restricted
+        either = self.either_day_field
         days = []
         for day in range(1, last + 1):
             weekday = (first_weekday + day) % 7  # cron numbering, Sunday = 0
