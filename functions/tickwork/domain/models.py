@@ -94,6 +94,9 @@ class Job:
     version: int = 1
     next_fire_at: datetime | None = None  # the job's next scheduled fire (UTC, no jitter)
     paused_at: datetime | None = None
+    # Set by resume: fires between paused_at and now are still owed a decision (missed-fire policy), so the
+    # job is filed in the `due` index under the resume minute, where the ticker's next read will find it.
+    resumed_at: datetime | None = None
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -104,10 +107,17 @@ class Job:
 
     @property
     def due_key(self) -> str | None:
-        """Key in the sparse `due` index; only active jobs with a next fire are in it."""
+        """Key in the sparse `due` index; only active jobs with a next fire are in it.
+
+        Filed under the minute of the next fire, or of the resume when that fire is older (the fires owed
+        after a pause): a bucket older than the ticker's re-read window would never be read again.
+        """
         if self.state is not JobState.ACTIVE or self.next_fire_at is None:
             return None
-        return due_key(self.shard, self.next_fire_at)
+        filed_at = self.next_fire_at
+        if self.resumed_at is not None and self.resumed_at > filed_at:
+            filed_at = self.resumed_at
+        return due_key(self.shard, filed_at)
 
     def advanced_to(self, next_fire_at: datetime | None) -> Job:
         return replace(self, next_fire_at=next_fire_at)

@@ -36,7 +36,12 @@ def components() -> Components:
         return _components
 
 
-def reset_for_tests(replacement: Components | None = None) -> None:
+def install(replacement: Components | None) -> None:
+    """Use these components instead of building them from the environment (local runtime, tests)."""
     global _components
     with _lock:
         _components = replacement
+
+
+def reset_for_tests(replacement: Components | None = None) -> None:
+    install(replacement)

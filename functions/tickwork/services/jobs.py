@@ -1,16 +1,27 @@
-"""Job management: create, pause, resume, delete. A write whose next fire falls inside the ticker's
-horizon plans those fires itself, in the same transaction, so no tick can pass them over."""
+"""Job management: create (optionally idempotent), list, edit, pause, resume, delete, preview. A write whose
+next fire falls inside the ticker's horizon plans those fires itself, in the same transaction, so no tick can
+pass them over. Every user write bumps the version; the store's condition (version AND next fire) makes a
+write that raced the ticker fail, and the service re-reads and tries again."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import Enum
+from typing import Final, Protocol, TypeVar
 
 from tickwork.domain.clock import Clock
-from tickwork.domain.errors import DispatchError, NotFoundError
+from tickwork.domain.errors import (
+    ConflictError,
+    DispatchError,
+    NotFoundError,
+    ValidationError,
+    VersionMismatchError,
+)
 from tickwork.domain.models import (
     Job,
     JobState,
@@ -23,11 +34,23 @@ from tickwork.domain.models import (
     shard_of,
 )
 from tickwork.domain.planning import plan_batch
-from tickwork.domain.schedule import Schedule, next_fire_after
+from tickwork.domain.schedule import (
+    DstGapPolicy,
+    DstRepeatPolicy,
+    FireTime,
+    Schedule,
+    describe,
+    next_fire_after,
+    parse_schedule,
+    preview,
+)
+from tickwork.domain.timekeys import format_instant
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, JobStore
+from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def new_job_id() -> str:
@@ -59,10 +82,238 @@ class JobServiceConfig:
     max_self_planned_runs: int = 90
 
 
+MAX_WRITE_ATTEMPTS = 5  # re-reads after the ticker advanced the job between our read and our write
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 20
+# Filters (state, tag) apply after reading ids: one request reads at most this many pages of ids.
+MAX_PAGES_PER_REQUEST = 10
+PAUSED_FIRES_COUNT_CAP = 10_000
+_PREVIEW_SHIFT_WINDOW = 100  # fires of the `shift` twin compared with a `skip` schedule to find skipped ones
+
+
+def idempotent_job_id(owner: str, key: str) -> str:
+    """The job id an Idempotency-Key names: the same (owner, key) always names the same job, so a retried
+    create meets its first attempt at the store's conditional put."""
+    return "job_" + hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()[:20]
+
+
+class IdempotencyKeyReusedError(ConflictError):
+    """The Idempotency-Key already created a job from a different request body."""
+
+
+class ManagedJobStore(JobStore, Protocol):
+    """Storage as job management and the API see it (the DynamoDB store implements all of it)."""
+
+    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None: ...
+
+    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None: ...
+
+    def owner_job_ids(
+        self, owner: str, *, limit: int, after_job_id: str | None = None
+    ) -> tuple[list[str], bool]: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
+
+
+class _Unset(Enum):
+    """Marks a PATCH field the request did not mention (None may be a real value: `end_at: null`)."""
+
+    UNSET = "unset"
+
+
+UNSET: Final = _Unset.UNSET
+
+
+def _pick(value: T | _Unset, current: T) -> T:
+    return current if isinstance(value, _Unset) else value
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePatch:
+    """Schedule fields to change; the rest keep their value. The merged schedule is validated as a whole."""
+
+    expression: str | _Unset = UNSET
+    timezone: str | _Unset = UNSET
+    start_at: datetime | _Unset | None = UNSET
+    end_at: datetime | _Unset | None = UNSET
+    jitter_seconds: int | _Unset = UNSET
+    dst_gap: DstGapPolicy | _Unset = UNSET
+    dst_repeat: DstRepeatPolicy | _Unset = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPatch:
+    max_attempts: int | _Unset = UNSET
+    backoff_base_seconds: float | _Unset = UNSET
+    backoff_max_seconds: float | _Unset = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class JobPatch:
+    """A partial update; every field left UNSET keeps its value. `target` replaces the whole target."""
+
+    name: str | _Unset = UNSET
+    description: str | _Unset = UNSET
+    tags: Mapping[str, str] | _Unset = UNSET
+    schedule: SchedulePatch | None = None
+    target: Target | _Unset = UNSET
+    overlap: OverlapPolicy | _Unset = UNSET
+    missed_fire: MissedFirePolicy | _Unset = UNSET
+    retry: RetryPatch | None = None
+    timeout_seconds: int | _Unset = UNSET
+    retention_days: int | _Unset = UNSET
+
+
+def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
+    if patch is None:
+        return current
+    return parse_schedule(
+        _pick(patch.expression, current.expression),
+        _pick(patch.timezone, current.timezone),
+        start_at=_pick(patch.start_at, current.start_at),
+        end_at=_pick(patch.end_at, current.end_at),
+        jitter_seconds=_pick(patch.jitter_seconds, current.jitter_seconds),
+        dst_gap=_pick(patch.dst_gap, current.dst_gap),
+        dst_repeat=_pick(patch.dst_repeat, current.dst_repeat),
+    )
+
+
+def _patched_retry(current: RetryPolicy, patch: RetryPatch | None) -> RetryPolicy:
+    if patch is None:
+        return current
+    retry = RetryPolicy(
+        max_attempts=_pick(patch.max_attempts, current.max_attempts),
+        backoff_base_seconds=_pick(patch.backoff_base_seconds, current.backoff_base_seconds),
+        backoff_max_seconds=_pick(patch.backoff_max_seconds, current.backoff_max_seconds),
+    )
+    check_retry(retry, "policies.retry")
+    return retry
+
+
+def check_retry(retry: RetryPolicy, field_prefix: str) -> None:
+    if retry.backoff_max_seconds < retry.backoff_base_seconds:
+        raise ValidationError(
+            f"{field_prefix}.backoff_max_seconds",
+            f"{retry.backoff_max_seconds} is below backoff_base_seconds {retry.backoff_base_seconds}",
+        )
+
+
+def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
+    """The job after a user's edit: version + 1; a changed schedule fires next from `now`."""
+    schedule = _patched_schedule(job.schedule, patch.schedule)
+    edited = replace(
+        job,
+        name=_pick(patch.name, job.name),
+        description=_pick(patch.description, job.description),
+        tags=dict(_pick(patch.tags, job.tags)),
+        schedule=schedule,
+        target=_pick(patch.target, job.target),
+        overlap=_pick(patch.overlap, job.overlap),
+        missed_fire=_pick(patch.missed_fire, job.missed_fire),
+        retry=_patched_retry(job.retry, patch.retry),
+        timeout_seconds=_pick(patch.timeout_seconds, job.timeout_seconds),
+        retention_days=_pick(patch.retention_days, job.retention_days),
+        version=job.version + 1,
+        updated_at=now,
+    )
+    if schedule != job.schedule:
+        # Fires of the old schedule already planned are cancelled by the executor at claim time.
+        edited = replace(edited, next_fire_at=next_fire_after(schedule, now))
+    return edited
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    job: Job
+    replayed: bool  # True: an earlier request with the same Idempotency-Key created it
+
+
+@dataclass(frozen=True, slots=True)
+class PausedFires:
+    """What resuming does with the fires that fell inside the pause."""
+
+    count: int
+    count_capped: bool  # True: at least `count` (counting stopped at the cap)
+    policy: MissedFirePolicy
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    job: Job
+    paused_fires: PausedFires
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    limit: int = DEFAULT_PAGE_SIZE
+    cursor: str | None = None
+    state: JobState | None = None
+    tag: tuple[str, str] | None = None  # key, value
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: tuple[Job, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePreview:
+    schedule: Schedule
+    description: str
+    fires: tuple[FireTime, ...]
+    skipped: tuple[FireTime, ...]  # dst_gap=skip: wall-clock times a spring-forward gap swallowed
+
+
+def count_fires_between(
+    schedule: Schedule, after: datetime, before: datetime, cap: int
+) -> tuple[int, bool, datetime | None]:
+    """Fires f with after < f < before: (count, capped, latest fire seen)."""
+    count, latest = 0, None
+    fire = next_fire_after(schedule, after)
+    while fire is not None and fire < before:
+        count += 1
+        latest = fire
+        if count >= cap:
+            return count, True, latest
+        fire = next_fire_after(schedule, fire)
+    return count, False, latest
+
+
+def describe_paused_fires(policy: MissedFirePolicy, count: int, capped: bool, latest: datetime | None) -> str:
+    """The sentence a resume answers with: what happens to the fires that fell inside the pause."""
+    if count == 0:
+        return "No fire fell inside the pause; the job continues with its next scheduled fire."
+    many = f"at least {count}" if capped else str(count)
+    fires = "fire" if count == 1 and not capped else "fires"
+    if policy is MissedFirePolicy.RUN_ALL:
+        return (
+            f"All {many} {fires} missed during the pause run now, late, as catch-up runs "
+            f"(missed_fire=run_all)."
+        )
+    if policy is MissedFirePolicy.COALESCE:
+        when = "" if latest is None or capped else f" ({format_instant(latest)})"
+        if count == 1 and not capped:
+            return (
+                f"The fire missed during the pause{when} runs now as a catch-up run (missed_fire=coalesce)."
+            )
+        return (
+            f"Only the latest of the {many} fires missed during the pause{when} runs now, as a catch-up "
+            f"run; the others are recorded as missed (missed_fire=coalesce)."
+        )
+    return (
+        f"None of the {many} {fires} missed during the pause runs; each is recorded as missed "
+        f"(missed_fire=skip)."
+    )
+
+
 class JobService:
     def __init__(
         self,
-        store: JobStore,
+        store: ManagedJobStore,
         dispatcher: Dispatcher,
         clock: Clock,
         config: JobServiceConfig,
@@ -74,9 +325,35 @@ class JobService:
         self._config = config
         self._new_id = new_id
 
+    # --- create ------------------------------------------------------------------------------------
+
     def create(self, owner: str, spec: JobSpec) -> Job:
+        return self._create(owner, spec, self._new_id(), None)
+
+    def create_idempotent(self, owner: str, spec: JobSpec, key: str, fingerprint: str) -> CreateResult:
+        """Create under the id the key names. A retry with the same request (same fingerprint) returns the
+        job its first attempt created; the same key with a different request is a conflict."""
+        job_id = idempotent_job_id(owner, key)
+        try:
+            return CreateResult(self._create(owner, spec, job_id, fingerprint), replayed=False)
+        except VersionMismatchError:
+            raise
+        except ConflictError:
+            existing = self._store.get_job_fingerprint(job_id)
+            if existing is None:
+                # The put lost to run records left by a deleted job of the same key.
+                raise IdempotencyKeyReusedError(
+                    "this Idempotency-Key belonged to a job that was deleted; use a new key"
+                ) from None
+            job, stored_fingerprint = existing
+            if job.owner != owner or stored_fingerprint != fingerprint:
+                raise IdempotencyKeyReusedError(
+                    f"this Idempotency-Key already created job {job_id} from a different request"
+                ) from None
+            return CreateResult(job, replayed=True)
+
+    def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
         now = self._clock.now()
-        job_id = self._new_id()
         job = Job(
             job_id=job_id,
             owner=owner,
@@ -96,50 +373,174 @@ class JobService:
             retention_days=spec.retention_days,
         )
         job, runs = self._plan_own_horizon(job, now)
-        self._store.create_job(job, runs)
+        if fingerprint is None:
+            self._store.create_job(job, runs)
+        else:
+            self._store.create_job_with_fingerprint(job, runs, fingerprint)
         self._dispatch(runs, now)
         return job
 
+    # --- read --------------------------------------------------------------------------------------
+
     def get(self, owner: str, job_id: str) -> Job:
-        job = self._store.get_job(job_id)
+        job = self._store.get_job(job_id) if plausible_id(job_id) else None
         if job is None or job.owner != owner:
             # Another owner's job answers exactly like a missing one.
             raise NotFoundError(f"job {job_id} not found")
         return job
 
-    def pause(self, owner: str, job_id: str) -> Job:
+    def list(self, owner: str, query: JobQuery) -> JobPage:
+        """The owner's jobs in id order, optionally only those in `state` or carrying `tag`."""
+        if not 1 <= query.limit <= MAX_PAGE_SIZE:
+            raise ValidationError("limit", f"must be 1-{MAX_PAGE_SIZE}")
+        after = None if query.cursor is None else decode_cursor(query.cursor, ["job_id"])["job_id"]
+        jobs: list[Job] = []
+        more = True
+        for _ in range(MAX_PAGES_PER_REQUEST):
+            ids, more = self._store.owner_job_ids(owner, limit=query.limit - len(jobs), after_job_id=after)
+            if ids:
+                after = ids[-1]
+                found = self._store.get_jobs(ids)
+                # The index lags the table: an id whose job is gone (or not yet visible) is passed over.
+                jobs.extend(
+                    job
+                    for job in (found.get(job_id) for job_id in ids)
+                    if job is not None and job.owner == owner and _matches(job, query)
+                )
+            if not more or len(jobs) >= query.limit:
+                break
+        next_cursor = encode_cursor({"job_id": after}) if more and after is not None else None
+        return JobPage(tuple(jobs), next_cursor)
+
+    def preview(self, owner: str, job_id: str, count: int) -> SchedulePreview:
+        return self.preview_schedule(self.get(owner, job_id).schedule, count)
+
+    def preview_schedule(
+        self, schedule: Schedule, count: int, after: datetime | None = None
+    ) -> SchedulePreview:
+        """The next `count` fires after `after` (default now), and for dst_gap=skip the ones skipped."""
+        start = self._clock.now() if after is None else after
+        fires = tuple(preview(schedule, start, count))
+        skipped: tuple[FireTime, ...] = ()
+        if schedule.dst_gap is DstGapPolicy.SKIP:
+            twin = preview(replace(schedule, dst_gap=DstGapPolicy.SHIFT), start, _PREVIEW_SHIFT_WINDOW)
+            last = fires[-1].at if len(fires) == count else None
+            skipped = tuple(f for f in twin if f.dst == "shifted" and (last is None or f.at <= last))
+        return SchedulePreview(schedule, describe(schedule.expression), fires, skipped)
+
+    # --- edit --------------------------------------------------------------------------------------
+
+    def update(self, owner: str, job_id: str, patch: JobPatch, if_match: int | None = None) -> Job:
+        """Partial update. With `if_match`, only if the job is still at that version (else
+        VersionMismatchError); without, the last writer wins."""
+
+        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+            edited = apply_patch(job, patch, now)
+            if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
+                return edited, ()
+            return self._plan_own_horizon(edited, now)
+
+        return self._edit(owner, job_id, if_match, edit)[1]
+
+    def pause(self, owner: str, job_id: str, if_match: int | None = None) -> Job:
         """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them."""
-        job = self.get(owner, job_id)
-        if job.state is JobState.PAUSED:
-            return job
-        now = self._clock.now()
-        paused = replace(job, state=JobState.PAUSED, paused_at=now, updated_at=now, version=job.version + 1)
-        self._store.replace_job(job, paused, ())
-        return paused
 
-    def resume(self, owner: str, job_id: str) -> Job:
-        """Resume from now: fires that fell inside the pause are not run (pausing asked for exactly that)."""
-        job = self.get(owner, job_id)
-        if job.state is JobState.ACTIVE:
-            return job
-        now = self._clock.now()
-        resumed = replace(
-            job,
-            state=JobState.ACTIVE,
-            paused_at=None,
-            updated_at=now,
-            version=job.version + 1,
-            next_fire_at=next_fire_after(job.schedule, now),
+        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+            if job.state is JobState.PAUSED:
+                return None
+            paused = replace(
+                job, state=JobState.PAUSED, paused_at=now, updated_at=now, version=job.version + 1
+            )
+            return paused, ()
+
+        return self._edit(owner, job_id, if_match, edit)[1]
+
+    def resume(self, owner: str, job_id: str, if_match: int | None = None) -> ResumeResult:
+        """The job fires again from the first fire after its pause: the fires that fell inside the pause
+        follow the job's missed-fire policy, as after an outage. What fits in one transaction is planned
+        here; the job is filed in the `due` index under the resume minute, so the next tick plans the rest."""
+
+        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+            if job.state is JobState.ACTIVE:
+                return None
+            resumed = replace(
+                job,
+                state=JobState.ACTIVE,
+                paused_at=None,
+                resumed_at=now,
+                updated_at=now,
+                version=job.version + 1,
+                next_fire_at=next_fire_after(job.schedule, job.paused_at or now),
+            )
+            return self._plan_own_horizon(resumed, now)
+
+        before, after = self._edit(owner, job_id, if_match, edit)
+        if before is after or before.paused_at is None or after.resumed_at is None:
+            effect = describe_paused_fires(after.missed_fire, 0, False, None)
+            return ResumeResult(after, PausedFires(0, False, after.missed_fire, effect))
+        count, capped, latest = count_fires_between(
+            after.schedule, before.paused_at, after.resumed_at, PAUSED_FIRES_COUNT_CAP
         )
-        resumed, runs = self._plan_own_horizon(resumed, now)
-        self._store.replace_job(job, resumed, runs)
-        self._dispatch(runs, now)
-        return resumed
+        effect = describe_paused_fires(after.missed_fire, count, capped, latest)
+        return ResumeResult(after, PausedFires(count, capped, after.missed_fire, effect))
 
-    def delete(self, owner: str, job_id: str) -> None:
+    def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
         """Planned runs stay as history; an executor that claims one records it `cancelled`."""
-        job = self.get(owner, job_id)
-        self._store.delete_job(job)
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            job = self.get(owner, job_id)
+            _check_version(job, if_match)
+            try:
+                self._store.delete_job(job)
+                return
+            except VersionMismatchError:
+                if attempt + 1 == MAX_WRITE_ATTEMPTS:
+                    raise
+
+    def _edit(
+        self,
+        owner: str,
+        job_id: str,
+        if_match: int | None,
+        edit: Callable[[Job, datetime], tuple[Job, tuple[Run, ...]] | None],
+    ) -> tuple[Job, Job]:
+        """Read, check If-Match, edit, write conditionally; re-read and edit again when the write lost to
+        another writer (usually the ticker advancing next_fire_at, which leaves the version alone).
+        Returns (job as read, job as written); the same object when the edit had nothing to do."""
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            job = self.get(owner, job_id)
+            _check_version(job, if_match)
+            now = self._clock.now()
+            planned = edit(job, now)
+            if planned is None:
+                return job, job
+            updated, runs = planned
+            try:
+                runs = self._write(job, updated, runs)
+            except VersionMismatchError:
+                if attempt + 1 == MAX_WRITE_ATTEMPTS:
+                    raise
+                continue
+            self._dispatch(runs, now)
+            return job, updated
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _write(self, expected: Job, updated: Job, runs: tuple[Run, ...]) -> tuple[Run, ...]:
+        """replace_job; fires that already have a run record (planned before a pause or an edit) are not
+        planned twice. Returns the runs actually created."""
+        try:
+            self._store.replace_job(expected, updated, runs)
+            return runs
+        except VersionMismatchError:
+            raise
+        except ConflictError:
+            if not runs:
+                raise
+        existing = self._store.run_times_between(
+            expected.job_id, runs[0].scheduled_for, runs[-1].scheduled_for
+        )
+        fresh = tuple(r for r in runs if r.scheduled_for not in existing)
+        self._store.replace_job(expected, updated, fresh)
+        return fresh
 
     def _plan_own_horizon(self, job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]]:
         """Fires up to now + lookahead may lie inside a horizon a tick has already planned: plan them here."""
@@ -159,3 +560,16 @@ class JobService:
         except DispatchError as error:
             # Committed already; the sweeper re-sends planned runs whose message never arrived.
             logger.error("dispatch failed after commit, sweeper will re-send: %s", error)
+
+
+def _check_version(job: Job, if_match: int | None) -> None:
+    if if_match is not None and job.version != if_match:
+        raise VersionMismatchError(
+            f"job {job.job_id} is at version {job.version}; the request expected version {if_match}"
+        )
+
+
+def _matches(job: Job, query: JobQuery) -> bool:
+    if query.state is not None and job.state is not query.state:
+        return False
+    return query.tag is None or job.tags.get(query.tag[0]) == query.tag[1]

@@ -109,6 +109,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "next_fire_at": _opt_instant(job.next_fire_at),
         "due_key": job.due_key,
         "paused_at": _opt_instant_ms(job.paused_at),
+        "resumed_at": _opt_instant_ms(job.resumed_at),
         "overlap": str(job.overlap),
         "missed_fire": str(job.missed_fire),
         "retry": {
@@ -140,6 +141,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         version=int(item["version"]),
         next_fire_at=_opt_parse(item.get("next_fire_at")),
         paused_at=_opt_parse(item.get("paused_at")),
+        resumed_at=_opt_parse(item.get("resumed_at")),
         overlap=OverlapPolicy(item.get("overlap", "allow")),
         missed_fire=MissedFirePolicy(item.get("missed_fire", "run_all")),
         retry=RetryPolicy(

@@ -45,6 +45,11 @@ TRANSIENT_CODES = frozenset(
     }
 )
 TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+# BatchGetItem may return part of a request unprocessed (throttling); it is asked again this many times.
+_MAX_BATCH_ROUNDS = 5
+# Attribute of a job item: sha256 of the create request that carried an Idempotency-Key. Written only at
+# create; job updates never touch it.
+REQUEST_FINGERPRINT = "request_fingerprint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,130 @@ class DynamoStore:
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return runs[:limit]
 
+    # --- the API's reads (pages with an opaque position) ------------------------------------------------
+
+    def owner_job_ids(
+        self, owner: str, *, limit: int, after_job_id: str | None = None
+    ) -> tuple[list[str], bool]:
+        """Up to `limit` of an owner's job ids in id order, after `after_job_id`; True if more may follow.
+        Reads the keys-only `by_owner` index (eventually consistent)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.jobs,
+            "IndexName": "by_owner",
+            "KeyConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": serialize({":o": owner}),
+            "Limit": limit,
+        }
+        if after_job_id is not None:
+            request["ExclusiveStartKey"] = serialize({"owner": owner, "job_id": after_job_id})
+        try:
+            page = self._client.query(**request)
+        except ClientError as error:
+            raise self._translate(error) from error
+        ids = [str(deserialize(item)["job_id"]) for item in page.get("Items", [])]
+        return ids, bool(page.get("LastEvaluatedKey"))
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs that exist among `job_ids` (BatchGetItem, strongly consistent), by id."""
+        found: dict[str, Job] = {}
+        pending = list(dict.fromkeys(job_ids))
+        while pending:
+            chunk, pending = pending[:100], pending[100:]
+            request: dict[str, Any] = {
+                self.tables.jobs: {
+                    "Keys": [serialize({"job_id": job_id}) for job_id in chunk],
+                    "ConsistentRead": True,
+                }
+            }
+            for _ in range(_MAX_BATCH_ROUNDS):
+                try:
+                    response = self._client.batch_get_item(RequestItems=request)
+                except ClientError as error:
+                    raise self._translate(error) from error
+                for item in response.get("Responses", {}).get(self.tables.jobs, []):
+                    job = job_from_item(deserialize(item))
+                    found[job.job_id] = job
+                request = dict(response.get("UnprocessedKeys") or {})
+                if not request:
+                    break
+            else:
+                raise TransientStoreError("BatchGetItem left keys unprocessed after retries")
+        return found
+
+    def query_runs(
+        self,
+        job_id: str,
+        *,
+        start: datetime | None,
+        end: datetime | None,
+        states: Sequence[RunState] = (),
+        limit: int,
+        after: datetime | None = None,
+        newest_first: bool = True,
+    ) -> tuple[list[Run], datetime | None]:
+        """One page of a job's runs with `start <= scheduled_for <= end`, in time order, optionally only in
+        `states`. Returns the runs and the position to continue after (None at the end). A page may hold
+        fewer than `limit` runs when a state filter drops some; `limit` bounds the items read."""
+        condition = "job_id = :j"
+        values: dict[str, Any] = {":j": job_id}
+        if start is not None and end is not None:
+            condition += " AND scheduled_for BETWEEN :a AND :b"
+            values.update({":a": format_instant(start), ":b": format_instant(end)})
+        elif start is not None:
+            condition += " AND scheduled_for >= :a"
+            values[":a"] = format_instant(start)
+        elif end is not None:
+            condition += " AND scheduled_for <= :b"
+            values[":b"] = format_instant(end)
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": condition,
+            "ScanIndexForward": not newest_first,
+            "Limit": limit,
+        }
+        if states:
+            names = {f":s{i}": str(state) for i, state in enumerate(states)}
+            request["FilterExpression"] = f"#s IN ({', '.join(names)})"
+            request["ExpressionAttributeNames"] = {"#s": "state"}
+            values.update(names)
+        request["ExpressionAttributeValues"] = serialize(values)
+        if after is not None:
+            request["ExclusiveStartKey"] = serialize(
+                {"job_id": job_id, "scheduled_for": format_instant(after)}
+            )
+        try:
+            page = self._client.query(**request)
+        except ClientError as error:
+            raise self._translate(error) from error
+        runs = [run_from_item(deserialize(item)) for item in page.get("Items", [])]
+        last = page.get("LastEvaluatedKey")
+        return runs, None if not last else parse_instant(str(deserialize(last)["scheduled_for"]))
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]:
+        """Fire times of the job's existing runs in [first, last] (strongly consistent, keys only)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
+            "ExpressionAttributeValues": serialize(
+                {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
+            ),
+            "ProjectionExpression": "scheduled_for",
+            "ConsistentRead": True,
+        }
+        found: set[datetime] = set()
+        while True:
+            try:
+                page = self._client.query(**request)
+            except ClientError as error:
+                raise self._translate(error) from error
+            found.update(
+                parse_instant(str(deserialize(item)["scheduled_for"])) for item in page.get("Items", [])
+            )
+            if not page.get("LastEvaluatedKey"):
+                return found
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def get_watermark(self, shard: int) -> datetime | None:
         item = self._get(self.tables.shards, {"shard_id": f"{shard:04d}"})
         return None if item is None else parse_instant(item["planned_through"])
@@ -222,6 +351,38 @@ class DynamoStore:
                 raise ConflictError(f"job {job.job_id} already exists") from error
             raise self._translate(error) from error
 
+    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
+        """create_job, also recording the fingerprint of the request that created the job (an idempotent
+        create compares a retry against it). ConflictError if the job exists."""
+        item = {**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self.tables.jobs,
+                    "Item": serialize(item),
+                    "ConditionExpression": "attribute_not_exists(job_id)",
+                }
+            }
+        ]
+        items.extend(self._put_new_run(run) for run in runs)
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) == "TransactionCanceledException":
+                codes = _cancellation_codes(error)
+                if any(code in TRANSIENT_REASONS for code in codes):
+                    raise _transient(error) from error
+                raise ConflictError(f"job {job.job_id} already exists") from error
+            raise self._translate(error) from error
+
+    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
+        """The job and the fingerprint of the request that created it (None if created without one)."""
+        item = self._get(self.tables.jobs, {"job_id": job_id})
+        if item is None:
+            return None
+        fingerprint = item.get(REQUEST_FINGERPRINT)
+        return job_from_item(item), None if fingerprint is None else str(fingerprint)
+
     def replace_job(self, expected: Job, updated: Job, runs: Sequence[Run]) -> None:
         # An update of the fields job management owns, never a whole-item put: the executors' overlap slot
         # (active_run, queued_run) lives on the same item and must survive an edit.
@@ -238,7 +399,7 @@ class DynamoStore:
         names = {f"#f{i}": k for i, k in enumerate(owned)}
         values.update({f":f{i}": item[k] for i, k in enumerate(owned)})
         sets = ", ".join(f"#f{i} = :f{i}" for i in range(len(owned)))
-        removable = [a for a in ("next_fire_at", "due_key", "paused_at") if a not in item]
+        removable = [a for a in ("next_fire_at", "due_key", "paused_at", "resumed_at") if a not in item]
         update = f"SET {sets}" + (f" REMOVE {', '.join(removable)}" if removable else "")
         items: list[dict[str, Any]] = [
             {

@@ -1,0 +1,529 @@
+"""Request and response bodies of the HTTP API (pydantic). Requests forbid unknown fields; each request model
+turns itself into the service's input, and each response model is built from a domain object."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    MissedFirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Run,
+    RunState,
+    Target,
+    Trigger,
+)
+from tickwork.domain.schedule import (
+    MAX_JITTER_SECONDS,
+    MAX_PREVIEW_COUNT,
+    DstGapPolicy,
+    DstRepeatPolicy,
+    FireTime,
+    Schedule,
+    describe,
+    parse_schedule,
+)
+from tickwork.domain.targets import validate_target
+from tickwork.services.jobs import (
+    UNSET,
+    JobPatch,
+    JobSpec,
+    PausedFires,
+    RetryPatch,
+    SchedulePatch,
+    SchedulePreview,
+    check_retry,
+)
+
+MAX_TIMEOUT_SECONDS = 900  # the executor's own ceiling (the dispatch queue's visibility timeout is 960 s)
+MAX_RETENTION_DAYS = 365
+MAX_TAGS = 50
+MAX_ATTEMPTS = 10
+MAX_BACKOFF_SECONDS = 900.0  # a retry is a delayed queue message; SQS delays at most 900 s
+_MIN_YEAR, _MAX_YEAR = 1970, 9000
+
+TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/+\-@]+$")]
+TagValue = Annotated[str, StringConstraints(max_length=256)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Description = Annotated[str, StringConstraints(max_length=2000)]
+TargetKind = Literal["http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions"]
+
+
+def _bounded_utc(value: datetime) -> datetime:
+    if not _MIN_YEAR <= value.year <= _MAX_YEAR:
+        raise ValueError(f"year must be {_MIN_YEAR}-{_MAX_YEAR}")
+    return value.astimezone(UTC)
+
+
+Instant = Annotated[AwareDatetime, AfterValidator(_bounded_utc)]
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# --- requests --------------------------------------------------------------------------------------------
+
+
+class ScheduleIn(RequestModel):
+    expression: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Cron: 5 fields (minute first), 6 fields (seconds first), or a macro such as @daily.",
+        examples=["*/5 * * * *", "0 30 9 * * MON-FRI", "@daily"],
+    )
+    timezone: str = Field(default="UTC", min_length=1, max_length=64, description="IANA time zone name.")
+    start_at: Instant | None = Field(default=None, description="No fire before this instant.")
+    end_at: Instant | None = Field(default=None, description="No fire after this instant.")
+    jitter_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_JITTER_SECONDS,
+        description="Deterministic delay in [0, jitter) added to each fire.",
+    )
+    dst_gap: DstGapPolicy = Field(
+        default=DstGapPolicy.SHIFT,
+        description="A fixed time skipped by spring-forward: shift (run once) or skip.",
+    )
+    dst_repeat: DstRepeatPolicy = Field(
+        default=DstRepeatPolicy.FIRST, description="A fixed time repeated by fall-back: first, last or both."
+    )
+
+    def to_schedule(self) -> Schedule:
+        return parse_schedule(
+            self.expression,
+            self.timezone,
+            start_at=self.start_at,
+            end_at=self.end_at,
+            jitter_seconds=self.jitter_seconds,
+            dst_gap=self.dst_gap,
+            dst_repeat=self.dst_repeat,
+        )
+
+
+class TargetIn(RequestModel):
+    kind: TargetKind = Field(description="Which adapter calls the target.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kind-specific settings, e.g. http: {url, method, headers, body}. An http URL is checked "
+        "for syntax here; whether its address is allowed (SSRF rule) is decided when a run calls it, "
+        "after DNS resolution.",
+    )
+
+    def to_target(self) -> Target:
+        _check_storable(self.config, "target.config", 0)
+        return validate_target(self.kind, self.config)
+
+
+# What DynamoDB stores: maps and lists nested at most 32 deep, numbers of 38 digits within 1e-130..1e126.
+MAX_CONFIG_DEPTH = 16
+_MAX_INT = 10**38
+_MAX_FLOAT = 9.9e125
+_MIN_FLOAT = 1e-130
+
+
+def _check_storable(value: Any, field: str, depth: int) -> None:
+    """Refuse JSON the job store cannot hold, naming the field (instead of failing at the write)."""
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValidationError(field, f"is nested deeper than {MAX_CONFIG_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_storable(item, f"{field}[{index}]", depth + 1)
+    elif isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    elif isinstance(value, int):
+        if abs(value) >= _MAX_INT:
+            raise ValidationError(field, "is a number with more than 38 digits")
+    elif isinstance(value, float) and value != 0.0 and not _MIN_FLOAT <= abs(value) <= _MAX_FLOAT:
+        raise ValidationError(field, "is a number outside 1e-130..9.9e125 (or not finite)")
+
+
+class RetryIn(RequestModel):
+    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+    backoff_base_seconds: float = Field(default=10.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    backoff_max_seconds: float = Field(default=600.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
+
+    def to_policy(self) -> RetryPolicy:
+        policy = RetryPolicy(self.max_attempts, self.backoff_base_seconds, self.backoff_max_seconds)
+        check_retry(policy, "policies.retry")
+        return policy
+
+
+class PoliciesIn(RequestModel):
+    overlap: OverlapPolicy = Field(
+        default=OverlapPolicy.ALLOW,
+        description="A fire while the previous run still runs: allow, skip or queue.",
+    )
+    missed_fire: MissedFirePolicy = Field(
+        default=MissedFirePolicy.RUN_ALL,
+        description="Fires that passed unplanned (outage, pause): run_all, coalesce (latest only) or skip.",
+    )
+    retry: RetryIn = Field(default_factory=lambda: RetryIn())
+
+
+class JobCreate(RequestModel):
+    name: Name
+    description: Description = ""
+    tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=MAX_TAGS)
+    schedule: ScheduleIn
+    target: TargetIn
+    policies: PoliciesIn = Field(default_factory=lambda: PoliciesIn())
+    timeout_seconds: int = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retention_days: int = Field(
+        default=30, ge=1, le=MAX_RETENTION_DAYS, description="How long run history is kept."
+    )
+
+    def to_spec(self) -> JobSpec:
+        return JobSpec(
+            name=self.name,
+            description=self.description,
+            tags=dict(self.tags),
+            schedule=self.schedule.to_schedule(),
+            target=self.target.to_target(),
+            overlap=self.policies.overlap,
+            missed_fire=self.policies.missed_fire,
+            retry=self.policies.retry.to_policy(),
+            timeout_seconds=self.timeout_seconds,
+            retention_days=self.retention_days,
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 of the request with defaults filled in: equal requests give equal fingerprints."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class SchedulePatchIn(RequestModel):
+    expression: str | None = Field(default=None, min_length=1, max_length=256)
+    timezone: str | None = Field(default=None, min_length=1, max_length=64)
+    start_at: Instant | None = Field(default=None, description="null removes the bound.")
+    end_at: Instant | None = Field(default=None, description="null removes the bound.")
+    jitter_seconds: int | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
+    dst_gap: DstGapPolicy | None = None
+    dst_repeat: DstRepeatPolicy | None = None
+
+    def to_patch(self) -> SchedulePatch:
+        given = self.model_fields_set
+        return SchedulePatch(
+            expression=_given(self.expression),
+            timezone=_given(self.timezone),
+            start_at=self.start_at if "start_at" in given else UNSET,
+            end_at=self.end_at if "end_at" in given else UNSET,
+            jitter_seconds=_given(self.jitter_seconds),
+            dst_gap=_given(self.dst_gap),
+            dst_repeat=_given(self.dst_repeat),
+        )
+
+
+class RetryPatchIn(RequestModel):
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)
+    backoff_base_seconds: float | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    backoff_max_seconds: float | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
+
+
+class PoliciesPatchIn(RequestModel):
+    overlap: OverlapPolicy | None = None
+    missed_fire: MissedFirePolicy | None = None
+    retry: RetryPatchIn | None = None
+
+
+class JobPatchIn(RequestModel):
+    """Fields to change; omitted (or null) fields keep their value, except schedule.start_at / end_at where
+    null removes the bound. `target` replaces the whole target."""
+
+    name: Name | None = None
+    description: Description | None = None
+    tags: dict[TagKey, TagValue] | None = Field(
+        default=None, max_length=MAX_TAGS, description="Replaces all tags."
+    )
+    schedule: SchedulePatchIn | None = None
+    target: TargetIn | None = None
+    policies: PoliciesPatchIn | None = None
+    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retention_days: int | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
+
+    def to_patch(self) -> JobPatch:
+        policies = self.policies or PoliciesPatchIn()
+        retry = policies.retry
+        return JobPatch(
+            name=_given(self.name),
+            description=_given(self.description),
+            tags=_given(self.tags),
+            schedule=None if self.schedule is None else self.schedule.to_patch(),
+            target=UNSET if self.target is None else self.target.to_target(),
+            overlap=_given(policies.overlap),
+            missed_fire=_given(policies.missed_fire),
+            retry=None
+            if retry is None
+            else RetryPatch(
+                max_attempts=_given(retry.max_attempts),
+                backoff_base_seconds=_given(retry.backoff_base_seconds),
+                backoff_max_seconds=_given(retry.backoff_max_seconds),
+            ),
+            timeout_seconds=_given(self.timeout_seconds),
+            retention_days=_given(self.retention_days),
+        )
+
+
+def _given(value: Any) -> Any:
+    return UNSET if value is None else value
+
+
+class SchedulePreviewIn(ScheduleIn):
+    count: int = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
+    after: Instant | None = Field(default=None, description="List fires after this instant (default: now).")
+
+
+# --- responses -------------------------------------------------------------------------------------------
+
+
+class ScheduleOut(BaseModel):
+    expression: str
+    timezone: str
+    start_at: datetime | None
+    end_at: datetime | None
+    jitter_seconds: int
+    dst_gap: DstGapPolicy
+    dst_repeat: DstRepeatPolicy
+    description: str = Field(description="The expression in words.")
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleOut:
+        return cls(
+            expression=schedule.expression,
+            timezone=schedule.timezone,
+            start_at=schedule.start_at,
+            end_at=schedule.end_at,
+            jitter_seconds=schedule.jitter_seconds,
+            dst_gap=schedule.dst_gap,
+            dst_repeat=schedule.dst_repeat,
+            description=describe(schedule.expression),
+        )
+
+
+REDACTED = "<redacted>"
+_SECRET_HEADER_WORDS = ("authorization", "cookie", "token", "secret", "password", "api-key", "apikey")
+
+
+def _redacted_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Header values that look like credentials are never echoed back (they stay stored and are sent)."""
+    shown = dict(config)
+    headers = shown.get("headers")
+    if isinstance(headers, Mapping):
+        shown["headers"] = {
+            name: REDACTED if any(word in str(name).lower() for word in _SECRET_HEADER_WORDS) else value
+            for name, value in headers.items()
+        }
+    return shown
+
+
+class TargetOut(BaseModel):
+    kind: str
+    config: dict[str, Any] = Field(description=f"Credential-like header values read {REDACTED!r}.")
+
+
+class RetryOut(BaseModel):
+    max_attempts: int
+    backoff_base_seconds: float
+    backoff_max_seconds: float
+
+
+class PoliciesOut(BaseModel):
+    overlap: OverlapPolicy
+    missed_fire: MissedFirePolicy
+    retry: RetryOut
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    description: str
+    tags: dict[str, str]
+    state: JobState
+    version: int = Field(description="Bumped by every write; the ETag is the quoted version.")
+    schedule: ScheduleOut
+    target: TargetOut
+    policies: PoliciesOut
+    timeout_seconds: int
+    retention_days: int
+    next_fire_at: datetime | None = Field(description="Next fire not yet planned (UTC, before jitter).")
+    paused_at: datetime | None
+    resumed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls(**job_fields(job))
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.job_id,
+        "name": job.name,
+        "description": job.description,
+        "tags": dict(job.tags),
+        "state": job.state,
+        "version": job.version,
+        "schedule": ScheduleOut.of(job.schedule),
+        "target": TargetOut(kind=job.target.kind, config=_redacted_config(job.target.config)),
+        "policies": PoliciesOut(
+            overlap=job.overlap,
+            missed_fire=job.missed_fire,
+            retry=RetryOut(
+                max_attempts=job.retry.max_attempts,
+                backoff_base_seconds=job.retry.backoff_base_seconds,
+                backoff_max_seconds=job.retry.backoff_max_seconds,
+            ),
+        ),
+        "timeout_seconds": job.timeout_seconds,
+        "retention_days": job.retention_days,
+        "next_fire_at": job.next_fire_at,
+        "paused_at": job.paused_at,
+        "resumed_at": job.resumed_at,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+    }
+
+
+class PausedFiresOut(BaseModel):
+    count: int = Field(description="Fires that fell between the pause and the resume.")
+    count_capped: bool = Field(description="True: counting stopped at the cap; there were at least `count`.")
+    policy: MissedFirePolicy
+    effect: str = Field(description="What happens to those fires, in words.")
+
+
+class ResumedJobOut(JobOut):
+    paused_fires: PausedFiresOut
+
+    @classmethod
+    def of_resume(cls, job: Job, paused: PausedFires) -> ResumedJobOut:
+        return cls(
+            **job_fields(job),
+            paused_fires=PausedFiresOut(
+                count=paused.count,
+                count_capped=paused.count_capped,
+                policy=paused.policy,
+                effect=paused.effect,
+            ),
+        )
+
+
+class JobListOut(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
+
+
+class AttemptOut(BaseModel):
+    attempt: int | None = None
+    worker: str | None = None
+    finished_at: str | None = None
+    ok: bool | None = None
+    status: str | int | None = Field(
+        default=None, description="HTTP status, AWS error code or exception name."
+    )
+    latency_ms: float | None = None
+    detail: str | None = None
+
+
+class TimingsOut(BaseModel):
+    scheduled_for: datetime = Field(description="The nominal fire time.")
+    due_at: datetime = Field(description="scheduled_for + the job's deterministic jitter.")
+    planned_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    start_delay_ms: int | None = Field(description="First start minus due_at.")
+
+
+class RunOut(BaseModel):
+    id: str
+    job_id: str
+    state: RunState
+    trigger: Trigger
+    job_version: int = Field(description="The job's version when the run was planned.")
+    attempt: int = Field(description="Attempts started so far.")
+    timings: TimingsOut
+    outcome: str | None
+    reason: str | None
+    attempts: list[AttemptOut]
+
+    @classmethod
+    def of(cls, run: Run) -> RunOut:
+        return cls(
+            id=run.run_id,
+            job_id=run.job_id,
+            state=run.state,
+            trigger=run.trigger,
+            job_version=run.job_version,
+            attempt=run.attempt,
+            timings=TimingsOut(
+                scheduled_for=run.scheduled_for,
+                due_at=run.due_at,
+                planned_at=run.planned_at,
+                started_at=run.started_at,
+                finished_at=run.finished_at,
+                start_delay_ms=run.start_delay_ms,
+            ),
+            outcome=run.outcome,
+            reason=run.reason,
+            attempts=[AttemptOut.model_validate(dict(a)) for a in run.attempts],
+        )
+
+
+class RunListOut(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class FireOut(BaseModel):
+    at: datetime = Field(description="UTC.")
+    local: datetime = Field(description="The same instant in the schedule's time zone.")
+    dst: Literal["shifted", "repeated"] | None = Field(
+        description="shifted: moved out of a spring-forward gap; repeated: inside a fall-back repeated hour."
+    )
+
+    @classmethod
+    def of(cls, fire: FireTime) -> FireOut:
+        return cls(at=fire.at, local=fire.local, dst=fire.dst)
+
+
+class SkippedFireOut(BaseModel):
+    would_fire_at: datetime = Field(description="Where dst_gap=shift would have fired (UTC).")
+    local: datetime
+
+
+class PreviewOut(BaseModel):
+    expression: str
+    timezone: str
+    description: str
+    fires: list[FireOut]
+    skipped: list[SkippedFireOut] = Field(
+        description="dst_gap=skip only: fires a spring-forward gap swallowed inside the listed window."
+    )
+
+    @classmethod
+    def of(cls, result: SchedulePreview) -> PreviewOut:
+        return cls(
+            expression=result.schedule.expression,
+            timezone=result.schedule.timezone,
+            description=result.description,
+            fires=[FireOut.of(f) for f in result.fires],
+            skipped=[SkippedFireOut(would_fire_at=f.at, local=f.local) for f in result.skipped],
+        )
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"] = "ok"

@@ -1,0 +1,427 @@
+"""API Lambda: the HTTP API (API Gateway HTTP API, payload v2) as a Powertools resolver.
+
+Routes are thin: parse (pydantic, Powertools validation) -> one service call -> a response model. Errors are
+mapped to application/problem+json in one module (`tickwork.api.problems`). The caller's identity comes from
+the API Gateway authorizer context and owns what it creates; another owner's job or run answers 404.
+
+`python -m tickwork.handlers.api [PATH]` prints (or writes) the OpenAPI document generated from this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+from http import HTTPStatus
+from pathlib import Path
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.depends import Depends
+from aws_lambda_powertools.event_handler.openapi.models import Tag
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from tickwork.api import problems
+from tickwork.api.models import (
+    HealthOut,
+    JobCreate,
+    JobListOut,
+    JobOut,
+    JobPatchIn,
+    PreviewOut,
+    ResumedJobOut,
+    RunListOut,
+    RunOut,
+    SchedulePreviewIn,
+)
+from tickwork.api.problems import ApiProblem
+from tickwork.domain.models import Job, JobState, RunState
+from tickwork.domain.schedule import MAX_PREVIEW_COUNT
+from tickwork.handlers.runtime import components, logger, metrics
+from tickwork.services.jobs import JobQuery, JobService
+from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
+
+API_VERSION = "1.0.0"
+MAX_OWNER_CHARS = 1024  # the owner is a key of the by_owner index (DynamoDB allows 2048 bytes)
+_ETAG = re.compile(r'^\s*(?:W/)?"?(\d{1,18})"?\s*$')
+
+RUN_RULE = (
+    "Runs already planned when a job is edited, paused or deleted are decided when an executor claims "
+    "them: a paused or deleted job's run is recorded `cancelled`; a run whose fire time is no longer on "
+    "the (edited) schedule is recorded `cancelled`; otherwise the run uses the job as it is at claim "
+    "time (a changed target, timeout or retry policy applies)."
+)
+
+DESCRIPTION = f"""Tickwork schedules cron jobs that call HTTP endpoints or AWS services, at least once
+per fire.
+
+**Identity.** In AWS every request is authorized by API Gateway (IAM SigV4 by default, or a JWT authorizer);
+the caller's IAM principal ARN (or the JWT `sub`) owns the jobs it creates. Locally, `Authorization: Bearer
+<token>` maps to an owner. Another owner's job or run answers 404, exactly like a missing one.
+
+**Errors** are `application/problem+json` (RFC 9457); validation problems list each offending field in
+`errors`.
+
+**Concurrency.** Every write bumps a job's `version`; responses carry `ETag: "<version>"`. Send it back in
+`If-Match` to make a write conditional (412 if the job changed meanwhile).
+
+**Planned runs.** {RUN_RULE}
+"""
+
+app = APIGatewayHttpResolver(enable_validation=True)
+problems.register(app)
+app.configure_openapi(
+    title="Tickwork API",
+    version=API_VERSION,
+    description=DESCRIPTION,
+    tags=[
+        Tag(name="jobs", description="Create, list, edit, pause, resume and delete jobs."),
+        Tag(name="runs", description="Run history: one record per scheduled fire."),
+        Tag(name="schedules", description="Preview fire times of an expression."),
+        Tag(name="service", description="Health and documentation."),
+    ],
+)
+app.enable_swagger(path="/docs")
+
+
+# --- request context -------------------------------------------------------------------------------------
+
+
+def owner_of(event: Mapping[str, Any]) -> str | None:
+    """The caller's identity from the API Gateway (payload v2) authorizer context: the IAM principal ARN, or
+    a JWT's `sub`."""
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    if not isinstance(authorizer, Mapping):
+        return None
+    iam = authorizer.get("iam")
+    if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
+        return str(iam["userArn"])
+    jwt = authorizer.get("jwt")
+    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
+    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
+        return str(claims["sub"])
+    return None
+
+
+def current_owner() -> str:
+    owner = owner_of(app.current_event.raw_event)
+    if owner is None:
+        raise ApiProblem(HTTPStatus.UNAUTHORIZED, "no caller identity in the request")
+    if len(owner) > MAX_OWNER_CHARS:
+        raise ApiProblem(HTTPStatus.UNAUTHORIZED, "the caller identity is longer than 1024 characters")
+    return owner
+
+
+Owner = Annotated[str, Depends(current_owner)]
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="if-match",
+        max_length=200,
+        description='The job\'s ETag ("<version>") from an earlier response; 412 if the job changed.',
+    ),
+]
+
+
+def expected_version(if_match: str | None) -> int | None:
+    """The version an If-Match header names (None: no condition; `*` matches any existing job)."""
+    if if_match is None or if_match.strip() == "*":
+        return None
+    match = _ETAG.match(if_match)
+    if match is None:
+        raise ApiProblem(
+            HTTPStatus.PRECONDITION_FAILED, f"If-Match {if_match!r} matches no version of the job"
+        )
+    return int(match.group(1))
+
+
+def jobs() -> JobService:
+    return components().job_service()
+
+
+def runs() -> RunService:
+    return RunService(components().store)
+
+
+def etag(job: Job) -> str:
+    return f'"{job.version}"'
+
+
+def json_response(
+    model: BaseModel, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response[Any]:
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=model.model_dump(mode="json"),
+        headers=dict(headers or {}),
+    )
+
+
+def job_response(body: JobOut, job: Job, status: int = 200, **headers: str) -> Response[Any]:
+    return json_response(body, status, {"ETag": etag(job), **headers})
+
+
+# --- OpenAPI response declarations -------------------------------------------------------------------------
+
+_ETAG_HEADER: dict[str, Any] = {
+    "ETag": {"description": 'The job\'s version, quoted: "3"', "schema": {"type": "string"}}
+}
+
+
+def ok(
+    model: type[BaseModel], description: str, status: int = 200, etag_header: bool = False
+) -> dict[int, OpenAPIResponse]:
+    response: OpenAPIResponse = {
+        "description": description,
+        "content": {"application/json": {"model": model}},
+    }
+    if etag_header:
+        response["headers"] = _ETAG_HEADER
+    return {status: response}
+
+
+# --- routes ------------------------------------------------------------------------------------------------
+
+
+@app.post(
+    "/jobs",
+    summary="Create a job",
+    description="With an `Idempotency-Key`, a retried create returns the job the first attempt created (200, "
+    "`Idempotent-Replayed: true`) instead of a second job; the same key with a different body is a 409. "
+    "Fires that fall within the ticker's lookahead are planned in the same transaction.",
+    tags=["jobs"],
+    responses={
+        **ok(JobOut, "Created.", 201, etag_header=True),
+        **ok(JobOut, "Replayed: the job an earlier request with this Idempotency-Key created.", 200, True),
+        **problems.problem_responses(400, 409, 413, 415),
+    },
+)
+def create_job(
+    body: JobCreate,
+    owner: Owner,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="idempotency-key",
+            min_length=1,
+            max_length=255,
+            description="Any unique string (a UUID); the same key always names the same job.",
+        ),
+    ] = None,
+) -> Response[JobOut]:
+    spec = body.to_spec()
+    if idempotency_key is None:
+        job = jobs().create(owner, spec)
+        return job_response(JobOut.of(job), job, 201)
+    result = jobs().create_idempotent(owner, spec, idempotency_key, body.fingerprint())
+    if result.replayed:
+        return job_response(JobOut.of(result.job), result.job, 200, **{"Idempotent-Replayed": "true"})
+    return job_response(JobOut.of(result.job), result.job, 201)
+
+
+@app.get(
+    "/jobs",
+    summary="List jobs",
+    description="The caller's jobs in id order, a page at a time. A page may hold fewer than `limit` jobs "
+    "when filters apply; continue while `next_cursor` is not null.",
+    tags=["jobs"],
+    responses={**ok(JobListOut, "A page of jobs."), **problems.problem_responses(400)},
+)
+def list_jobs(
+    owner: Owner,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
+    ] = None,
+    state: Annotated[JobState | None, Query()] = None,
+    tag: Annotated[
+        str | None, Query(pattern=r"^[^=]+=.*$", max_length=400, description="`key=value`.")
+    ] = None,
+) -> Response[JobListOut]:
+    wanted_tag = None if tag is None else tuple(tag.split("=", 1))
+    page = jobs().list(owner, JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag))  # type: ignore[arg-type]
+    return json_response(JobListOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_cursor))
+
+
+@app.get(
+    "/jobs/<job_id>",
+    summary="Get a job",
+    tags=["jobs"],
+    responses={**ok(JobOut, "The job.", etag_header=True), **problems.problem_responses(404)},
+)
+def get_job(job_id: str, owner: Owner) -> Response[JobOut]:
+    job = jobs().get(owner, job_id)
+    return job_response(JobOut.of(job), job)
+
+
+@app.patch(
+    "/jobs/<job_id>",
+    summary="Update a job",
+    description="Partial update: omitted fields keep their value; `target` and `tags` are replaced whole. A "
+    "schedule change computes the next fire from now and plans fires within the lookahead at once. "
+    f"{RUN_RULE}",
+    tags=["jobs"],
+    responses={
+        **ok(JobOut, "The updated job.", etag_header=True),
+        **problems.problem_responses(400, 404, 412, 413, 415),
+    },
+)
+def update_job(job_id: str, body: JobPatchIn, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
+    job = jobs().update(owner, job_id, body.to_patch(), expected_version(if_match))
+    return job_response(JobOut.of(job), job)
+
+
+@app.delete(
+    "/jobs/<job_id>",
+    summary="Delete a job",
+    description=f"Run history stays until its retention expires. {RUN_RULE}",
+    tags=["jobs"],
+    responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 412)},
+)
+def delete_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[None]:
+    jobs().delete(owner, job_id, expected_version(if_match))
+    return Response(status_code=204, body=None)
+
+
+@app.post(
+    "/jobs/<job_id>/pause",
+    summary="Pause a job",
+    description=f"No new runs are planned while paused. {RUN_RULE} Pausing a paused job changes nothing.",
+    tags=["jobs"],
+    responses={**ok(JobOut, "The paused job.", etag_header=True), **problems.problem_responses(404, 412)},
+)
+def pause_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
+    job = jobs().pause(owner, job_id, expected_version(if_match))
+    return job_response(JobOut.of(job), job)
+
+
+@app.post(
+    "/jobs/<job_id>/resume",
+    summary="Resume a job",
+    description="The fires that fell inside the pause follow the job's `missed_fire` policy, exactly as "
+    "after an outage: `run_all` runs every one of them late (catch-up runs), `coalesce` runs only the "
+    "latest and records the others `missed`, `skip` records all of them `missed`. `paused_fires` says how "
+    "many there were and what happens to them. Resuming an active job changes nothing.",
+    tags=["jobs"],
+    responses={
+        **ok(ResumedJobOut, "The resumed job.", etag_header=True),
+        **problems.problem_responses(404, 412),
+    },
+)
+def resume_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[ResumedJobOut]:
+    result = jobs().resume(owner, job_id, expected_version(if_match))
+    return job_response(ResumedJobOut.of_resume(result.job, result.paused_fires), result.job)
+
+
+@app.get(
+    "/jobs/<job_id>/preview",
+    summary="Preview a job's next fires",
+    description="The next `count` fires after now, in UTC and in the schedule's time zone, with DST marks.",
+    tags=["schedules"],
+    responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(404)},
+)
+def preview_job(
+    job_id: str, owner: Owner, count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10
+) -> Response[PreviewOut]:
+    return json_response(PreviewOut.of(jobs().preview(owner, job_id, count)))
+
+
+@app.post(
+    "/schedules/preview",
+    summary="Preview an unsaved schedule",
+    description="Validates a schedule exactly as a create would, and lists its next `count` fires after "
+    "`after` (default now): UTC and local times, DST marks, and the expression in words.",
+    tags=["schedules"],
+    responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(400, 413, 415)},
+)
+def preview_schedule(body: SchedulePreviewIn, owner: Owner) -> Response[PreviewOut]:
+    result = jobs().preview_schedule(body.to_schedule(), body.count, body.after)
+    return json_response(PreviewOut.of(result))
+
+
+@app.get(
+    "/jobs/<job_id>/runs",
+    summary="List a job's runs",
+    description="Newest first (by scheduled fire time), a page at a time. `from`/`to` bound the scheduled "
+    "fire time (inclusive). A page may hold fewer than `limit` runs when `state` filters; continue while "
+    "`next_cursor` is not null.",
+    tags=["runs"],
+    responses={**ok(RunListOut, "A page of runs."), **problems.problem_responses(400, 404)},
+)
+def list_runs(
+    job_id: str,
+    owner: Owner,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
+    ] = None,
+    state: Annotated[RunState | None, Query()] = None,
+    start: Annotated[
+        datetime | None, Query(alias="from", description="Earliest scheduled fire time.")
+    ] = None,
+    end: Annotated[datetime | None, Query(alias="to", description="Latest scheduled fire time.")] = None,
+) -> Response[RunListOut]:
+    query = RunQuery(limit=limit, cursor=cursor, state=state, start=start, end=end)
+    page = runs().list(owner, job_id, query)
+    return json_response(RunListOut(items=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
+
+
+@app.get(
+    "/jobs/<job_id>/runs/<run_id>",
+    summary="Get a run",
+    description="One run with its attempts, timings and outcome. The run id is `<job_id>:<YYYYMMDDTHHMMSSZ>` "
+    "(the scheduled fire time).",
+    tags=["runs"],
+    responses={**ok(RunOut, "The run."), **problems.problem_responses(404)},
+)
+def get_run(job_id: str, run_id: str, owner: Owner) -> Response[RunOut]:
+    return json_response(RunOut.of(runs().get(owner, job_id, run_id)))
+
+
+@app.get("/health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving."))
+def health() -> Response[HealthOut]:
+    return json_response(HealthOut())
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi_document() -> Response[Any]:
+    return Response(status_code=200, content_type="application/json", body=openapi_json())
+
+
+def openapi_json() -> str:
+    """The OpenAPI document of this API, as committed in docs/openapi.json."""
+    document = json.loads(app.get_openapi_json_schema())
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+# --- the Lambda entry point --------------------------------------------------------------------------------
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    refused = problems.precheck(event)
+    if refused is not None:
+        return refused
+    return app.resolve(event, context)
+
+
+def main(argv: list[str]) -> int:
+    document = openapi_json()
+    if argv:
+        Path(argv[0]).write_text(document)
+    else:
+        sys.stdout.write(document)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,170 @@
+"""Run history as a job's owner sees it: pages of runs newest first, and one run in full.
+
+Pages continue from an opaque cursor: base64url of a small JSON object naming where the last page stopped.
+A cursor is only ever a position inside the caller's own data; one that does not decode to such a position
+is refused with InvalidCursorError (400), never passed to the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from tickwork.domain.errors import NotFoundError, ValidationError
+from tickwork.domain.models import Job, Run, RunState, split_run_id
+from tickwork.domain.timekeys import compact_instant, parse_compact_instant
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 20
+# A state filter can drop most of what a query reads: one request reads at most this many pages of runs,
+# then hands back a cursor (possibly with a short page) rather than scanning a long history.
+MAX_PAGES_PER_REQUEST = 10
+_MAX_CURSOR_CHARS = 1024
+MAX_ID_BYTES = 255  # ids Tickwork issues are short; a longer one cannot exist (and exceeds key limits)
+
+
+def plausible_id(job_id: str) -> bool:
+    """Whether an id could name a job at all; anything else is simply not found."""
+    return 0 < len(job_id.encode("utf-8", errors="replace")) <= MAX_ID_BYTES
+
+
+class InvalidCursorError(ValidationError):
+    """The cursor was not issued by this API for this listing (the API answers 400)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("cursor", message)
+
+
+def encode_cursor(position: dict[str, str]) -> str:
+    raw = json.dumps(position, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, keys: Sequence[str]) -> dict[str, str]:
+    """The position a cursor names; InvalidCursorError unless it is exactly an object of these string keys."""
+    if not cursor or len(cursor) > _MAX_CURSOR_CHARS:
+        raise InvalidCursorError("is empty or too long")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        position: Any = json.loads(raw.decode())
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidCursorError("is not a cursor returned by this API") from None
+    if (
+        not isinstance(position, dict)
+        or sorted(position) != sorted(keys)
+        or not all(isinstance(value, str) and value for value in position.values())
+    ):
+        raise InvalidCursorError("is not a cursor returned by this API")
+    return position
+
+
+class RunReader(Protocol):
+    """Storage as run history needs it."""
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
+
+    def query_runs(
+        self,
+        job_id: str,
+        *,
+        start: datetime | None,
+        end: datetime | None,
+        states: Sequence[RunState] = (),
+        limit: int,
+        after: datetime | None = None,
+        newest_first: bool = True,
+    ) -> tuple[list[Run], datetime | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    runs: tuple[Run, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    limit: int = DEFAULT_PAGE_SIZE
+    cursor: str | None = None
+    state: RunState | None = None
+    start: datetime | None = None  # scheduled_for >= start
+    end: datetime | None = None  # scheduled_for <= end
+
+
+def _aware_utc(value: datetime | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field, "must include a time zone offset (e.g. 2026-12-02T12:00:00Z)")
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValidationError(field, "is outside the supported range of dates") from None
+
+
+class RunService:
+    def __init__(self, store: RunReader) -> None:
+        self._store = store
+
+    def _owned_job(self, owner: str, job_id: str) -> Job:
+        job = self._store.get_job(job_id) if plausible_id(job_id) else None
+        if job is None or job.owner != owner:
+            # Another owner's job answers exactly like a missing one.
+            raise NotFoundError(f"job {job_id} not found")
+        return job
+
+    def list(self, owner: str, job_id: str, query: RunQuery) -> RunPage:
+        """Runs of one job, newest first."""
+        if not 1 <= query.limit <= MAX_PAGE_SIZE:
+            raise ValidationError("limit", f"must be 1-{MAX_PAGE_SIZE}")
+        start = _aware_utc(query.start, "from")
+        end = _aware_utc(query.end, "to")
+        if start is not None and end is not None and end < start:
+            raise ValidationError("to", "is before from")
+        after = None if query.cursor is None else self._cursor_position(query.cursor, start, end)
+        self._owned_job(owner, job_id)
+        states = () if query.state is None else (query.state,)
+        runs: list[Run] = []
+        for _ in range(MAX_PAGES_PER_REQUEST):
+            page, after = self._store.query_runs(
+                job_id, start=start, end=end, states=states, limit=query.limit - len(runs), after=after
+            )
+            runs.extend(page)
+            if after is None or len(runs) >= query.limit:
+                break
+        next_cursor = None if after is None else encode_cursor({"scheduled_for": compact_instant(after)})
+        return RunPage(tuple(runs), next_cursor)
+
+    def get(self, owner: str, job_id: str, run_id: str) -> Run:
+        try:
+            run_job_id, scheduled_for = split_run_id(run_id)
+        except ValueError:
+            raise NotFoundError(f"run {run_id} not found") from None
+        if run_job_id != job_id:
+            raise NotFoundError(f"run {run_id} not found")
+        self._owned_job(owner, job_id)
+        run = self._store.get_run(job_id, scheduled_for)
+        if run is None:
+            raise NotFoundError(f"run {run_id} not found")
+        return run
+
+    @staticmethod
+    def _cursor_position(cursor: str, start: datetime | None, end: datetime | None) -> datetime:
+        text = decode_cursor(cursor, ["scheduled_for"])["scheduled_for"]
+        try:
+            position = parse_compact_instant(text)
+        except ValueError:
+            raise InvalidCursorError("is not a cursor returned by this API") from None
+        # The store refuses a start key outside the query's key range; so does the API, as a bad cursor.
+        if (start is not None and position < start) or (end is not None and position > end):
+            raise InvalidCursorError(
+                "does not belong to this time range (from/to changed since it was issued)"
+            )
+        return position

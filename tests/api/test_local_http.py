@@ -1,0 +1,84 @@
+"""The local server: a real HTTP request on loopback becomes an API Gateway v2 event for the handler."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import ALICE, BOB, Api, job_body
+from tickwork.handlers import api
+from tickwork.local.http_api import HttpApiApp, make_api_server, serve_until
+
+TOKENS = {"alice-token": ALICE, "bob-token": BOB}
+
+
+@pytest.fixture
+def base_url(call: Api) -> Iterator[str]:
+    server = make_api_server(HttpApiApp(api.handler, TOKENS), port=0)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve_until, args=(server, stop), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    stop.set()
+    thread.join(timeout=10)
+
+
+def http(
+    method: str, url: str, token: str | None = None, body: Any = None
+) -> tuple[int, dict[str, str], bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers.items()), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers.items()), error.read()
+
+
+def test_a_bearer_token_is_the_owner_over_real_http(base_url: str) -> None:
+    status, headers, raw = http("POST", f"{base_url}/jobs", "alice-token", job_body(name="über-job"))
+    assert status == 201 and headers["ETag"] == '"1"'
+    job = json.loads(raw)
+    assert job["name"] == "über-job"
+
+    status, _, raw = http("GET", f"{base_url}/jobs/{job['id']}", "alice-token")
+    assert status == 200 and json.loads(raw)["id"] == job["id"]
+    status, headers, _ = http("GET", f"{base_url}/jobs/{job['id']}", "bob-token")
+    assert status == 404 and headers["Content-Type"] == "application/problem+json"
+    for token in (None, "stolen"):
+        status, headers, raw = http("GET", f"{base_url}/jobs", token)
+        assert status == 401 and json.loads(raw)["title"] == "Unauthorized"
+
+
+def test_swagger_ui_and_the_openapi_document_are_served(base_url: str) -> None:
+    status, headers, raw = http("GET", f"{base_url}/docs")
+    assert status == 200 and headers["Content-Type"].startswith("text/html") and b"swagger" in raw.lower()
+    status, _, raw = http("GET", f"{base_url}/openapi.json")
+    assert status == 200 and json.loads(raw) == json.loads(api.openapi_json())
+    assert http("GET", f"{base_url}/health")[0] == 200
+
+
+def test_the_event_has_the_shape_api_gateway_sends() -> None:
+    app = HttpApiApp(lambda event, context: {"statusCode": 204}, TOKENS)
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/jobs/j 1",
+        "QUERY_STRING": "state=active&tag=a%3Db&tag=c%3Dd",
+        "HTTP_AUTHORIZATION": "Bearer alice-token",
+        "HTTP_IF_MATCH": '"3"',
+    }
+    event = app.event_for(environ)
+    assert event["rawPath"] == "/jobs/j%201" and event["requestContext"]["http"]["path"] == "/jobs/j 1"
+    assert event["queryStringParameters"] == {"state": "active", "tag": "a=b,c=d"}
+    assert event["headers"] == {"if-match": '"3"'}  # the token never reaches the handler
+    assert event["requestContext"]["authorizer"]["iam"]["userArn"] == ALICE
