@@ -1,0 +1,1 @@
+"""Tickwork's AWS deployment (CDK): `cdk synth` / `cdk deploy` from the repository root."""

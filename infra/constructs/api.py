@@ -1,0 +1,136 @@
+"""The management API: an HTTP API in front of `tickwork.handlers.api.handler`.
+
+Every route needs AWS IAM (SigV4) credentials unless a JWT issuer is configured, throttling is set on the
+stage, and each request is logged as one JSON line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsii
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_apigateway as apigw_v1
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_apigatewayv2_authorizers as authorizers
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_logs as logs
+
+from constructs import Construct
+from infra.constructs.dispatch import Dispatch
+from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
+from infra.constructs.storage import Storage
+from tickwork.resources import JOBS, RUNS
+
+ACCESS_LOG_FIELDS: dict[str, str] = {
+    "requestId": "$context.requestId",
+    "ip": "$context.identity.sourceIp",
+    "caller": "$context.identity.caller",
+    "user": "$context.identity.user",
+    "principal": "$context.authorizer.principalId",
+    "time": "$context.requestTime",
+    "method": "$context.httpMethod",
+    "path": "$context.path",
+    "routeKey": "$context.routeKey",
+    "status": "$context.status",
+    "length": "$context.responseLength",
+    "latencyMs": "$context.responseLatency",
+    "integrationLatencyMs": "$context.integrationLatency",
+    "integrationError": "$context.integrationErrorMessage",
+    "authorizerError": "$context.authorizer.error",
+}
+
+
+@jsii.implements(apigw.IAccessLogSettings)
+class _AccessLogs:
+    def __init__(self, log_group: logs.ILogGroup) -> None:
+        self._destination = apigw.LogGroupLogDestination(log_group)
+        self._format = apigw_v1.AccessLogFormat.custom(_json(ACCESS_LOG_FIELDS))
+
+    @property
+    def destination(self) -> apigw.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> apigw_v1.AccessLogFormat:
+        return self._format
+
+
+def _json(fields: dict[str, str]) -> str:
+    # `$context` values are substituted unquoted: quote each so the line stays valid JSON.
+    return "{" + ",".join(f'"{key}":"{value}"' for key, value in fields.items()) + "}"
+
+
+class Api(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        factory: FunctionFactory,
+        storage: Storage,
+        dispatch: Dispatch,
+        jwt_issuer: str | None,
+        jwt_audience: tuple[str, ...],
+        rate_limit: int,
+        burst_limit: int,
+        log_retention: logs.RetentionDays,
+        production: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = factory.create(
+            Construct(self, "Handler"),
+            FunctionSpec(
+                name="api",
+                handler="tickwork.handlers.api.handler",
+                description="Tickwork management API: jobs, runs, cancellations",
+                timeout=Duration.seconds(29),  # API Gateway's integration limit
+            ),
+        )
+        jobs, runs = storage.table(JOBS), storage.table(RUNS)
+        allow(
+            self.function,
+            DYNAMODB_READ,
+            [jobs.table_arn, runs.table_arn, *storage.index_arns(JOBS), *storage.index_arns(RUNS)],
+        )
+        allow(self.function, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
+        allow(self.function, ("dynamodb:DeleteItem",), [jobs.table_arn])
+        allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # "run now" and immediate fires
+
+        authorizer: Any
+        if jwt_issuer:
+            authorizer = authorizers.HttpJwtAuthorizer("Jwt", jwt_issuer, jwt_audience=list(jwt_audience))
+        else:
+            authorizer = authorizers.HttpIamAuthorizer()
+        self.http_api = apigw.HttpApi(
+            self,
+            "HttpApi",
+            api_name=f"{factory.prefix}-api",
+            description="Tickwork management API",
+            create_default_stage=False,
+            default_authorizer=authorizer,
+        )
+        self.http_api.add_routes(
+            path="/{proxy+}",
+            methods=[apigw.HttpMethod.ANY],
+            integration=integrations.HttpLambdaIntegration("Lambda", self.function),
+        )
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=log_retention,
+            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+        )
+        self.stage = apigw.HttpStage(
+            self,
+            "Stage",
+            http_api=self.http_api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigw.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
+            access_log_settings=_AccessLogs(self.access_logs),
+        )
+
+    @property
+    def url(self) -> str:
+        return self.http_api.api_endpoint

@@ -1,0 +1,59 @@
+"""The dispatch queues and their dead-letter queue, from `tickwork.resources.DISPATCH`."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_sqs as sqs
+
+from constructs import Construct
+from tickwork.adapters.sqs_provision import dispatch_queue_name
+from tickwork.resources import DISPATCH, QueueDef, ResourceNames
+
+
+def _dead_letter_definition() -> QueueDef:
+    if DISPATCH.dead_letter is None:  # pragma: no cover - the shared definition always has one
+        raise ValueError("DISPATCH must define its dead-letter queue")
+    return DISPATCH.dead_letter
+
+
+class Dispatch(Construct):
+    """`queue_count` dispatch queues `<prefix>-dispatch-<i>` (runs are spread by shard; one event source
+    mapping tops out at 1,000 concurrent invocations) redriving to one `<prefix>-dispatch-dlq`."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, names: ResourceNames, queue_count: int
+    ) -> None:
+        super().__init__(scope, construct_id)
+        dead_letter = _dead_letter_definition()
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetter",
+            queue_name=names.queue(dead_letter),
+            retention_period=Duration.seconds(dead_letter.retention_seconds),
+            visibility_timeout=Duration.seconds(dead_letter.visibility_timeout_seconds),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.queues: list[sqs.Queue] = [
+            sqs.Queue(
+                self,
+                f"Queue{index}",
+                queue_name=dispatch_queue_name(names, index),
+                visibility_timeout=Duration.seconds(DISPATCH.visibility_timeout_seconds),
+                retention_period=Duration.seconds(DISPATCH.retention_seconds),
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                dead_letter_queue=sqs.DeadLetterQueue(
+                    queue=self.dead_letter_queue, max_receive_count=DISPATCH.max_receive_count
+                ),
+            )
+            for index in range(queue_count)
+        ]
+
+    @property
+    def queue_urls(self) -> list[str]:
+        return [queue.queue_url for queue in self.queues]
+
+    @property
+    def queue_arns(self) -> list[str]:
+        return [queue.queue_arn for queue in self.queues]

@@ -1,0 +1,363 @@
+"""Dashboard and alarms. Tickwork's own metrics are Powertools EMF in namespace `Tickwork` with the dimension
+`service` (every function shares one service name); AWS metrics come from SQS, Lambda and DynamoDB."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+
+from constructs import Construct
+
+NAMESPACE = "Tickwork"
+MINUTE = Duration.minutes(1)
+FIVE_MINUTES = Duration.minutes(5)
+TICKER_LAG_LIMIT_SECONDS = 120
+MAX_METRICS_PER_ALARM = 10  # CloudWatch's limit for one metric-math alarm
+
+RUN_COUNTS = (
+    "RunsPlanned",
+    "RunsStarted",
+    "RunsSucceeded",
+    "RunsFailed",
+    "RunsSkipped",
+    "RunsMissed",
+    "RunsCancelled",
+    "RunsQueued",
+    "RunsCatchUp",
+)
+REPAIR_COUNTS = (
+    "Retries",
+    "ExpiredLeases",
+    "StaleCompletions",
+    "SweeperRedispatched",
+    "DeadLettered",
+    "OrphanMessages",
+    "DispatchFailures",
+    "PlanConflicts",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Monitored:
+    """What the alarms and the dashboard look at."""
+
+    service: str
+    ticker: lambda_.Function
+    sweeper: lambda_.Function
+    executor: lambda_.Function
+    api: lambda_.Function
+    executor_reserved_concurrency: int
+    queues: Sequence[sqs.Queue]
+    dead_letter_queue: sqs.Queue
+    tables: Sequence[dynamodb.Table]
+
+
+class Observability(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        monitored: Monitored,
+        prefix: str,
+        alarm_email: str | None,
+        start_delay_objective_ms: int,
+        oldest_message_age_seconds: int,
+        production: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.m = monitored
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description="Tickwork alarm topic encryption",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+        )
+        # CloudWatch publishes alarm notifications to the encrypted topic.
+        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(
+            self, "AlarmTopic", topic_name=f"{prefix}-alarms", master_key=key, enforce_ssl=True
+        )
+        if alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+        self.alarms: dict[str, cw.Alarm] = {}
+        self._alarms(start_delay_objective_ms, oldest_message_age_seconds)
+        action = cw_actions.SnsAction(self.topic)
+        for alarm in self.alarms.values():
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{prefix}-scheduler")
+        self._dashboard(start_delay_objective_ms, oldest_message_age_seconds)
+
+    # metrics -------------------------------------------------------------------------------------------
+
+    def metric(self, name: str, statistic: str = "Sum", period: Duration = MINUTE) -> cw.Metric:
+        return cw.Metric(
+            namespace=NAMESPACE,
+            metric_name=name,
+            dimensions_map={"service": self.m.service},
+            statistic=statistic,
+            period=period,
+        )
+
+    def _functions(self) -> dict[str, lambda_.Function]:
+        return {
+            "ticker": self.m.ticker,
+            "sweeper": self.m.sweeper,
+            "executor": self.m.executor,
+            "api": self.m.api,
+        }
+
+    def _queue_age(self, queues: Sequence[sqs.Queue], period: Duration) -> cw.IMetric:
+        metrics = {
+            f"q{i}": q.metric_approximate_age_of_oldest_message(statistic="Maximum", period=period)
+            for i, q in enumerate(queues)
+        }
+        if len(metrics) == 1:
+            return next(iter(metrics.values()))
+        return cw.MathExpression(
+            expression=f"MAX([{','.join(metrics)}])",
+            using_metrics=metrics,
+            label="oldest message age (s)",
+            period=period,
+        )
+
+    def _queue_age_groups(self) -> list[list[sqs.Queue]]:
+        queues = list(self.m.queues)
+        return [queues[i : i + MAX_METRICS_PER_ALARM] for i in range(0, len(queues), MAX_METRICS_PER_ALARM)]
+
+    def _dlq(self, period: Duration) -> cw.MathExpression:
+        # The sweeper drains the DLQ every minute, so its depth alone can miss a message: add what the
+        # sweeper reports having taken out.
+        return cw.MathExpression(
+            expression="FILL(depth, 0) + FILL(drained, 0)",
+            using_metrics={
+                "depth": self.m.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                    statistic="Maximum", period=period
+                ),
+                "drained": self.metric("DeadLettered", period=period),
+            },
+            label="dead-lettered messages",
+            period=period,
+        )
+
+    def _lambda_throttles(self, period: Duration) -> cw.MathExpression:
+        metrics = {
+            name: fn.metric_throttles(statistic="Sum", period=period)
+            for name, fn in self._functions().items()
+        }
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({n}, 0)" for n in metrics),
+            using_metrics=metrics,
+            label="Lambda throttles",
+        )
+
+    def _dynamodb_throttles(self, period: Duration) -> cw.MathExpression:
+        metrics: dict[str, cw.IMetric] = {}
+        for i, table in enumerate(self.m.tables):
+            for kind in ("Read", "Write"):
+                metrics[f"{kind.lower()}{i}"] = cw.Metric(
+                    namespace="AWS/DynamoDB",
+                    metric_name=f"{kind}ThrottleEvents",
+                    dimensions_map={"TableName": table.table_name},
+                    statistic="Sum",
+                    period=period,
+                )
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({n}, 0)" for n in metrics),
+            using_metrics=metrics,
+            label="DynamoDB throttle events",
+            period=period,
+        )
+
+    # alarms --------------------------------------------------------------------------------------------
+
+    def _alarm(
+        self,
+        name: str,
+        metric: cw.IMetric,
+        threshold: float,
+        description: str,
+        *,
+        periods: int = 1,
+        datapoints: int | None = None,
+        missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
+        comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        runbook: str | None = None,
+    ) -> None:
+        self.alarms[name] = cw.Alarm(
+            self,
+            name,
+            alarm_description=f"{description} Runbook: docs/deploy.md#{(runbook or name).lower()}",
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=comparison,
+            evaluation_periods=periods,
+            datapoints_to_alarm=datapoints or periods,
+            treat_missing_data=missing,
+        )
+
+    def _alarms(self, objective_ms: int, oldest_age_s: int) -> None:
+        greater = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
+        self._alarm(
+            "DlqNotEmpty", self._dlq(MINUTE), 1, "A run message failed every delivery and was dead-lettered."
+        )
+        self._alarm(
+            "RunsFailed",
+            self.metric("RunsFailed", period=FIVE_MINUTES),
+            1,
+            "Runs ended failed (retries exhausted).",
+        )
+        self._alarm(
+            "TickerErrors",
+            self.m.ticker.metric_errors(statistic="Sum", period=MINUTE),
+            1,
+            "Ticker invocations failed in 2 of the last 3 minutes.",
+            periods=3,
+            datapoints=2,
+        )
+        self._alarm(
+            "TickerLag",
+            self.metric("TickerLag", statistic="Maximum"),
+            TICKER_LAG_LIMIT_SECONDS,
+            "Ticks start over 2 minutes late, or no tick reported at all (missing data breaches).",
+            periods=3,
+            datapoints=2,
+            missing=cw.TreatMissingData.BREACHING,
+            comparison=greater,
+        )
+        self._alarm(
+            "StartDelayP99",
+            self.metric("StartDelay", statistic="p99", period=FIVE_MINUTES),
+            objective_ms,
+            f"Run start delay p99 above its {objective_ms} ms objective for 10 minutes.",
+            periods=2,
+            comparison=greater,
+        )
+        for number, group in enumerate(self._queue_age_groups()):
+            self._alarm(
+                f"OldestMessageAge{number}" if number else "OldestMessageAge",
+                self._queue_age(group, MINUTE),
+                oldest_age_s,
+                f"A dispatch message waits over {oldest_age_s} s: the executor is not keeping up or failing.",
+                periods=5,
+                datapoints=3,
+                comparison=greater,
+                runbook="OldestMessageAge",  # every queue group shares one runbook entry
+            )
+        self._alarm(
+            "LambdaThrottles", self._lambda_throttles(FIVE_MINUTES), 1, "Tickwork functions were throttled."
+        )
+        self._alarm(
+            "DynamoDbThrottles",
+            self._dynamodb_throttles(FIVE_MINUTES),
+            1,
+            "Tickwork's tables throttled requests.",
+        )
+
+    # dashboard -----------------------------------------------------------------------------------------
+
+    def _dashboard(self, objective_ms: int, oldest_age_s: int) -> None:
+        board = self.dashboard
+        wide, half, third = 24, 12, 8
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Runs per minute",
+                left=[self.metric(name) for name in RUN_COUNTS],
+                width=half,
+                stacked=False,
+            ),
+            cw.GraphWidget(
+                title="Start delay (ms)",
+                left=[self.metric("StartDelay", statistic=s) for s in ("p50", "p90", "p99", "Maximum")],
+                left_annotations=[cw.HorizontalAnnotation(value=objective_ms, label="objective (p99)")],
+                width=half,
+            ),
+        )
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Retries and repairs per minute",
+                left=[self.metric(n) for n in REPAIR_COUNTS],
+                width=half,
+            ),
+            cw.GraphWidget(
+                title="Ticker (s)",
+                left=[self.metric("TickerDuration", "Maximum"), self.metric("TickerLag", "Maximum")],
+                left_annotations=[
+                    cw.HorizontalAnnotation(value=60, label="one minute"),
+                    cw.HorizontalAnnotation(value=TICKER_LAG_LIMIT_SECONDS, label="lag alarm"),
+                ],
+                width=half,
+            ),
+        )
+        depth = {
+            f"q{i}": q.metric_approximate_number_of_messages_visible(statistic="Maximum", period=MINUTE)
+            for i, q in enumerate(self.m.queues)
+        }
+        delayed = {
+            f"d{i}": q.metric("ApproximateNumberOfMessagesDelayed", statistic="Maximum", period=MINUTE)
+            for i, q in enumerate(self.m.queues)
+        }
+        in_flight = {
+            f"f{i}": q.metric_approximate_number_of_messages_not_visible(statistic="Maximum", period=MINUTE)
+            for i, q in enumerate(self.m.queues)
+        }
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Dispatch queues: messages",
+                left=[
+                    cw.MathExpression(
+                        expression=f"SUM([{','.join(m)}])", using_metrics=m, label=label, period=MINUTE
+                    )
+                    for m, label in (
+                        (depth, "visible (due now)"),
+                        (delayed, "delayed (planned)"),
+                        (in_flight, "in flight"),
+                    )
+                ],
+                width=third,
+            ),
+            cw.GraphWidget(
+                title="Oldest dispatch message (s)",
+                left=[self._queue_age(group, MINUTE) for group in self._queue_age_groups()],
+                left_annotations=[cw.HorizontalAnnotation(value=oldest_age_s, label="alarm")],
+                width=third,
+            ),
+            cw.GraphWidget(title="Dead-letter queue", left=[self._dlq(MINUTE)], width=third),
+        )
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Executor concurrency",
+                left=[self.m.executor.metric("ConcurrentExecutions", statistic="Maximum", period=MINUTE)],
+                left_annotations=[
+                    cw.HorizontalAnnotation(value=self.m.executor_reserved_concurrency, label="reserved")
+                ],
+                width=third,
+            ),
+            cw.GraphWidget(
+                title="Lambda errors and throttles",
+                left=[
+                    fn.metric_errors(label=f"{n} errors", period=MINUTE)
+                    for n, fn in self._functions().items()
+                ],
+                right=[
+                    fn.metric_throttles(label=f"{n} throttles", period=MINUTE)
+                    for n, fn in self._functions().items()
+                ],
+                width=third,
+            ),
+            cw.GraphWidget(title="DynamoDB throttles", left=[self._dynamodb_throttles(MINUTE)], width=third),
+        )
+        board.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=wide))

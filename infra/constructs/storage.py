@@ -1,0 +1,66 @@
+"""DynamoDB tables, built from the shared definitions in `tickwork.resources` (never restated here)."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+
+from constructs import Construct
+from tickwork.resources import TABLES, AttrType, KeyAttr, ResourceNames, TableDef
+
+_TYPES: dict[AttrType, dynamodb.AttributeType] = {
+    "S": dynamodb.AttributeType.STRING,
+    "N": dynamodb.AttributeType.NUMBER,
+}
+_PROJECTIONS = {"ALL": dynamodb.ProjectionType.ALL, "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY}
+
+
+def attribute(key: KeyAttr) -> dynamodb.Attribute:
+    return dynamodb.Attribute(name=key.name, type=_TYPES[key.type])
+
+
+class Storage(Construct):
+    """One on-demand, encrypted table per `TableDef`. Production keeps the data: RETAIN, deletion
+    protection and point-in-time recovery."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, names: ResourceNames, production: bool
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.definitions: dict[str, TableDef] = {t.logical_name: t for t in TABLES}
+        self.tables: dict[str, dynamodb.Table] = {
+            definition.logical_name: self._table(definition, names, production) for definition in TABLES
+        }
+
+    def _table(self, definition: TableDef, names: ResourceNames, production: bool) -> dynamodb.Table:
+        table = dynamodb.Table(
+            self,
+            definition.logical_name.title(),
+            table_name=names.table(definition),
+            partition_key=attribute(definition.partition),
+            sort_key=attribute(definition.sort) if definition.sort else None,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute=definition.ttl_attribute,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=production
+            ),
+            deletion_protection=production,
+            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+        )
+        for index in definition.indexes:
+            table.add_global_secondary_index(
+                index_name=index.name,
+                partition_key=attribute(index.partition),
+                sort_key=attribute(index.sort) if index.sort else None,
+                projection_type=_PROJECTIONS[index.projection],
+            )
+        return table
+
+    def table(self, definition: TableDef) -> dynamodb.Table:
+        return self.tables[definition.logical_name]
+
+    def index_arns(self, definition: TableDef) -> list[str]:
+        """Each index's own ARN (no `index/*` wildcard in policies)."""
+        table = self.table(definition)
+        return [f"{table.table_arn}/index/{index.name}" for index in definition.indexes]

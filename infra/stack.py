@@ -1,0 +1,127 @@
+"""The Tickwork stack: composes the capability constructs, and nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import aws_lambda as lambda_
+
+from constructs import Construct
+from infra.config import DeploymentConfig
+from infra.constructs.api import Api
+from infra.constructs.bundling import lambda_code
+from infra.constructs.dispatch import Dispatch
+from infra.constructs.executor import ExecutorFunction, size_executor
+from infra.constructs.functions import FunctionFactory, retention
+from infra.constructs.observability import Monitored, Observability
+from infra.constructs.scheduler import Scheduler
+from infra.constructs.signing import SigningSecret
+from infra.constructs.storage import Storage
+from infra.constructs.targets import default_target_arns
+from tickwork.resources import ResourceNames
+
+
+class TickworkStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: DeploymentConfig,
+        code: lambda_.Code | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        names = ResourceNames(prefix=config.prefix)
+        self.sizing = size_executor(config.concurrency_cap, config.queue_count, config.executor_batch_size)
+
+        self.storage = Storage(self, "Storage", names=names, production=config.production)
+        self.dispatch = Dispatch(self, "Dispatch", names=names, queue_count=config.queue_count)
+        self.signing = SigningSecret(self, "Signing", prefix=config.prefix, production=config.production)
+        self.factory = FunctionFactory(
+            self,
+            "Functions",
+            code=code or lambda_code(),
+            prefix=config.prefix,
+            environment=self._environment(),
+            log_retention_days=config.log_retention_days,
+            production=config.production,
+        )
+        self.scheduler = Scheduler(
+            self,
+            "Scheduler",
+            factory=self.factory,
+            storage=self.storage,
+            dispatch=self.dispatch,
+            shard_count=config.shard_count,
+            shards_per_invocation=config.ticker_shards_per_invocation,
+        )
+        self.executor = ExecutorFunction(
+            self,
+            "Executor",
+            factory=self.factory,
+            storage=self.storage,
+            dispatch=self.dispatch,
+            signing_secret=self.signing.secret,
+            sizing=self.sizing,
+            target_arns=config.target_arns or default_target_arns(config.prefix),
+        )
+        self.api = Api(
+            self,
+            "Api",
+            factory=self.factory,
+            storage=self.storage,
+            dispatch=self.dispatch,
+            jwt_issuer=config.jwt_issuer,
+            jwt_audience=config.jwt_audience,
+            rate_limit=config.api_rate_limit,
+            burst_limit=config.api_burst_limit,
+            log_retention=retention(config.log_retention_days),
+            production=config.production,
+        )
+        self.observability = Observability(
+            self,
+            "Observability",
+            monitored=Monitored(
+                service=config.prefix,
+                ticker=self.scheduler.ticker,
+                sweeper=self.scheduler.sweeper,
+                executor=self.executor.function,
+                api=self.api.function,
+                executor_reserved_concurrency=self.sizing.reserved_concurrency,
+                queues=self.dispatch.queues,
+                dead_letter_queue=self.dispatch.dead_letter_queue,
+                tables=list(self.storage.tables.values()),
+            ),
+            prefix=config.prefix,
+            alarm_email=config.alarm_email,
+            start_delay_objective_ms=config.start_delay_objective_ms,
+            oldest_message_age_seconds=config.oldest_message_age_seconds,
+            production=config.production,
+        )
+        Tags.of(self).add("application", "tickwork")
+        Tags.of(self).add("tickwork:prefix", config.prefix)
+        CfnOutput(self, "ApiUrl", value=self.api.url)
+        CfnOutput(self, "SigningSecretArn", value=self.signing.secret.secret_arn)
+        CfnOutput(self, "AlarmTopicArn", value=self.observability.topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=f"{config.prefix}-scheduler")
+
+    def _environment(self) -> dict[str, str]:
+        """What `tickwork.settings.Settings.from_env` reads; validated by the functions at cold start."""
+        c = self.config
+        return {
+            "TICKWORK_MODE": "aws",
+            "TICKWORK_TABLE_PREFIX": c.prefix,
+            "TICKWORK_SHARD_COUNT": str(c.shard_count),
+            "TICKWORK_LOOKAHEAD_SECONDS": str(c.lookahead_seconds),
+            "TICKWORK_CONCURRENCY_CAP": str(c.concurrency_cap),
+            "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(self.dispatch.queue_urls),
+            "TICKWORK_DLQ_URL": self.dispatch.dead_letter_queue.queue_url,
+            "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
+            "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
+            "POWERTOOLS_SERVICE_NAME": c.prefix,
+            "POWERTOOLS_METRICS_NAMESPACE": "Tickwork",
+            "POWERTOOLS_LOG_LEVEL": "INFO",
+        }

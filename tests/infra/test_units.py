@@ -1,0 +1,178 @@
+"""The infra's pure parts, without a synth: sizing, fan-out, configuration, bundling, target grants."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+pytest.importorskip("aws_cdk", reason="the infra extra is not installed")
+
+from infra.config import ConfigError, DeploymentConfig
+from infra.constructs.bundling import PipLocalBundler, docker_command, requirements
+from infra.constructs.executor import ExecutorSizing, size_executor
+from infra.constructs.scheduler import shard_groups
+from infra.constructs.targets import service_of, target_statements
+
+# sizing ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap", "queues", "batch", "expected"),
+    [
+        pytest.param(10_000, 10, 10, ExecutorSizing(10, 100, 1000, 10_000), id="default: 10k runs"),
+        pytest.param(3000, 3, 10, ExecutorSizing(10, 100, 300, 3000), id="even split"),
+        pytest.param(100_000, 10, 10, ExecutorSizing(10, 1000, 10_000, 100_000), id="at the mapping maximum"),
+        pytest.param(10, 10, 10, ExecutorSizing(10, 2, 20, 200), id="tiny cap: the mapping minimum is 2"),
+        pytest.param(1000, 3, 1, ExecutorSizing(1, 333, 999, 999), id="uneven split rounds down"),
+    ],
+)
+def test_executor_sizing(cap: int, queues: int, batch: int, expected: ExecutorSizing) -> None:
+    assert size_executor(cap, queues, batch) == expected
+
+
+def test_sizing_refuses_more_than_a_mapping_can_carry() -> None:
+    with pytest.raises(ValueError, match="queue_count must be at least 20"):
+        size_executor(100_000, 5, 5)
+
+
+# fan-out ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("shards", "per"), [(16, 4), (10, 3), (1, 4), (64, 1), (5, 64)])
+def test_shard_groups_cover_every_shard_once(shards: int, per: int) -> None:
+    groups = shard_groups(shards, per)
+    assert [s for g in groups for s in g] == list(range(shards))
+    assert all(1 <= len(g) <= per for g in groups)
+
+
+# configuration ---------------------------------------------------------------------------------------
+
+
+def test_defaults_size_for_ten_thousand_runs() -> None:
+    config = DeploymentConfig.from_context(lambda _name: None)
+    assert (config.prefix, config.shard_count, config.queue_count, config.concurrency_cap) == (
+        "tickwork",
+        16,
+        10,
+        10_000,
+    )
+    assert not config.production and config.alarm_email is None and config.jwt_issuer is None
+
+
+def test_command_line_strings_are_parsed() -> None:
+    context: dict[str, Any] = {
+        "production": "true",
+        "shard_count": "32",
+        "jwt_issuer": "https://id.example.com",
+        "jwt_audience": "a, b",
+        "target_arns": "arn:aws:sns:us-east-1:123456789012:x",
+    }
+    config = DeploymentConfig.from_context(context.get)
+    assert config.production is True
+    assert config.shard_count == 32
+    assert config.jwt_audience == ("a", "b")
+    assert config.target_arns == ("arn:aws:sns:us-east-1:123456789012:x",)
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"production": "maybe"}, "production"),
+        ({"shard_count": "0"}, "shard_count=0 is outside"),
+        ({"queue_count": "ten"}, "queue_count"),
+        ({"prefix": "Tick Work"}, "prefix"),
+        ({"jwt_issuer": "https://id.example.com"}, "jwt_audience"),
+        ({"alarm_email": "nobody"}, "alarm_email"),
+    ],
+)
+def test_bad_context_is_refused_by_name(context: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DeploymentConfig.from_context(context.get)
+
+
+# bundling --------------------------------------------------------------------------------------------
+
+
+def test_requirements_are_the_projects_pinned_to_what_is_installed() -> None:
+    pinned = requirements()
+    names = [r.split("==")[0] for r in pinned]
+    assert names == ["boto3", "croniter", "aws-lambda-powertools[parser]", "pydantic"]
+    assert all("==" in r for r in pinned)
+    assert "croniter==7.0.0" in pinned
+
+
+def test_pip_targets_the_lambda_platform_with_wheels_only(tmp_path: Path) -> None:
+    bundler = PipLocalBundler(tmp_path, ["croniter==7.0.0", "pydantic==2.9.0"])
+    command = bundler.pip_command("/out")
+    assert command[:4] == [sys.executable, "-m", "pip", "install"]
+    joined = " ".join(command)
+    for flag in (
+        "--target /out",
+        "--platform manylinux2014_aarch64",
+        "--implementation cp",
+        "--python-version 3.12",
+        "--only-binary=:all:",
+        "--no-compile",
+    ):
+        assert flag in joined
+    assert command[-2:] == ["croniter==7.0.0", "pydantic==2.9.0"]
+
+
+def test_sources_are_copied_without_bytecode(tmp_path: Path) -> None:
+    source = tmp_path / "functions"
+    (source / "tickwork" / "handlers" / "__pycache__").mkdir(parents=True)
+    (source / "tickwork" / "__init__.py").write_text("")
+    (source / "tickwork" / "handlers" / "ticker.py").write_text("handler = None\n")
+    (source / "tickwork" / "handlers" / "__pycache__" / "ticker.cpython-311.pyc").write_bytes(b"\0")
+    (source / "tickwork.egg-info").mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    PipLocalBundler(source, []).copy_sources(str(out))
+    copied = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert copied == ["tickwork", "tickwork/__init__.py", "tickwork/handlers", "tickwork/handlers/ticker.py"]
+
+
+def test_docker_fallback_installs_the_same_pins() -> None:
+    command = docker_command(["croniter==7.0.0"])
+    assert command[:2] == ["bash", "-c"]
+    assert "'croniter==7.0.0'" in command[2] and "/asset-output" in command[2]
+
+
+# target grants ---------------------------------------------------------------------------------------
+
+
+def test_each_target_service_gets_its_one_action() -> None:
+    statements = target_statements(
+        [
+            "arn:aws:lambda:eu-west-1:123456789012:function:f",
+            "arn:aws:lambda:eu-west-1:123456789012:function:g:live",
+            "arn:aws:states:eu-west-1:123456789012:stateMachine:m",
+        ]
+    )
+    rendered = {
+        tuple(
+            s.to_json()["Action"] if isinstance(s.to_json()["Action"], list) else [s.to_json()["Action"]]
+        ): s.to_json()["Resource"]
+        for s in statements
+    }
+    assert rendered == {
+        ("lambda:InvokeFunction",): [
+            "arn:aws:lambda:eu-west-1:123456789012:function:f",
+            "arn:aws:lambda:eu-west-1:123456789012:function:f:*",
+            "arn:aws:lambda:eu-west-1:123456789012:function:g:live",
+        ],
+        ("states:StartExecution",): "arn:aws:states:eu-west-1:123456789012:stateMachine:m",
+    }
+
+
+@pytest.mark.parametrize(
+    "arn", ["*", "arn:aws:dynamodb:us-east-1:123456789012:table/jobs", "arn:aws:s3:::bucket"]
+)
+def test_other_services_are_refused(arn: str) -> None:
+    with pytest.raises(ValueError, match="target ARN"):
+        service_of(arn)
