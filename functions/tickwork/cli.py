@@ -45,6 +45,12 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     local.add_argument("--sweep-interval", type=float, default=60.0)
     local.add_argument("--status-interval", type=float, default=5.0)
+    local.add_argument(
+        "--restart-delay", type=float, default=1.0, help="seconds before a dead process restarts"
+    )
+    local.add_argument(
+        "--lease-margin", type=int, default=30, help="seconds past a job's timeout before retry"
+    )
     local.add_argument("--roles", default=",".join(ROLE_ORDER), help="which role processes to start")
     local.add_argument(
         "--token",
@@ -82,6 +88,8 @@ def run_local(args: argparse.Namespace) -> int:
         lookahead_seconds=args.lookahead,
         sweep_interval=args.sweep_interval,
         status_interval=args.status_interval,
+        restart_delay=args.restart_delay,
+        lease_margin_seconds=args.lease_margin,
         tokens=_tokens(args.token),
         roles=roles,
         demo=args.demo,

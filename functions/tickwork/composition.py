@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from datetime import timedelta
 from functools import cached_property
 from random import Random
 from typing import Any
@@ -78,7 +79,9 @@ class Components:
             self.dispatcher,
             self.clock,
             self.metrics,
-            ExecutorConfig(worker_id=worker),
+            ExecutorConfig(
+                worker_id=worker, lease_margin=timedelta(seconds=self.settings.lease_margin_seconds)
+            ),
         )
 
     def sweeper(self) -> Sweeper:

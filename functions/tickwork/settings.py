@@ -44,6 +44,7 @@ class Settings:
     signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
+    lease_margin_seconds: int = 30  # beyond a job's timeout before a silent worker counts as dead
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -79,6 +80,7 @@ class Settings:
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
+            lease_margin_seconds=_int(env, "TICKWORK_LEASE_MARGIN_SECONDS", 30, 1, 600),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 

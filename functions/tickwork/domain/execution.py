@@ -31,9 +31,9 @@ def cancellation_reason(job: Job | None, run: Run) -> str | None:
     return None
 
 
-def claimed(run: Run, job: Job, *, worker: str, now: datetime) -> Run:
+def claimed(run: Run, job: Job, *, worker: str, now: datetime, lease_margin: timedelta = LEASE_MARGIN) -> Run:
     """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
-    lease_expires_at = now + timedelta(seconds=job.timeout_seconds) + LEASE_MARGIN
+    lease_expires_at = now + timedelta(seconds=job.timeout_seconds) + lease_margin
     first_start = run.started_at is None
     return replace(
         run,

@@ -46,6 +46,8 @@ class LocalConfig:
     lookahead_seconds: int = 120
     sweep_interval: float = 60.0
     status_interval: float = 5.0
+    restart_delay: float = 1.0  # before a dead role process is started again
+    lease_margin_seconds: int = 30
     tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
     roles: tuple[str, ...] = ROLE_ORDER
     demo: bool = False
@@ -84,6 +86,12 @@ class LocalRuntime:
             self.emulator.start()
             self.endpoint_url = self.emulator.endpoint_url
         self.env = self._environment()
+        # To start a role by hand against this runtime (tests stop and restart the ticker this way).
+        env_file = self.run_dir / "env.json"
+        env_file.write_text(
+            json.dumps({k: v for k, v in self.env.items() if k.startswith(("AWS_", "TICKWORK_"))})
+        )
+        env_file.chmod(0o600)
         for role in self.config.roles:
             self._spawn(role)
 
@@ -104,15 +112,26 @@ class LocalRuntime:
     def supervise(self) -> None:
         """Restart a role process that died; print a status line every few seconds; until stopped."""
         last_status = 0.0
-        while not self._stop.wait(0.5):
+        died_at: dict[str, float] = {}
+        while not self._stop.wait(0.25):
             for role, running in list(self.processes.items()):
                 code = running.process.poll()
-                if code is not None and not self._stop.is_set():
-                    logger.warning("%s exited with %s; restarting it", role, code)
+                if code is None or self._stop.is_set():
+                    continue
+                first_seen = died_at.setdefault(role, time.monotonic())
+                if time.monotonic() - first_seen >= self.config.restart_delay:
+                    print(f"{role} exited with {code}; restarted", flush=True)  # noqa: T201
+                    del died_at[role]
                     self._spawn(role, restarts=running.restarts + 1)
             if time.monotonic() - last_status >= self.config.status_interval:
                 last_status = time.monotonic()
                 print(self.status_line(), flush=True)  # noqa: T201
+
+    def write_pids(self) -> None:
+        pids = {role: p.process.pid for role, p in self.processes.items()}
+        if self.emulator is not None and self.emulator.pid is not None:
+            pids["emulator"] = self.emulator.pid
+        (self.run_dir / "pids.json").write_text(json.dumps(pids))
 
     def kill_role(self, role: str) -> None:
         """SIGKILL one role process (crash tests); the supervisor restarts it."""
@@ -142,6 +161,7 @@ class LocalRuntime:
                 "TICKWORK_LOOKAHEAD_SECONDS": str(self.config.lookahead_seconds),
                 "TICKWORK_REREAD_SECONDS": str(max(self.config.lookahead_seconds, 60)),
                 "TICKWORK_CONCURRENCY_CAP": str(self.config.concurrency_cap),
+                "TICKWORK_LEASE_MARGIN_SECONDS": str(self.config.lease_margin_seconds),
                 "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
                 "TICKWORK_DLQ_URL": dlq_url,
                 "TICKWORK_SIGNING_SECRET": self._signing_secret(),
@@ -173,6 +193,7 @@ class LocalRuntime:
         )
         log.close()
         self.processes[role] = RoleProcess(role, process, restarts)
+        self.write_pids()
 
     # --- status ------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from random import Random
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError
-from tickwork.domain.execution import after_attempt, cancellation_reason, claimed, terminal
+from tickwork.domain.execution import LEASE_MARGIN, after_attempt, cancellation_reason, claimed, terminal
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
@@ -40,6 +40,7 @@ class Outcome(StrEnum):
 class ExecutorConfig:
     worker_id: str
     max_hold: timedelta = DEFAULT_MAX_HOLD
+    lease_margin: timedelta = LEASE_MARGIN
 
 
 class Executor:
@@ -85,7 +86,9 @@ class Executor:
         reason = cancellation_reason(job, run)
         if reason is not None or job is None:
             return self._end(run, RunState.CANCELLED, reason or "job deleted", Outcome.CANCELLED)
-        mine = claimed(run, job, worker=self._config.worker_id, now=now)
+        mine = claimed(
+            run, job, worker=self._config.worker_id, now=now, lease_margin=self._config.lease_margin
+        )
         exclusive = job.overlap is not OverlapPolicy.ALLOW
         try:
             if exclusive and not self._store.claim_exclusive(run, mine, now):

@@ -1,0 +1,304 @@
+"""End to end over HTTP against `tickwork local` (emulator, API, ticker, executor, sweeper as processes):
+runs start on time, a SIGKILLed executor's run is retried and completed, and a ticker that was down catches
+up every missed fire per each job's policy. Seconds schedules keep it to about two minutes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+from urllib.error import HTTPError
+from urllib.parse import parse_qs, urlsplit
+from urllib.request import Request, urlopen
+
+import pytest
+
+pytestmark = [pytest.mark.ministack]
+
+TOKEN = "e2e-token"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Target:
+    """The loopback HTTP target the jobs call; /slow?sleep=N holds the call N seconds."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+    def start(self) -> Callable[[], None]:
+        calls = self.calls
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                calls.append(
+                    {
+                        "at": time.time(),
+                        "run_id": self.headers.get("Idempotency-Key"),
+                        "attempt": self.headers.get("X-Tickwork-Attempt"),
+                        "path": self.path,
+                    }
+                )
+                time.sleep(float(parse_qs(urlsplit(self.path).query).get("sleep", ["0"])[0]))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+
+        return stop
+
+
+class Local:
+    def __init__(self, state_dir: Path) -> None:
+        self.port = free_port()
+        self.state_dir = state_dir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.ticker: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [
+            sys.executable,
+            "-m",
+            "tickwork.cli",
+            "local",
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state_dir),
+            "--roles",
+            "api,executor,sweeper",  # the test runs the ticker itself, to stop it for a while
+            "--tick-interval",
+            "2",
+            "--lookahead",
+            "4",
+            "--sweep-interval",
+            "1",
+            "--status-interval",
+            "5",
+            "--restart-delay",
+            "1",
+            "--lease-margin",
+            "2",
+            "--shards",
+            "2",
+            "--queues",
+            "1",
+            "--token",
+            f"{TOKEN}=e2e-user",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.process = subprocess.Popen(
+            args, env=env, stdout=(self.state_dir / "cli.out").open("wb"), stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if self.call("GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError(
+                "tickwork local did not come up: " + (self.state_dir / "cli.out").read_text()
+            )
+        self.start_ticker()
+
+    def start_ticker(self) -> None:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            **json.loads((self.state_dir / "run" / "env.json").read_text()),
+        }
+        log = (self.state_dir / "run" / "ticker.log").open("ab")
+        self.ticker = subprocess.Popen(
+            [sys.executable, "-m", "tickwork.local.roles", "ticker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill_ticker(self) -> None:
+        assert self.ticker is not None
+        self.ticker.kill()
+        self.ticker.wait()
+
+    def pid(self, role: str) -> int:
+        return int(json.loads((self.state_dir / "run" / "pids.json").read_text())[role])
+
+    def stop(self) -> None:
+        if self.ticker is not None and self.ticker.poll() is None:
+            self.ticker.send_signal(signal.SIGTERM)
+            self.ticker.wait(timeout=15)
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(timeout=30)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        request = Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        try:
+            with urlopen(request, timeout=10) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def create(self, name: str, url: str, **extra: Any) -> str:
+        body = {
+            "name": name,
+            "schedule": {"expression": "*/10 * * * * *"},
+            "target": {"kind": "http", "config": {"url": url, "method": "POST"}},
+            **extra,
+        }
+        status, job = self.call("POST", "/jobs", body)
+        assert status == 201, job
+        return str(job["id"])
+
+    def runs(self, job_id: str) -> list[dict[str, Any]]:
+        status, page = self.call("GET", f"/jobs/{job_id}/runs?limit=100")
+        assert status == 200, page
+        return list(page["items"])
+
+    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    t = Target()
+    stop = t.start()
+    yield t
+    stop()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory, ministack: Any) -> Iterator[Local]:
+    # `ministack` only makes sure the emulator is installed; tickwork local starts its own.
+    runtime = Local(tmp_path_factory.mktemp("tickwork-local"))
+    runtime.start()
+    yield runtime
+    runtime.stop()
+
+
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_runs_start_on_time_and_show_in_the_history(local: Local, target: Target) -> None:
+    job_id = local.create("on time", f"{target.url}/ok")
+
+    local.wait_for(
+        "3 succeeded runs", lambda: sum(r["state"] == "succeeded" for r in local.runs(job_id)) >= 3, 60
+    )
+
+    runs = [r for r in local.runs(job_id) if r["state"] == "succeeded"]
+    for run in runs:
+        scheduled = instant(run["timings"]["scheduled_for"])
+        assert scheduled.second % 10 == 0 and run["attempt"] == 1 and run["trigger"] == "schedule"
+        assert 0 <= run["timings"]["start_delay_ms"] < 1000, run
+        [call] = [c for c in target.calls if c["run_id"] == run["id"]]
+        assert 0 <= call["at"] - scheduled.timestamp() < 1.0
+    status, _ = local.call("POST", f"/jobs/{job_id}/pause")
+    assert status == 200
+
+
+def test_a_run_whose_executor_is_killed_is_retried_and_completed(local: Local, target: Target) -> None:
+    job_id = local.create(
+        "survives a crash",
+        f"{target.url}/slow?sleep=3",
+        timeout_seconds=5,
+        policies={"retry": {"max_attempts": 3, "backoff_base_seconds": 0.5, "backoff_max_seconds": 1}},
+    )
+    local.wait_for("a call in flight", lambda: any(c["path"].startswith("/slow") for c in target.calls), 30)
+    first = next(c for c in target.calls if c["path"].startswith("/slow"))
+    os.kill(local.pid("executor"), signal.SIGKILL)  # mid-run: the target is still holding the call
+
+    def finished() -> bool:
+        return any(r["id"] == first["run_id"] and r["state"] == "succeeded" for r in local.runs(job_id))
+
+    local.wait_for("the killed run to be retried and succeed", finished, 60)
+    local.call("POST", f"/jobs/{job_id}/pause")
+    [run] = [r for r in local.runs(job_id) if r["id"] == first["run_id"]]
+    assert run["attempt"] == 2
+    assert [a["status"] for a in run["attempts"]] == ["LeaseExpired", "204"]
+    assert sorted(c["attempt"] for c in target.calls if c["run_id"] == run["id"]) == ["1", "2"]
+
+
+def test_a_ticker_down_for_a_while_catches_up_every_missed_fire_per_policy(
+    local: Local, target: Target
+) -> None:
+    jobs = {
+        policy: local.create(f"outage {policy}", f"{target.url}/ok", policies={"missed_fire": policy})
+        for policy in ("run_all", "coalesce", "skip")
+    }
+    local.kill_ticker()
+    down_at = datetime.now(UTC)
+    time.sleep(32)
+    local.start_ticker()
+    restarted_at = datetime.now(UTC)
+
+    def caught_up() -> bool:
+        return all(
+            any(
+                instant(r["timings"]["scheduled_for"]) > restarted_at and r["state"] == "succeeded"
+                for r in local.runs(job_id)
+            )
+            for job_id in jobs.values()
+        )
+
+    local.wait_for("all jobs back on schedule", caught_up, 60)
+    for job_id in jobs.values():
+        local.call("POST", f"/jobs/{job_id}/pause")
+    for policy, job_id in jobs.items():
+        runs = sorted(local.runs(job_id), key=lambda r: r["timings"]["scheduled_for"])
+        slots = [instant(r["timings"]["scheduled_for"]) for r in runs]
+        assert all(b - a == timedelta(seconds=10) for a, b in pairwise(slots)), slots  # no gap
+        missed_window = [
+            r
+            for r in runs
+            if down_at + timedelta(seconds=5) < instant(r["timings"]["scheduled_for"]) < restarted_at
+        ]
+        assert len(missed_window) >= 2, (policy, runs)
+        states = [r["state"] for r in missed_window]
+        if policy == "run_all":
+            assert states == ["succeeded"] * len(states)
+            assert {r["trigger"] for r in missed_window} == {"catch-up"}
+        elif policy == "coalesce":
+            assert states == ["missed"] * (len(states) - 1) + ["succeeded"]
+        else:
+            assert states == ["missed"] * len(states)
