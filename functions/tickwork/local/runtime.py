@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 
@@ -67,6 +67,7 @@ class LocalRuntime:
         self.endpoint_url = config.endpoint_url or ""
         self.env: dict[str, str] = {}
         self.processes: dict[str, RoleProcess] = {}
+        self._clients: dict[str, Any] = {}
         self._stop = threading.Event()
         self.run_dir = config.state_dir / "run"
 
@@ -142,15 +143,8 @@ class LocalRuntime:
     def _environment(self) -> dict[str, str]:
         names = ResourceNames(prefix="tickwork")
         aws_env = client_env(self.endpoint_url)
-        session = boto3.session.Session(
-            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
-            region_name=aws_env["AWS_DEFAULT_REGION"],
-        )
-        ensure_tables(session.client("dynamodb", endpoint_url=self.endpoint_url), names)
-        queue_urls, dlq_url = ensure_queues(
-            session.client("sqs", endpoint_url=self.endpoint_url), names, self.config.dispatch_queues
-        )
+        ensure_tables(self._client("dynamodb"), names)
+        queue_urls, dlq_url = ensure_queues(self._client("sqs"), names, self.config.dispatch_queues)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}
         env.update(aws_env)
         env.update(
@@ -174,6 +168,19 @@ class LocalRuntime:
             }
         )
         return env
+
+    def _client(self, service: Literal["dynamodb", "sqs"]) -> Any:
+        """The supervisor's own clients (bootstrap, status), pointed at the emulator; built once."""
+        if service not in self._clients:
+            aws_env = client_env(self.endpoint_url)
+            self._clients[service] = boto3.client(
+                service,
+                endpoint_url=self.endpoint_url,
+                region_name=aws_env["AWS_DEFAULT_REGION"],
+                aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
+            )
+        return self._clients[service]
 
     def _signing_secret(self) -> str:
         """One secret per local installation, kept with its state, so receivers can verify across restarts."""
@@ -200,14 +207,7 @@ class LocalRuntime:
     def status(self) -> dict[str, Any]:
         summary = summarize(read_snapshots(self.run_dir))
         counts = summary["counts"]
-        aws_env = client_env(self.endpoint_url)
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=self.endpoint_url,
-            region_name=aws_env["AWS_DEFAULT_REGION"],
-            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
-        )
+        sqs = self._client("sqs")
         depth = 0
         for url in self.env.get("TICKWORK_DISPATCH_QUEUE_URLS", "").split(","):
             if url:
@@ -229,15 +229,9 @@ class LocalRuntime:
         }
 
     def _job_count(self) -> int:
-        aws_env = client_env(self.endpoint_url)
-        dynamodb = boto3.client(
-            "dynamodb",
-            endpoint_url=self.endpoint_url,
-            region_name=aws_env["AWS_DEFAULT_REGION"],
-            aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
-        )
-        table = dynamodb.describe_table(TableName=ResourceNames(prefix="tickwork").table(JOBS))["Table"]
+        table = self._client("dynamodb").describe_table(
+            TableName=ResourceNames(prefix="tickwork").table(JOBS)
+        )["Table"]
         return int(table.get("ItemCount", 0))
 
     def status_line(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -96,17 +97,8 @@ class DynamoStore:
             "KeyConditionExpression": "due_key = :k AND next_fire_at <= :t",
             "ExpressionAttributeValues": serialize({":k": due_key, ":t": format_instant(through)}),
         }
-        while True:
-            try:
-                page = self._client.query(**request)
-            except ClientError as error:
-                raise self._translate(error) from error
-            for item in page.get("Items", []):
-                yield job_from_item(deserialize(item))
-            last = page.get("LastEvaluatedKey")
-            if not last:
-                return
-            request["ExclusiveStartKey"] = last
+        for item in self._query_items(request):
+            yield job_from_item(item)
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
         found: set[datetime] = set()
@@ -128,17 +120,7 @@ class DynamoStore:
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
         }
-        runs: list[Run] = []
-        while len(runs) < limit:
-            try:
-                page = self._client.query(**request)
-            except ClientError as error:
-                raise self._translate(error) from error
-            runs.extend(run_from_item(deserialize(item)) for item in page.get("Items", []))
-            if not page.get("LastEvaluatedKey"):
-                break
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return runs[:limit]
+        return [run_from_item(item) for item in islice(self._query_items(request), limit)]
 
     # --- the API's reads (pages with an opaque position) ------------------------------------------------
 
@@ -251,18 +233,7 @@ class DynamoStore:
             "ProjectionExpression": "scheduled_for",
             "ConsistentRead": True,
         }
-        found: set[datetime] = set()
-        while True:
-            try:
-                page = self._client.query(**request)
-            except ClientError as error:
-                raise self._translate(error) from error
-            found.update(
-                parse_instant(str(deserialize(item)["scheduled_for"])) for item in page.get("Items", [])
-            )
-            if not page.get("LastEvaluatedKey"):
-                return found
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return {parse_instant(str(item["scheduled_for"])) for item in self._query_items(request)}
 
     def get_watermark(self, shard: int) -> datetime | None:
         item = self._get(self.tables.shards, {"shard_id": f"{shard:04d}"})
@@ -489,13 +460,19 @@ class DynamoStore:
             "KeyConditionExpression": "open_key = :k AND check_at <= :t",
             "ExpressionAttributeValues": serialize({":k": f"{shard:04d}", ":t": format_instant_ms(through)}),
         }
+        for item in self._query_items(request):
+            yield run_from_item(item)
+
+    def _query_items(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Every item of a Query, page after page, deserialized; AWS errors translated."""
+        request = dict(request)
         while True:
             try:
                 page = self._client.query(**request)
             except ClientError as error:
                 raise self._translate(error) from error
             for item in page.get("Items", []):
-                yield run_from_item(deserialize(item))
+                yield deserialize(item)
             if not page.get("LastEvaluatedKey"):
                 return
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
