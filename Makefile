@@ -32,5 +32,9 @@ test: lint
 run: install
 	$(VENV)/bin/tickwork local --demo
 
+# Synthesizes the CloudFormation template offline (no credentials, no Docker: pip bundles the Lambda code).
+synth: install
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --yes aws-cdk@2 synth --quiet
+
 clean:
 	rm -rf $(VENV) $(MS_VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out
