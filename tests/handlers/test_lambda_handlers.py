@@ -107,6 +107,8 @@ def test_ticker_sweeper_and_executor_handlers_take_their_sample_events(
     assert response == {"batchItemFailures": []}
     run = deployed.store.get_run("job_example", datetime(2026, 12, 2, 12, 5, tzinfo=UTC))
     assert run is not None and run.state is RunState.SUCCEEDED and run.start_delay_ms == 100
+    # The queue's SentTimestamp in the event becomes the run's dispatch time.
+    assert run.dispatched_at == datetime(2026, 12, 2, 12, 3, 0, 600000, tzinfo=UTC)
     assert [h["Idempotency-Key"] for h in received] == ["job_example:20261202T120500Z"]
 
     clock.set(datetime(2026, 12, 2, 12, 7, 0, tzinfo=UTC))

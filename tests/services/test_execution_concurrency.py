@@ -154,5 +154,8 @@ def test_a_burst_larger_than_the_cap_never_exceeds_it(
     assert slow_target.calls == len(runs) == 24
     assert slow_target.peak == cap  # the cap was reached ...
     assert pool.stats.peak_in_flight <= cap  # ... and never exceeded
-    states = [s.state for r in runs if (s := store.get_run(r.job_id, r.scheduled_for)) is not None]
-    assert states == [RunState.SUCCEEDED] * len(runs)
+    stored = [s for r in runs if (s := store.get_run(r.job_id, r.scheduled_for)) is not None]
+    assert [s.state for s in stored] == [RunState.SUCCEEDED] * len(runs)
+    assert all(
+        s.dispatched_at is not None and s.dispatched_at <= (s.started_at or s.dispatched_at) for s in stored
+    )

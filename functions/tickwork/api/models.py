@@ -443,6 +443,9 @@ class TimingsOut(BaseModel):
     scheduled_for: datetime = Field(description="The nominal fire time.")
     due_at: datetime = Field(description="scheduled_for + the job's deterministic jitter.")
     planned_at: datetime
+    dispatched_at: datetime | None = Field(
+        description="When the queue accepted the message of the first attempt (recorded at its start)."
+    )
     started_at: datetime | None
     finished_at: datetime | None
     start_delay_ms: int | None = Field(description="First start minus due_at.")
@@ -473,6 +476,7 @@ class RunOut(BaseModel):
                 scheduled_for=run.scheduled_for,
                 due_at=run.due_at,
                 planned_at=run.planned_at,
+                dispatched_at=run.dispatched_at,
                 started_at=run.started_at,
                 finished_at=run.finished_at,
                 start_delay_ms=run.start_delay_ms,

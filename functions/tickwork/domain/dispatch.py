@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Run
@@ -20,6 +20,8 @@ class RunMessage:
     scheduled_for: datetime
     attempt: int  # the run's attempt counter when sent: a claim succeeds only if it still matches
     not_before: datetime  # the run's due time (or retry time): executors hold early arrivals until then
+    # When the queue accepted this message (SQS SentTimestamp), filled in by the consumer; not in the body.
+    sent_at: datetime | None = field(default=None, compare=False)
 
     @classmethod
     def for_run(cls, run: Run, not_before: datetime | None = None) -> RunMessage:
@@ -48,6 +50,12 @@ class RunMessage:
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error
+
+    def with_sent_at_ms(self, sent_timestamp_ms: str | int | None) -> RunMessage:
+        """The message as received, stamped with SQS's SentTimestamp (epoch milliseconds), if known."""
+        if sent_timestamp_ms is None:
+            return self
+        return replace(self, sent_at=datetime.fromtimestamp(int(sent_timestamp_ms) / 1000, tz=UTC))
 
     @property
     def dedupe_id(self) -> str:

@@ -31,7 +31,15 @@ def cancellation_reason(job: Job | None, run: Run) -> str | None:
     return None
 
 
-def claimed(run: Run, job: Job, *, worker: str, now: datetime, lease_margin: timedelta = LEASE_MARGIN) -> Run:
+def claimed(
+    run: Run,
+    job: Job,
+    *,
+    worker: str,
+    now: datetime,
+    lease_margin: timedelta = LEASE_MARGIN,
+    dispatched_at: datetime | None = None,
+) -> Run:
     """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
     lease_expires_at = now + timedelta(seconds=job.timeout_seconds) + lease_margin
     first_start = run.started_at is None
@@ -42,6 +50,7 @@ def claimed(run: Run, job: Job, *, worker: str, now: datetime, lease_margin: tim
         lease_owner=worker,
         lease_expires_at=lease_expires_at,
         started_at=now if first_start else run.started_at,
+        dispatched_at=dispatched_at if first_start else run.dispatched_at,
         # Start delay is measured once, for the first attempt, against the due time (fire + jitter).
         start_delay_ms=int((now - run.due_at).total_seconds() * 1000) if first_start else run.start_delay_ms,
         retry_at=None,

@@ -147,6 +147,7 @@ class Run:
     expires_at: datetime  # retention (DynamoDB TTL)
     shard: int
     attempt: int = 0  # incremented by every claim: the fencing token
+    dispatched_at: datetime | None = None  # when the queue accepted the message the first attempt came from
     redispatched_at: datetime | None = None  # last re-send by the sweeper: pushes its next check back
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -14,7 +14,8 @@ from tickwork.services.executing import Executor, Outcome
 
 
 def _execute(executor: Executor, record: dict[str, Any]) -> Outcome:
-    return executor.execute(RunMessage.from_json(record["body"]))
+    message = RunMessage.from_json(record["body"])
+    return executor.execute(message.with_sent_at_ms(record.get("attributes", {}).get("SentTimestamp")))
 
 
 @metrics.log_metrics

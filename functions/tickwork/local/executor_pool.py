@@ -58,7 +58,10 @@ class ExecutorPool:
                 url = self._queue_urls[queue_index % len(self._queue_urls)]
                 queue_index += 1
                 response = self._sqs.receive_message(
-                    QueueUrl=url, MaxNumberOfMessages=min(10, free), WaitTimeSeconds=self._poll_wait
+                    QueueUrl=url,
+                    MaxNumberOfMessages=min(10, free),
+                    WaitTimeSeconds=self._poll_wait,
+                    MessageSystemAttributeNames=["SentTimestamp"],
                 )
                 messages = response.get("Messages", [])
                 for _ in range(free - len(messages)):
@@ -87,7 +90,9 @@ class ExecutorPool:
 
     def _process(self, executor: Executor, url: str, message: dict[str, Any]) -> None:
         try:
-            outcome: Outcome = executor.execute(RunMessage.from_json(message["Body"]))
+            received = RunMessage.from_json(message["Body"])
+            sent_at = message.get("Attributes", {}).get("SentTimestamp")
+            outcome: Outcome = executor.execute(received.with_sent_at_ms(sent_at))
             self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
             logger.debug("message %s: %s", message.get("MessageId"), outcome)
         except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers

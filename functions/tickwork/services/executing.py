@@ -87,7 +87,12 @@ class Executor:
         if reason is not None or job is None:
             return self._end(run, RunState.CANCELLED, reason or "job deleted", Outcome.CANCELLED)
         mine = claimed(
-            run, job, worker=self._config.worker_id, now=now, lease_margin=self._config.lease_margin
+            run,
+            job,
+            worker=self._config.worker_id,
+            now=now,
+            lease_margin=self._config.lease_margin,
+            dispatched_at=message.sent_at,
         )
         exclusive = job.overlap is not OverlapPolicy.ALLOW
         try:
