@@ -72,7 +72,8 @@ def test_paused_fires_follow_the_missed_fire_policy_through_the_next_tick(
     assert result.paused_fires.policy is policy and result.paused_fires.effect == effect
     resumed = store.get_job(job.job_id)
     assert resumed is not None and resumed.next_fire_at == at("2026-12-02T12:15:00")  # two planned by resume
-    assert resumed.due_key == f"{job.shard:04d}#2026-12-02T12:31"  # filed under the resume minute
+    # Filed under the resume's horizon (12:31:10 + 120 s), which the next tick reads, not under 12:15.
+    assert resumed.due_key == f"{job.shard:04d}#2026-12-02T12:33"
 
     clock.set(at("2026-12-02T12:31:30"))
     report = Planner(store, dispatcher, clock).plan(job.shard)

@@ -223,3 +223,21 @@ def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backen
     sqs.send_message(QueueUrl=dlq_url, MessageBody="not a run message")
     letters = SqsDeadLetters(sqs, dlq_url).receive(10)
     assert sorted(letter.message is None for letter in letters) == [False, True]
+
+
+def test_a_stale_waiting_slot_is_taken_over(backend: Backend) -> None:
+    """The waiting run left the queue another way (cancelled when its job was paused): the slot it still
+    names must not block the job's queue forever."""
+    store, job = backend.store, a_job()
+    fires = [FIRE, FIRE + timedelta(minutes=5), FIRE + timedelta(minutes=10)]
+    runs = [a_run(job, f) for f in fires]
+    store.create_job(job, runs)
+    assert store.claim_exclusive(runs[0], claimed(runs[0], job, worker="a", now=FIRE), FIRE)
+    waiting = replace(runs[1], state=RunState.QUEUED)
+    assert store.enqueue_behind(runs[1], waiting)
+    store.transition_run(waiting, replace(waiting, state=RunState.CANCELLED, finished_at=FIRE))
+
+    assert store.enqueue_behind(runs[2], replace(runs[2], state=RunState.QUEUED))
+
+    raw = backend.clients["dynamodb"].get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})
+    assert raw["Item"]["queued_run"]["S"] == runs[2].run_id

@@ -12,6 +12,7 @@ from tests.fakes import CrashError, RecordingDispatcher, RecordingMetrics, Scrip
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
+from tickwork.domain.execution import claimed
 from tickwork.domain.models import OverlapPolicy, RetryPolicy, Run, RunState, Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
@@ -338,3 +339,33 @@ def test_overlap_queue_keeps_one_waiting_run_and_starts_it_after(
 def test_overlap_allow_runs_them_side_by_side(store: DynamoStore, clock: FakeClock) -> None:
     _, outcomes = _overlapping(store, clock, OverlapPolicy.ALLOW)
     assert outcomes == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.SUCCEEDED]
+
+
+def test_a_dead_letter_of_an_older_attempt_does_not_fail_the_newer_one(world: World) -> None:
+    world.invoker.results = [failure()]
+    stale = world.first_message()
+    assert world.executor().execute(stale) is Outcome.RETRY_SCHEDULED  # attempt 1 failed, retry pending
+    dead_letters = NoDeadLetters([DeadLetter("r-old", stale, stale.to_json(), receive_count=5)])
+
+    report = world.sweeper(dead_letters).sweep()
+
+    assert report.dead_lettered == 0 and dead_letters.deleted == ["r-old"]
+    assert world.run().state is RunState.RETRY_WAIT  # the retry still happens
+
+
+def test_a_retry_that_finds_the_overlap_slot_taken_waits_instead_of_being_skipped(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    world, _ = _overlapping(store, clock, OverlapPolicy.SKIP)
+    runs = world.store.list_runs(world.job.job_id, newest_first=False)
+    holder, retrying = runs[3], runs[4]
+    assert world.store.claim_exclusive(
+        holder, claimed(holder, world.job, worker="x", now=clock.now()), clock.now()
+    )
+    waiting = replace(retrying, state=RunState.RETRY_WAIT, attempt=1, retry_at=clock.now())
+    world.store.transition_run(retrying, waiting)
+
+    outcome = world.executor().execute(RunMessage.for_run(waiting, clock.now()))
+
+    assert outcome is Outcome.DEFERRED and world.run(retrying.scheduled_for).state is RunState.RETRY_WAIT
+    assert world.dispatcher.messages[-1].not_before == clock.now() + timedelta(seconds=30)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage, delay_seconds
 from tickwork.domain.errors import DispatchError, ValidationError
@@ -65,8 +65,8 @@ class SqsDispatcher:
             ]
             try:
                 response = self._client.send_message_batch(QueueUrl=url, Entries=entries)
-            except ClientError as error:
-                detail = str(error)
+            except (ClientError, BotoCoreError) as error:
+                detail = f"{type(error).__name__}: {error}"
                 continue
             for ok in response.get("Successful", []):
                 pending.pop(ok["Id"], None)
@@ -86,12 +86,15 @@ class SqsDeadLetters:
         self._queue_url = queue_url
 
     def receive(self, max_messages: int) -> list[DeadLetter]:
-        response = self._client.receive_message(
-            QueueUrl=self._queue_url,
-            MaxNumberOfMessages=min(10, max_messages),
-            WaitTimeSeconds=0,
-            MessageSystemAttributeNames=["ApproximateReceiveCount"],
-        )
+        try:
+            response = self._client.receive_message(
+                QueueUrl=self._queue_url,
+                MaxNumberOfMessages=min(10, max_messages),
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except (ClientError, BotoCoreError) as error:
+            raise DispatchError([], f"reading the DLQ: {type(error).__name__}: {error}") from error
         letters: list[DeadLetter] = []
         for raw in response.get("Messages", []):
             body = raw.get("Body", "")
@@ -106,4 +109,7 @@ class SqsDeadLetters:
         return letters
 
     def delete(self, receipt: str) -> None:
-        self._client.delete_message(QueueUrl=self._queue_url, ReceiptHandle=receipt)
+        try:
+            self._client.delete_message(QueueUrl=self._queue_url, ReceiptHandle=receipt)
+        except (ClientError, BotoCoreError) as error:
+            raise DispatchError([], f"deleting a dead letter: {type(error).__name__}: {error}") from error

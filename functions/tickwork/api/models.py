@@ -45,7 +45,9 @@ from tickwork.services.jobs import (
     check_retry,
 )
 
-MAX_TIMEOUT_SECONDS = 900  # the executor's own ceiling (the dispatch queue's visibility timeout is 960 s)
+# The executor Lambda stops at 900 s: a call must end, and its outcome be written, well inside that, or the
+# run is retried after its lease as if the worker had died (a second call of the target).
+MAX_TIMEOUT_SECONDS = 840
 MAX_RETENTION_DAYS = 365
 MAX_TAGS = 50
 MAX_ATTEMPTS = 10

@@ -97,6 +97,10 @@ class Job:
     # Set by resume: fires between paused_at and now are still owed a decision (missed-fire policy), so the
     # job is filed in the `due` index under the resume minute, where the ticker's next read will find it.
     resumed_at: datetime | None = None
+    # Set by user writes to now + lookahead: a job still owing fires (its next fire is in the past) is filed
+    # in the `due` index under this minute, which the next tick reads, instead of under an old minute that
+    # no tick reads again.
+    due_floor: datetime | None = None
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -109,14 +113,15 @@ class Job:
     def due_key(self) -> str | None:
         """Key in the sparse `due` index; only active jobs with a next fire are in it.
 
-        Filed under the minute of the next fire, or of the resume when that fire is older (the fires owed
-        after a pause): a bucket older than the ticker's re-read window would never be read again.
+        Filed under the minute of the next fire, or of `due_floor` when that fire is older (fires owed after
+        a pause or an edit of a job that was behind): a bucket older than the ticker's re-read window would
+        never be read again.
         """
         if self.state is not JobState.ACTIVE or self.next_fire_at is None:
             return None
         filed_at = self.next_fire_at
-        if self.resumed_at is not None and self.resumed_at > filed_at:
-            filed_at = self.resumed_at
+        if self.due_floor is not None and self.due_floor > filed_at:
+            filed_at = self.due_floor
         return due_key(self.shard, filed_at)
 
     def advanced_to(self, next_fire_at: datetime | None) -> Job:

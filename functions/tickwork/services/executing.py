@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from random import Random
+from typing import TypeVar
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import RunMessage
@@ -15,12 +18,16 @@ from tickwork.domain.execution import LEASE_MARGIN, after_attempt, cancellation_
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
+from tickwork.services.retrying import with_store_retries
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
 # further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
 DEFAULT_MAX_HOLD = timedelta(seconds=2)
+# A retry that finds the job's overlap slot taken looks again this much later.
+BLOCKED_RETRY_WAIT = timedelta(seconds=30)
 
 
 class Outcome(StrEnum):
@@ -96,10 +103,10 @@ class Executor:
         )
         exclusive = job.overlap is not OverlapPolicy.ALLOW
         try:
-            if exclusive and not self._store.claim_exclusive(run, mine, now):
+            if exclusive and not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
                 return self._blocked_by_overlap(run, job)
             if not exclusive:
-                self._store.transition_run(run, mine)
+                self._retrying(partial(self._store.transition_run, run, mine))
         except StaleRunError:
             return Outcome.DUPLICATE  # another delivery claimed it first
         if mine.attempt == 1 and mine.start_delay_ms is not None:
@@ -121,12 +128,14 @@ class Executor:
         now = self._clock.now()
         finished = after_attempt(run, job, result, now=now, rng=self._rng)
         try:
+            # Retried on throttling: losing this write would turn a finished call into an expired lease,
+            # and so into a second call of the target.
             if exclusive and finished.state is not RunState.RETRY_WAIT:
-                waiting = self._store.finish_exclusive(run, finished)
+                waiting = self._retrying(partial(self._store.finish_exclusive, run, finished))
                 if waiting is not None:
                     self._release_queued(waiting, run.shard)
             else:
-                self._store.transition_run(run, finished)
+                self._retrying(partial(self._store.transition_run, run, finished))
         except StaleRunError:
             # A newer attempt owns the run (our lease expired and it was taken over): our result must not
             # overwrite it.
@@ -149,12 +158,18 @@ class Executor:
         return Outcome.FAILED
 
     def _blocked_by_overlap(self, run: Run, job: Job) -> Outcome:
+        if run.attempt > 0:
+            # A retry of a run that already started is not a new overlapping fire: it waits for the slot
+            # instead of being skipped (a skipped retry would be a failure nobody hears about).
+            now = self._clock.now()
+            self._dispatcher.redispatch(RunMessage.for_run(run, now + BLOCKED_RETRY_WAIT), run.shard, now)
+            return Outcome.DEFERRED
         if job.overlap is OverlapPolicy.QUEUE:
             waiting = replace(
                 run, state=RunState.QUEUED, reason="waiting for the job's running run to finish"
             )
             try:
-                if self._store.enqueue_behind(run, waiting):
+                if self._retrying(partial(self._store.enqueue_behind, run, waiting)):
                     self._metrics.count("RunsQueued")
                     return Outcome.QUEUED
             except StaleRunError:
@@ -171,12 +186,22 @@ class Executor:
         queued = self._store.get_run(job_id, scheduled_for)
         if queued is not None and queued.state is RunState.QUEUED:
             now = self._clock.now()
-            self._dispatcher.redispatch(RunMessage.for_run(queued, now), shard, now)
+            try:
+                self._dispatcher.redispatch(RunMessage.for_run(queued, now), shard, now)
+            except DispatchError as error:
+                # The queued run is in the sweeper's work list; it re-sends it after its grace period.
+                logger.error("could not release queued run %s, sweeper will: %s", run_id, error)
+                self._metrics.count("DispatchFailures")
 
     def _end(self, run: Run, state: RunState, reason: str, outcome: Outcome) -> Outcome:
         try:
-            self._store.transition_run(run, terminal(run, state, reason, self._clock.now()))
+            self._retrying(
+                partial(self._store.transition_run, run, terminal(run, state, reason, self._clock.now()))
+            )
         except StaleRunError:
             return Outcome.DUPLICATE
         self._metrics.count(f"Runs{state.value.capitalize()}")
         return outcome
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        return with_store_retries(operation, self._clock, self._rng)

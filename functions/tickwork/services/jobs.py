@@ -200,6 +200,17 @@ def check_retry(retry: RetryPolicy, field_prefix: str) -> None:
         )
 
 
+_INSTANT = timedelta(microseconds=1)
+
+
+def _resume_from(job: Job, now: datetime) -> datetime:
+    """Fires owed from before the pause (the job was behind) come first, then those inside the pause."""
+    start = job.paused_at or now
+    if job.next_fire_at is not None:
+        start = min(start, job.next_fire_at - _INSTANT)
+    return start
+
+
 def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
     """The job after a user's edit: version + 1; a changed schedule fires next from `now`."""
     schedule = _patched_schedule(job.schedule, patch.schedule)
@@ -219,8 +230,11 @@ def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
         updated_at=now,
     )
     if schedule != job.schedule:
-        # Fires of the old schedule already planned are cancelled by the executor at claim time.
-        edited = replace(edited, next_fire_at=next_fire_after(schedule, now))
+        # Fires of the old schedule already planned are cancelled by the executor at claim time. A job that
+        # was behind (its next fire already past) still owes the new schedule's fires since then: they
+        # follow the missed-fire policy instead of vanishing.
+        start = now if job.next_fire_at is None else min(now, job.next_fire_at - _INSTANT)
+        edited = replace(edited, next_fire_at=next_fire_after(schedule, start))
     return edited
 
 
@@ -458,7 +472,7 @@ class JobService:
     def resume(self, owner: str, job_id: str, if_match: int | None = None) -> ResumeResult:
         """The job fires again from the first fire after its pause: the fires that fell inside the pause
         follow the job's missed-fire policy, as after an outage. What fits in one transaction is planned
-        here; the job is filed in the `due` index under the resume minute, so the next tick plans the rest."""
+        here; the job is filed in the `due` index under `due_floor`, so the next tick plans the rest."""
 
         def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
             if job.state is JobState.ACTIVE:
@@ -470,7 +484,7 @@ class JobService:
                 resumed_at=now,
                 updated_at=now,
                 version=job.version + 1,
-                next_fire_at=next_fire_after(job.schedule, job.paused_at or now),
+                next_fire_at=next_fire_after(job.schedule, _resume_from(job, now)),
             )
             return self._plan_own_horizon(resumed, now)
 
@@ -546,10 +560,11 @@ class JobService:
         """Fires up to now + lookahead may lie inside a horizon a tick has already planned: plan them here."""
         if job.state is not JobState.ACTIVE:
             return job, ()
-        batch = plan_batch(
-            job, now=now, horizon=now + self._config.lookahead, max_runs=self._config.max_self_planned_runs
-        )
-        return job.advanced_to(batch.next_fire_at), batch.runs
+        horizon = now + self._config.lookahead
+        batch = plan_batch(job, now=now, horizon=horizon, max_runs=self._config.max_self_planned_runs)
+        # More owed fires than one transaction holds: the ticker plans the rest. `due_floor` files the job
+        # under the horizon's minute, which the next tick reads whatever the index lag.
+        return replace(job.advanced_to(batch.next_fire_at), due_floor=horizon), batch.runs
 
     def _dispatch(self, runs: tuple[Run, ...], now: datetime) -> None:
         to_send = [r for r in runs if r.state is RunState.PLANNED]

@@ -8,8 +8,8 @@ from datetime import datetime
 from random import Random
 
 from tickwork.domain.clock import Clock
-from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.errors import DispatchError, StaleRunError
+from tickwork.domain.dispatch import DeadLetter, RunMessage
+from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import after_lease_expired, terminal
 from tickwork.domain.models import Run, RunState
 from tickwork.services.ports import DeadLetterSource, Dispatcher, Metrics, RunStore
@@ -50,9 +50,19 @@ class Sweeper:
         now = now or self._clock.now()
         report = SweepReport()
         for shard in range(self._shard_count):
-            for run in list(self._store.open_runs(shard, now)):
+            try:
+                overdue = list(self._store.open_runs(shard, now))
+            except TransientStoreError as error:
+                report.errors.append(f"shard {shard}: {error}")
+                logger.error("sweeper could not read shard %d (next sweep retries): %s", shard, error)
+                continue
+            for run in overdue:
                 self._repair(run, now, report)
-        self._drain_dead_letters(now, report)
+        try:
+            self._drain_dead_letters(now, report)
+        except (DispatchError, TransientStoreError) as error:
+            report.errors.append(f"dead letters: {error}")
+            logger.error("sweeper could not drain the DLQ (next sweep retries): %s", error)
         for name, value in (
             ("SweeperRedispatched", report.redispatched),
             ("ExpiredLeases", report.expired_leases),
@@ -77,9 +87,10 @@ class Sweeper:
                 report.redispatched += 1
         except StaleRunError:
             report.lost_races += 1
-        except DispatchError as error:
-            report.errors.append(str(error))
-            logger.error("sweeper could not re-send %s (next sweep retries): %s", run.run_id, error)
+        except (DispatchError, TransientStoreError) as error:
+            # One run's trouble must not stop the sweep of the others; this run stays in the work list.
+            report.errors.append(f"{run.run_id}: {error}")
+            logger.error("sweeper could not repair %s (next sweep retries): %s", run.run_id, error)
 
     def _expire_lease(self, run: Run, now: datetime, report: SweepReport) -> None:
         job = self._store.get_job(run.job_id)
@@ -91,6 +102,15 @@ class Sweeper:
         elif after.state is RunState.FAILED:
             report.failed += 1
             self._metrics.count("RunsFailed")
+
+    @staticmethod
+    def _dead_letter_ends(run: Run, letter: DeadLetter, now: datetime) -> bool:
+        """A dead letter fails its run only if the run is still at the letter's attempt and no live worker
+        holds it: a re-send may have moved the run on since, and that newer attempt must not be failed."""
+        if run.state.is_terminal or letter.message is None or run.attempt != letter.message.attempt:
+            return False
+        live_lease = run.lease_expires_at is not None and run.lease_expires_at > now
+        return not (run.state is RunState.RUNNING and live_lease)
 
     def _drain_dead_letters(self, now: datetime, report: SweepReport) -> None:
         while True:
@@ -105,7 +125,7 @@ class Sweeper:
                     self._dead_letters.delete(letter.receipt)
                     continue
                 run = self._store.get_run(letter.message.job_id, letter.message.scheduled_for)
-                if run is not None and not run.state.is_terminal:
+                if run is not None and self._dead_letter_ends(run, letter, now):
                     reason = f"dead-lettered after {letter.receive_count} deliveries (attempt {run.attempt})"
                     try:
                         self._store.transition_run(run, terminal(run, RunState.FAILED, reason, now))

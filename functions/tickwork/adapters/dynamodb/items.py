@@ -110,6 +110,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "due_key": job.due_key,
         "paused_at": _opt_instant_ms(job.paused_at),
         "resumed_at": _opt_instant_ms(job.resumed_at),
+        "due_floor": _opt_instant_ms(job.due_floor),
         "overlap": str(job.overlap),
         "missed_fire": str(job.missed_fire),
         "retry": {
@@ -142,6 +143,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         next_fire_at=_opt_parse(item.get("next_fire_at")),
         paused_at=_opt_parse(item.get("paused_at")),
         resumed_at=_opt_parse(item.get("resumed_at")),
+        due_floor=_opt_parse(item.get("due_floor")),
         overlap=OverlapPolicy(item.get("overlap", "allow")),
         missed_fire=MissedFirePolicy(item.get("missed_fire", "run_all")),
         retry=RetryPolicy(
@@ -162,9 +164,15 @@ def run_check_at(run: Run) -> datetime | None:
         return None
     if run.state is RunState.RUNNING:
         return run.lease_expires_at
-    expected = run.retry_at if run.state is RunState.RETRY_WAIT and run.retry_at is not None else run.due_at
+    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
+        expected = run.retry_at
+    else:
+        # A catch-up run is due in the past but was sent just now: count from when it was planned.
+        expected = max(run.due_at, run.planned_at)
     if run.redispatched_at is not None:
-        expected = max(expected, run.redispatched_at)
+        # Each re-send waits longer before the next (90 s, then doubling): a run waiting behind the
+        # concurrency cap is slow, not lost, and must not be re-sent every sweep.
+        return run.redispatched_at + max(DISPATCH_GRACE, run.redispatched_at - expected)
     return expected + DISPATCH_GRACE
 
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.adapters.dynamodb.items import (
     deserialize,
@@ -26,7 +26,7 @@ from tickwork.domain.errors import (
     TransientStoreError,
     VersionMismatchError,
 )
-from tickwork.domain.models import Job, Run, RunState
+from tickwork.domain.models import Job, Run, RunState, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
 
@@ -77,11 +77,33 @@ def _transient(error: ClientError) -> TransientStoreError:
     return TransientStoreError(f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}")
 
 
+class _NetworkErrorsAreTransient:
+    """Client proxy: botocore's own errors (connection reset, read timeout, endpoint unreachable) become
+    TransientStoreError, so callers retry them like throttling instead of dying mid-loop. Service errors
+    (ClientError) pass through to the translations below."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except BotoCoreError as error:
+                raise TransientStoreError(f"{type(error).__name__}: {error}") from error
+
+        return call
+
+
 class DynamoStore:
     """Jobs, runs and shard watermarks in DynamoDB. One client, injected; no clients at import."""
 
     def __init__(self, client: DynamoDBClient, tables: TableNames) -> None:
-        self._client = client
+        self._client = cast("DynamoDBClient", _NetworkErrorsAreTransient(client))
         self.tables = tables
 
     # --- reads -------------------------------------------------------------------------------------
@@ -370,7 +392,9 @@ class DynamoStore:
         names = {f"#f{i}": k for i, k in enumerate(owned)}
         values.update({f":f{i}": item[k] for i, k in enumerate(owned)})
         sets = ", ".join(f"#f{i} = :f{i}" for i in range(len(owned)))
-        removable = [a for a in ("next_fire_at", "due_key", "paused_at", "resumed_at") if a not in item]
+        removable = [
+            a for a in ("next_fire_at", "due_key", "paused_at", "resumed_at", "due_floor") if a not in item
+        ]
         update = f"SET {sets}" + (f" REMOVE {', '.join(removable)}" if removable else "")
         items: list[dict[str, Any]] = [
             {
@@ -433,12 +457,26 @@ class DynamoStore:
 
     def enqueue_behind(self, expected: Run, updated: Run) -> bool:
         values = {":me": expected.run_id}
-        return self._run_with_job_slot(
+        if self._run_with_job_slot(
             expected,
             updated,
             "(attribute_not_exists(queued_run) OR queued_run = :me)",
             "SET queued_run = :me",
             values,
+        ):
+            return True
+        # The slot names another run. If that run has left the queue some other way (cancelled, skipped,
+        # failed from the DLQ), the slot is stale: take it over, or the job's queue would stay blocked.
+        raw = self._get(self.tables.jobs, {"job_id": expected.job_id})
+        holder = None if raw is None else raw.get("queued_run")
+        if holder is None:
+            return False
+        holder_job, holder_fire = split_run_id(str(holder))
+        waiting = self.get_run(holder_job, holder_fire)
+        if waiting is not None and waiting.state is RunState.QUEUED:
+            return False
+        return self._run_with_job_slot(
+            expected, updated, "queued_run = :stale", "SET queued_run = :me", {**values, ":stale": holder}
         )
 
     def finish_exclusive(self, expected: Run, updated: Run) -> str | None:
