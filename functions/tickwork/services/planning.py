@@ -27,6 +27,8 @@ DEFAULT_LOOKAHEAD = timedelta(seconds=120)
 DEFAULT_REREAD = timedelta(seconds=120)
 # Bounds one transaction (DynamoDB allows 100 items): a long catch-up commits in slices.
 DEFAULT_MAX_RUNS_PER_COMMIT = 25
+# SQS sends up to 10 messages per request.
+DISPATCH_BATCH = 10
 # After this many lost races on one job in one tick, leave it for the next tick (the watermark stays).
 MAX_CONFLICTS_PER_JOB = 3
 
@@ -79,19 +81,25 @@ class Planner:
         watermark = self._retrying(lambda: self._store.get_watermark(shard))
         start = (watermark if watermark is not None else now) - self._config.reread
         bucket = floor_minute(start)
-        while bucket <= horizon:
-            report.buckets_read += 1
-            for job in self._retrying(partial(self._read_bucket, due_key(shard, bucket), horizon)):
-                report.jobs_seen += 1
-                if not self._plan_job(job, now, horizon, report):
-                    report.complete = False
-                    report.deferred_jobs.append(job.job_id)
-            bucket += timedelta(minutes=1)
+        outbox = _Outbox(self._dispatcher, now, report)
+        try:
+            while bucket <= horizon:
+                report.buckets_read += 1
+                for job in self._retrying(partial(self._read_bucket, due_key(shard, bucket), horizon)):
+                    report.jobs_seen += 1
+                    if not self._plan_job(job, now, horizon, report, outbox):
+                        report.complete = False
+                        report.deferred_jobs.append(job.job_id)
+                bucket += timedelta(minutes=1)
+        finally:
+            outbox.flush()
         if report.complete and (watermark is None or horizon > watermark):
             self._retrying(lambda: self._store.set_watermark(shard, horizon))
         return report
 
-    def _plan_job(self, job: Job, now: datetime, horizon: datetime, report: TickReport) -> bool:
+    def _plan_job(
+        self, job: Job, now: datetime, horizon: datetime, report: TickReport, outbox: _Outbox
+    ) -> bool:
         """Commit every fire of one job up to the horizon. False: left for the next tick."""
         current: Job | None = job
         conflicts = 0
@@ -137,13 +145,7 @@ class Planner:
             report.runs_planned += len(to_dispatch)
             report.runs_catch_up += sum(1 for r in to_dispatch if r.scheduled_for < now)
             report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
-            if to_dispatch:
-                try:
-                    self._dispatcher.dispatch(to_dispatch, now)
-                except DispatchError as error:
-                    # The runs are committed; the sweeper re-sends planned runs whose dispatch never arrived.
-                    report.dispatch_failures += len(error.failed_run_ids)
-                    logger.error("dispatch failed after commit, sweeper will re-send: %s", error)
+            outbox.add(to_dispatch)
             current = current.advanced_to(batch.next_fire_at)
         return True
 
@@ -155,3 +157,30 @@ class Planner:
 
     def _retrying(self, operation: Callable[[], T]) -> T:
         return with_store_retries(operation, self._clock, self._rng)
+
+
+class _Outbox:
+    """Committed runs waiting to be sent, in SQS batches of 10 across jobs (one send per run would cost ten
+    times the requests). A crash before a flush loses no run: the sweeper re-sends planned runs whose message
+    never arrived."""
+
+    def __init__(self, dispatcher: Dispatcher, now: datetime, report: TickReport) -> None:
+        self._dispatcher = dispatcher
+        self._now = now
+        self._report = report
+        self._pending: list[Run] = []
+
+    def add(self, runs: Sequence[Run]) -> None:
+        self._pending.extend(runs)
+        if len(self._pending) >= DISPATCH_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        sending, self._pending = self._pending, []
+        try:
+            self._dispatcher.dispatch(sending, self._now)
+        except DispatchError as error:
+            self._report.dispatch_failures += len(error.failed_run_ids)
+            logger.error("dispatch failed after commit, sweeper will re-send: %s", error)
