@@ -90,6 +90,7 @@ class Executor:
             self._clock.sleep(wait)
             now = self._clock.now()
         job = self._store.get_job(run.job_id)
+        now = self._clock.now()  # the start is measured after the reads, as close to the call as it gets
         reason = cancellation_reason(job, run)
         if reason is not None or job is None:
             return self._end(run, RunState.CANCELLED, reason or "job deleted", Outcome.CANCELLED)

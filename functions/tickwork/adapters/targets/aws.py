@@ -112,7 +112,12 @@ def boto3_client_factory(
         ),
     }
     default = Config(
-        connect_timeout=5, read_timeout=30, retries={"mode": "standard", "total_max_attempts": 3}
+        connect_timeout=5,
+        read_timeout=30,
+        retries={"mode": "standard", "total_max_attempts": 3},
+        # Executors call DynamoDB and SQS from many threads at once; botocore's default pool of 10
+        # connections made the rest open and drop a connection per call under a burst.
+        max_pool_connections=64,
     )
 
     def client_for(service: str) -> Any:
