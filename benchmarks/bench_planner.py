@@ -2,102 +2,258 @@
 the embedded MiniStack emulator.
 
 moto deep-copies its tables on every transaction, so its figure is mostly moto's own cost and falls as the
-tables grow; MiniStack is the local stand-in for DynamoDB.
+tables grow; MiniStack is the local stand-in for DynamoDB. On MiniStack the benchmark runs a matrix:
 
-    python benchmarks/bench_planner.py [jobs] [moto|ministack|both]
+- shard count 4 and 16, every job due in the same minute (a top-of-hour burst);
+- "race": N Planner instances plan the SAME shard at once (shards one after another). They race for every
+  job; the losers' transactions are cancelled (conflicts) and the runs stay exactly-once;
+- "parallel": N threads, each planning different shards (one thread per shard at a time, up to N);
+- afterwards a full Scan of the runs table checks exactly one run per job.
+
+The dispatcher only counts (no SQS): this measures the commit path. bench_cost.py measures dispatch.
+
+    python benchmarks/bench_planner.py [jobs] [moto|ministack|both] [shard counts, e.g. 4,16]
 """
 
 from __future__ import annotations
 
-import os
 import sys
+import threading
 import time
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 import boto3
 from moto import mock_aws
 
-from tickwork.adapters.dynamodb.items import job_to_item, serialize
+from _common import (
+    NOW,
+    client,
+    concurrency_note,
+    delete_tables,
+    dummy_aws_env,
+    machine,
+    make_job,
+    next_fire,
+    percentile,
+    scan_values,
+    seed_jobs,
+)
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.models import Job, Run, Target, shard_of
-from tickwork.domain.schedule import next_fire_after, parse_schedule
+from tickwork.domain.models import Job, Run
+from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator, EmulatorConfig
 from tickwork.resources import ResourceNames
-from tickwork.services.planning import Planner
+from tickwork.services.planning import Planner, TickReport
 
-SHARDS = 8
-NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+MOTO_SHARDS = 8
+SCHEDULE = parse_schedule("0 * * * *")
+FIRE = next_fire(SCHEDULE, NOW)  # every job fires at 13:00: a top-of-hour burst
+TICK_AT = FIRE - timedelta(seconds=90)
+SHARD_COUNTS = (4, 16)
+THREADS = (1, 2, 4)
 
 
 class CountingDispatcher:
     def __init__(self) -> None:
         self.sent = 0
+        self._lock = threading.Lock()
 
     def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
-        self.sent += len(runs)
+        with self._lock:
+            self.sent += len(runs)
 
     def redispatch(self, message: object, shard: int, now: datetime) -> None:
-        self.sent += 1
+        with self._lock:
+            self.sent += 1
 
 
-def seed(client: Any, tables: TableNames, jobs: int, fire: datetime) -> None:
-    schedule = parse_schedule("0 * * * *")
-    for start in range(0, jobs, 25):
-        batch = []
-        for n in range(start, min(jobs, start + 25)):
-            job_id = f"job_{n:07d}"
-            job = Job(
-                job_id=job_id,
-                owner="bench",
-                name="b",
-                schedule=schedule,
-                target=Target("http", {"url": "https://example.com/"}),
-                shard=shard_of(job_id, SHARDS),
-                created_at=NOW,
-                updated_at=NOW,
-                next_fire_at=fire,
-            )
-            batch.append({"PutRequest": {"Item": serialize(job_to_item(job))}})
-        client.batch_write_item(RequestItems={tables.jobs: batch})
+class TimedStore(DynamoStore):
+    """DynamoStore that records how long every commit (TransactWriteItems) took, won or lost."""
+
+    def __init__(self, dynamodb: Any, tables: TableNames) -> None:
+        super().__init__(dynamodb, tables)
+        self.commit_seconds: list[float] = []
+        self._lock = threading.Lock()
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        started = time.perf_counter()
+        try:
+            super().commit_plan(job, runs, next_fire_at)
+        finally:
+            elapsed = time.perf_counter() - started
+            with self._lock:
+                self.commit_seconds.append(elapsed)
 
 
-def bench(client: Any, jobs: int, engine: str) -> None:
-    names = ResourceNames(prefix="bench")
-    ensure_tables(client, names)
+@dataclass
+class Row:
+    mode: str
+    shards: int
+    threads: int
+    fires: int
+    seconds: float
+    commits: int
+    conflicts: int
+    commit_p50_ms: float
+    commit_p99_ms: float
+    runs_in_table: int
+    distinct_jobs: int
+    dispatched: int
+
+    @property
+    def fires_per_second(self) -> float:
+        return self.fires / self.seconds
+
+    @property
+    def ms_per_commit(self) -> float:
+        return self.seconds / max(1, self.commits) * 1000
+
+
+def seed(dynamodb: Any, tables: TableNames, jobs: int, shards: int) -> None:
+    seed_jobs(dynamodb, tables.jobs, (make_job(n, shards, SCHEDULE, FIRE) for n in range(jobs)))
+
+
+def plan_all(
+    store: TimedStore, dispatcher: CountingDispatcher, shards: int, threads: int, mode: str
+) -> list[TickReport]:
+    def planner() -> Planner:
+        return Planner(store, dispatcher, FakeClock(TICK_AT))
+
+    reports: list[TickReport] = []
+    if mode == "race":
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for shard in range(shards):
+                # All N planners start on the shard together; the next shard starts when all are done.
+                racers: list[Callable[[], TickReport]] = [
+                    partial(planner().plan, shard, TICK_AT) for _ in range(threads)
+                ]
+                reports.extend(pool.map(lambda f: f(), racers))
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            reports.extend(pool.map(lambda s: planner().plan(s, TICK_AT), range(shards)))
+    return reports
+
+
+def bench_ministack(dynamodb: Any, jobs: int, shards: int, threads: int, mode: str, index: int) -> Row:
+    names = ResourceNames(prefix=f"plan{index}")
+    ensure_tables(dynamodb, names)
     tables = TableNames.from_resources(names)
-    fire = next_fire_after(parse_schedule("0 * * * *"), NOW)  # every job fires at 13:00: a top-of-hour burst
-    assert fire is not None
-    seed(client, tables, jobs, fire)
+    try:
+        seed(dynamodb, tables, jobs, shards)
+        store = TimedStore(dynamodb, tables)
+        dispatcher = CountingDispatcher()
+        started = time.perf_counter()
+        reports = plan_all(store, dispatcher, shards, threads, mode)
+        elapsed = time.perf_counter() - started
+        run_jobs = scan_values(dynamodb, tables.runs, "job_id")
+        return Row(
+            mode=mode,
+            shards=shards,
+            threads=threads,
+            fires=sum(r.runs_planned for r in reports),
+            seconds=elapsed,
+            commits=sum(r.commits for r in reports),
+            conflicts=sum(r.conflicts for r in reports),
+            commit_p50_ms=percentile(store.commit_seconds, 0.5) * 1000,
+            commit_p99_ms=percentile(store.commit_seconds, 0.99) * 1000,
+            runs_in_table=len(run_jobs),
+            distinct_jobs=len(Counter(run_jobs)),
+            dispatched=dispatcher.sent,
+        )
+    finally:
+        delete_tables(dynamodb, [tables.jobs, tables.runs, tables.shards])
+
+
+def print_table(jobs: int, rows: list[Row]) -> None:
+    print(
+        f"\nplanner on MiniStack: {jobs} jobs due in the same minute "
+        "(fires/s = runs committed per wall second)"
+    )
+    header = (
+        f"{'mode':<9}{'shards':>6}{'threads':>8}{'fires':>7}{'wall s':>8}{'fires/s':>9}"
+        f"{'ms/commit':>10}{'p50 ms':>8}{'p99 ms':>8}{'conflicts':>10}  exactly-once check (Scan of runs)"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ok = r.runs_in_table == jobs and r.distinct_jobs == jobs and r.fires == jobs and r.dispatched == jobs
+        check = (
+            f"{'OK' if ok else 'FAILED'}: {r.runs_in_table} runs, {r.distinct_jobs} distinct jobs, "
+            f"{r.dispatched} dispatched"
+        )
+        print(
+            f"{r.mode:<9}{r.shards:>6}{r.threads:>8}{r.fires:>7}{r.seconds:>8.2f}{r.fires_per_second:>9.0f}"
+            f"{r.ms_per_commit:>10.2f}{r.commit_p50_ms:>8.2f}{r.commit_p99_ms:>8.2f}{r.conflicts:>10}"
+            f"  {check}"
+        )
+    print(
+        "ms/commit = wall time / winning commits (throughput view); p50/p99 = latency of one "
+        "TransactWriteItems, won or cancelled."
+    )
+
+
+def run_ministack(jobs: int, shard_counts: Sequence[int] = SHARD_COUNTS) -> None:
+    print(f"machine: {machine()}")
+    print(f"other benchmarks running at start: {concurrency_note()}")
+    rows: list[Row] = []
+    with Emulator(EmulatorConfig()) as emulator:
+        dynamodb = client("dynamodb", emulator.endpoint_url)
+        index = 0
+        for shards in shard_counts:
+            for threads in THREADS:
+                for mode in ("single",) if threads == 1 else ("race", "parallel"):
+                    index += 1
+                    row = bench_ministack(dynamodb, jobs, shards, threads, mode, index)
+                    rows.append(row)
+                    print(
+                        f"  {mode:<8} shards={shards:<3} threads={threads}: "
+                        f"{row.fires_per_second:.0f} fires/s, {row.conflicts} conflicts",
+                        flush=True,
+                    )
+    print_table(jobs, rows)
+    print(f"other benchmarks running at the end: {concurrency_note()}")
+
+
+def bench_moto(jobs: int) -> None:
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    names = ResourceNames(prefix="bench")
+    ensure_tables(dynamodb, names)
+    tables = TableNames.from_resources(names)
+    seed_jobs(
+        dynamodb, tables.jobs, (make_job(n, MOTO_SHARDS, SCHEDULE, FIRE) for n in range(jobs)), threads=1
+    )
     dispatcher = CountingDispatcher()
-    tick_at = fire - timedelta(seconds=90)
-    planner = Planner(DynamoStore(client, tables), dispatcher, FakeClock(tick_at))
+    planner = Planner(DynamoStore(dynamodb, tables), dispatcher, FakeClock(TICK_AT))
     started = time.perf_counter()
-    planned = sum(planner.plan(shard, tick_at).runs_planned for shard in range(SHARDS))
+    planned = sum(planner.plan(shard, TICK_AT).runs_planned for shard in range(MOTO_SHARDS))
     elapsed = time.perf_counter() - started
-    print(f"planner on {engine}: {jobs} jobs due in the same minute, {SHARDS} shards, 1 thread")
+    print(f"planner on moto: {jobs} jobs due in the same minute, {MOTO_SHARDS} shards, 1 thread")
     print(f"  fires planned: {planned} (dispatched {dispatcher.sent}) in {elapsed:.2f} s")
     print(f"  throughput:    {planned / elapsed:.0f} fires/s  ({elapsed / planned * 1000:.2f} ms per commit)")
 
 
-def main(jobs: int, engines: list[str]) -> None:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        os.environ.setdefault(key, "test")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.pop("AWS_ENDPOINT_URL", None)
+def main(jobs: int | None, engines: list[str], shard_counts: Sequence[int] = SHARD_COUNTS) -> None:
+    dummy_aws_env()
     if "moto" in engines:
         with mock_aws():
-            bench(boto3.client("dynamodb", region_name="us-east-1"), jobs, "moto")
+            bench_moto(jobs or 300)
     if "ministack" in engines:
-        with Emulator(EmulatorConfig()) as emulator:
-            client = boto3.client("dynamodb", endpoint_url=emulator.endpoint_url, region_name="us-east-1")
-            bench(client, jobs, "MiniStack")
+        run_ministack(jobs or 4000, shard_counts)
 
 
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else None
     which = sys.argv[2] if len(sys.argv) > 2 else "both"
-    main(count, ["moto", "ministack"] if which == "both" else [which])
+    counts = [int(c) for c in sys.argv[3].split(",")] if len(sys.argv) > 3 else list(SHARD_COUNTS)
+    main(count, ["moto", "ministack"] if which == "both" else [which], counts)

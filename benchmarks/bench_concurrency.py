@@ -1,0 +1,147 @@
+"""Concurrency: a burst larger than the cap against a slow target, end to end through `tickwork local`.
+
+N jobs (default 600) due in the same second, cap C (default 100), each call held S seconds (default 1) by the
+loopback target. The target counts the calls it holds at once (server-side, sampled every 20 ms and exactly at
+each arrival): the peak must never exceed the cap. Throughput at the cap: runs completed per second while the
+queue was non-empty, against the ideal cap / S.
+
+    python benchmarks/bench_concurrency.py [--jobs 600] [--cap 100] [--sleep 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _e2e import (
+    LocalSettings,
+    LocalTickwork,
+    Target,
+    count_items,
+    exit_cleanly_on_sigterm,
+    fixed_second,
+    fmt_ms,
+    iso,
+    machine,
+    other_benchmarks,
+    parse_ms,
+    scan_table,
+    seed_jobs,
+    sleep_until,
+    summary,
+    wait_for,
+)
+
+
+def sample_in_flight(target: Target, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+    while not stop.wait(0.02):
+        out.append((time.time(), target.in_flight))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--cap", type=int, default=100)
+    parser.add_argument("--sleep", type=float, default=1.0, help="seconds the target holds each call")
+    parser.add_argument("--lookahead", type=int, default=60)
+    parser.add_argument("--tick-interval", type=float, default=10.0)
+    args = parser.parse_args()
+    n, cap = args.jobs, args.cap
+    settings = LocalSettings(
+        shards=16, queues=4, cap=cap, lookahead=args.lookahead, tick_interval=args.tick_interval
+    )
+    exit_cleanly_on_sigterm()
+    print(f"machine: {machine()}")
+    if others := other_benchmarks():
+        print(f"note: other benchmarks running at start: {others}")
+    target = Target().start()
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="tickwork-concurrency-") as tmp,
+            LocalTickwork(Path(tmp) / "tickwork", settings) as local,
+        ):
+            parts = local.components()
+            due_at, expression = fixed_second(time.time() + n / 100 + settings.lookahead + 15)
+            due = due_at.timestamp()
+            _, seed_seconds = seed_jobs(parts, n, expression, f"{target.url}/slow?sleep={args.sleep}")
+            self_planned = count_items(parts, parts.store.tables.runs)
+            print(
+                f"seeded {n} jobs '{expression}' in {seed_seconds:.1f} s (self-planned {self_planned}); "
+                f"due {iso(due)}, waiting {due - time.time():.0f} s",
+                flush=True,
+            )
+            sleep_until(due - 5)
+            concurrent = other_benchmarks()
+            sampler = threading.Thread(target=sample_in_flight, args=(target, stop, samples), daemon=True)
+            sampler.start()
+            drained = wait_for(
+                lambda: target.completed >= n, timeout=n / cap * args.sleep * 4 + 120, every=0.2
+            )
+            wait_for(lambda: False, timeout=3)  # let the executor record the last outcomes
+            stop.set()
+            sampler.join()
+            runs = scan_table(parts, parts.store.tables.runs)
+            executor_metrics = json.loads(
+                (Path(tmp) / "tickwork" / "run" / "metrics-executor.json").read_text()
+            )
+    finally:
+        stop.set()
+        target.stop()
+
+    arrivals = sorted(a.at for a in target.arrivals)
+    states = collections.Counter(str(r["state"]) for r in runs)
+    first, last_arrival = arrivals[0], arrivals[-1]
+    last_done = last_arrival + args.sleep  # the target answers `sleep` s after the arrival
+    span = last_done - first
+    ideal = cap / args.sleep
+    # Steady state: whole seconds between the first and the last arrival, completions per second.
+    per_second = collections.Counter(int(at + args.sleep - first) for at in arrivals)
+    full_seconds = [per_second[s] for s in range(1, int(last_arrival - first))]
+    peak = max(target.peak_in_flight, max((v for _, v in samples), default=0))
+    at_cap = sum(1 for _, v in samples if v >= cap * 0.9) / max(1, len(samples))
+    print(f"\nconcurrency: {n} jobs due in the same second, cap {cap}, target holds each call {args.sleep} s")
+    print(f"  settings          tickwork local {settings.describe()}")
+    print(f"  drained           {drained}; runs {dict(states)}; target calls {len(arrivals)}")
+    print(
+        f"  peak in flight    {peak} at the target (cap {cap}); executor's own peak gauge "
+        f"{executor_metrics.get('gauges', {}).get('PeakRunsInFlight')}"
+    )
+    print(f"  above the cap     {'NEVER' if peak <= cap else 'YES: cap exceeded'}")
+    print(
+        f"  first call        {first - due:.2f} s after the due second; last call {last_arrival - due:.2f} s"
+    )
+    print(
+        f"  throughput        {n / span:.1f} runs/s over {span:.1f} s (ideal {ideal:.0f} runs/s: "
+        f"{n / ideal:.1f} s) = {n / span / ideal * 100:.0f}% of ideal"
+    )
+    if full_seconds:
+        print(
+            f"  steady state      {sum(full_seconds) / len(full_seconds):.1f} runs/s completed "
+            f"per whole second "
+            f"(min {min(full_seconds)}, max {max(full_seconds)}); time with >= 90% of the cap in flight: "
+            f"{at_cap * 100:.0f}% of the samples"
+        )
+    print(f"  start delay (at target)   {fmt_ms(summary([a - due for a in arrivals]))}")
+    held = [
+        f - s for r in runs if (s := parse_ms(r.get("started_at"))) and (f := parse_ms(r.get("finished_at")))
+    ]
+    print(
+        f"  slot time         started_at -> finished_at in the run record {fmt_ms(summary(held))}: each run "
+        f"holds its slot for the call ({args.sleep} s) plus the claim, the call set-up and the outcome write"
+    )
+    if concurrent:
+        print(f"  other benchmarks running at the burst: {concurrent}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,458 @@
+"""Cost per successful run: DynamoDB write and read units by operation, SQS requests, Lambda GB-seconds, and
+dollars per million runs; plus 30 days of run history at 100,000 jobs.
+
+Measured, not assumed, where the emulator allows it: N jobs are planned (Planner + SqsDispatcher), executed
+(Executor against a local HTTP target, batches of 10 on threads as the executor Lambda does) and swept on
+MiniStack, with every DynamoDB and SQS call counted and every item written recorded. Capacity units are then
+computed from those real items with DynamoDB's rules (benchmarks/write_units.py): MiniStack, like moto, does
+not report real ConsumedCapacity.
+
+Prices: us-east-1 on-demand, from the AWS pricing pages as of the toolchain's date (2026-12); verify before
+relying. DynamoDB $0.625 per million write request units and $0.125 per million read request units (the
+2024-11 price cut), $0.25 per GB-month; SQS $0.40 per million requests; Lambda arm64 $0.0000133334 per
+GB-second + $0.20 per million requests.
+
+    python benchmarks/bench_cost.py [jobs]
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
+
+from _common import NOW, CallCounter, client, concurrency_note, dummy_aws_env, machine, next_fire, seed_jobs
+from tickwork.adapters.dynamodb.items import deserialize, job_to_item, run_to_item
+from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.metrics import InMemoryMetrics
+from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
+from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.adapters.targets.aws import AwsInvoker
+from tickwork.adapters.targets.http import HttpInvoker
+from tickwork.adapters.targets.registry import TargetRegistry
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.models import Job, Run, RunState, Target, shard_of
+from tickwork.domain.schedule import parse_schedule
+from tickwork.local.echo import EchoServer
+from tickwork.local.emulator import Emulator, EmulatorConfig
+from tickwork.resources import JOBS, RUNS, ResourceNames
+from tickwork.services.executing import Executor, ExecutorConfig, Outcome
+from tickwork.services.planning import Planner
+from tickwork.services.sweeping import Sweeper
+from write_units import item_size, units, write
+
+SHARDS = 16  # the deployment default (infra/config.py)
+BATCH = 10  # executor_batch_size: SQS messages per executor invocation
+SINGLE_RUNS = 50  # runs executed alone first (batches of one)
+TICKER_SHARDS_PER_INVOCATION = 4
+EXECUTOR_GB = 0.5  # executor memory 512 MB
+TICKER_GB = 1.0  # ticker memory 1024 MB
+SWEEPER_GB = 0.5
+TARGET_LATENCY_S = 0.100  # assumed: a target answering in 100 ms (the local echo answers in ~1 ms)
+QUEUES = 10  # dispatch queues for a 10,000 cap
+ESM_POLLERS_PER_QUEUE = 5  # an idle SQS event source mapping long-polls with ~5 pollers, 20 s per poll
+
+PRICE_WRU = 0.625 / 1e6
+PRICE_RRU = 0.125 / 1e6
+PRICE_GB_MONTH = 0.25
+PRICE_SQS = 0.40 / 1e6
+PRICE_GB_S = 0.0000133334
+PRICE_LAMBDA_REQ = 0.20 / 1e6
+PER_ITEM_OVERHEAD = 100  # bytes DynamoDB adds to every stored item for billing
+
+# Realistic mix for 100,000 jobs: (share, description, runs per day per job).
+MIX: tuple[tuple[float, str, float], ...] = (
+    (0.70, "hourly or slower (counted as hourly)", 24),
+    (0.25, "every 5-15 min (counted as every 10 min)", 144),
+    (0.05, "every minute", 1440),
+)
+TOTAL_JOBS = 100_000
+
+SCHEDULE = parse_schedule("*/5 * * * *", "Europe/Berlin")
+FIRE = next_fire(SCHEDULE, NOW)
+
+
+class RecordingStore(DynamoStore):
+    """DynamoStore recording the items of every successful write, so units come from real items."""
+
+    def __init__(self, dynamodb: Any, tables: TableNames) -> None:
+        super().__init__(dynamodb, tables)
+        self.commits: list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
+        self.transitions: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        super().commit_plan(job, runs, next_fire_at)
+        record = (
+            job_to_item(job),
+            job_to_item(job.advanced_to(next_fire_at)),
+            [run_to_item(r) for r in runs],
+        )
+        with self._lock:
+            self.commits.append(record)
+
+    def transition_run(self, expected: Run, updated: Run) -> None:
+        super().transition_run(expected, updated)
+        with self._lock:
+            self.transitions.append((run_to_item(expected), run_to_item(updated)))
+
+
+class NullDispatcher:
+    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+        raise AssertionError("the benchmark's runs succeed: nothing is re-sent")
+
+    def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
+        raise AssertionError("the benchmark's runs succeed: nothing is re-sent")
+
+
+@dataclass
+class Measured:
+    runs: int = 0
+    plan_seconds: float = 0.0
+    plan_calls: dict[str, int] = field(default_factory=dict)
+    exec_calls: dict[str, int] = field(default_factory=dict)
+    sweep_calls: dict[str, int] = field(default_factory=dict)
+    batch_seconds: list[float] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    run_seconds: list[float] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    job_sizes: list[int] = field(default_factory=list)
+    finished_sizes: list[int] = field(default_factory=list)
+    due_query_items: int = 0
+    batched_runs: int = 0
+    run_base_wcu: float = 0.0  # claim + finish, the run item alone (no index writes), per run
+    wcu: dict[str, float] = field(default_factory=dict)
+
+
+def make_jobs(count: int, url: str) -> list[Job]:
+    """Jobs shaped like real ones (an owner ARN, a name, a tag, a POST target), due at the same fire."""
+    jobs = []
+    for n in range(count):
+        job_id = f"job_{n:020x}"
+        jobs.append(
+            Job(
+                job_id=job_id,
+                owner="arn:aws:iam::123456789012:role/payments-batch",
+                name=f"settlement export {n}",
+                schedule=SCHEDULE,
+                target=Target("http", {"url": f"{url}/echo", "method": "POST", "headers": {}}),
+                shard=shard_of(job_id, SHARDS),
+                created_at=NOW,
+                updated_at=NOW,
+                next_fire_at=FIRE,
+                tags={"team": "payments"},
+            )
+        )
+    return jobs
+
+
+def measure(jobs_count: int) -> Measured:
+    m = Measured()
+    echo = EchoServer().start()
+    try:
+        with Emulator(EmulatorConfig()) as emulator:
+            dynamodb = client("dynamodb", emulator.endpoint_url)
+            sqs = client("sqs", emulator.endpoint_url)
+            names = ResourceNames(prefix="cost")
+            ensure_tables(dynamodb, names)
+            tables = TableNames.from_resources(names)
+            queue_urls, dlq_url = ensure_queues(sqs, names, 1)
+            seed_jobs(dynamodb, tables.jobs, make_jobs(jobs_count, echo.url))
+            store = RecordingStore(dynamodb, tables)
+            dispatcher = SqsDispatcher(sqs, queue_urls)
+            counter = CallCounter()
+            counter.attach(dynamodb, sqs)
+
+            # 1. plan: the tick at the fire time (SQS delay 0, so the executor can start at once).
+            planner = Planner(store, dispatcher, FakeClock(FIRE))
+            started = time.perf_counter()
+            reports = [planner.plan(shard, FIRE) for shard in range(SHARDS)]
+            m.plan_seconds = time.perf_counter() - started
+            m.runs = sum(r.runs_planned for r in reports)
+            m.due_query_items = sum(r.jobs_seen for r in reports)
+            m.plan_calls = dict(counter.calls)
+
+            # 2. execute: receive up to 10, run them on threads (the executor Lambda), delete them as a batch.
+            counter.reset()
+            clock = FakeClock(FIRE + timedelta(milliseconds=200))
+            invoker = TargetRegistry(
+                http=HttpInvoker(b"bench-secret", time.time, allow_loopback=True),
+                aws=AwsInvoker(lambda service: client(service, emulator.endpoint_url)),
+            )
+            executor = Executor(
+                store, invoker, NullDispatcher(), clock, InMemoryMetrics(), ExecutorConfig("bench-executor")
+            )
+
+            def execute(body: str) -> tuple[Outcome, float]:
+                t0 = time.perf_counter()
+                outcome = executor.execute(RunMessage.from_json(body))
+                return outcome, time.perf_counter() - t0
+
+            def drain(max_messages: int, limit: int, seconds: list[float], sizes: list[int]) -> int:
+                done = empty = 0
+                while done < limit and empty < 5:
+                    response = sqs.receive_message(
+                        QueueUrl=queue_urls[0], MaxNumberOfMessages=max_messages, WaitTimeSeconds=1
+                    )
+                    messages = response.get("Messages", [])
+                    if not messages:
+                        empty += 1
+                        continue
+                    t0 = time.perf_counter()
+                    with ThreadPoolExecutor(max_workers=len(messages)) as pool:
+                        results = list(pool.map(execute, [msg["Body"] for msg in messages]))
+                    seconds.append(time.perf_counter() - t0)
+                    sizes.append(len(messages))
+                    for outcome, _ in results:
+                        m.outcomes[str(outcome)] = m.outcomes.get(str(outcome), 0) + 1
+                    entries = [
+                        {"Id": str(i), "ReceiptHandle": msg["ReceiptHandle"]}
+                        for i, msg in enumerate(messages)
+                    ]
+                    sqs.delete_message_batch(QueueUrl=queue_urls[0], Entries=entries)
+                    done += len(messages)
+                return done
+
+            # First some runs one at a time (a trickle: batches of one), then the rest in batches of 10.
+            singles = min(SINGLE_RUNS, m.runs // 2)
+            drain(1, singles, m.run_seconds, [])
+            counter.reset()
+            m.batched_runs = drain(BATCH, m.runs - singles, m.batch_seconds, m.batch_sizes)
+            m.exec_calls = dict(counter.calls)
+
+            # 3. sweep once (the sweeper runs every minute): nothing is stalled, so it only looks.
+            counter.reset()
+            sweeper = Sweeper(
+                store,
+                NullDispatcher(),
+                SqsDeadLetters(sqs, dlq_url),
+                FakeClock(FIRE + timedelta(seconds=30)),
+                InMemoryMetrics(),
+                SHARDS,
+            )
+            sweeper.sweep()
+            m.sweep_calls = dict(counter.calls)
+            counter.detach(dynamodb, sqs)
+
+            # Real stored item sizes, read back.
+            for table, sizes in ((tables.jobs, m.job_sizes), (tables.runs, m.finished_sizes)):
+                request: dict[str, Any] = {"TableName": table}
+                while True:
+                    page = dynamodb.scan(**request)
+                    sizes.extend(item_size(deserialize(item)) for item in page.get("Items", []))
+                    if not page.get("LastEvaluatedKey"):
+                        break
+                    request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+            # Write units of every recorded write, from its real before/after items.
+            wcu = {"plan: put run (txn)": 0.0, "plan: advance job (txn)": 0.0, "claim": 0.0, "finish": 0.0}
+            for job_before, job_after, runs in store.commits:
+                wcu["plan: put run (txn)"] += sum(write(RUNS, None, r, True) for r in runs)
+                wcu["plan: advance job (txn)"] += write(JOBS, job_before, job_after, True)
+            for before, after in store.transitions:
+                key = "claim" if after["state"] == str(RunState.RUNNING) else "finish"
+                wcu[key] += write(RUNS, before, after, False)
+            m.wcu = {k: v / m.runs for k, v in wcu.items()}
+            base = sum(units(max(item_size(b), item_size(a))) for b, a in store.transitions)
+            m.run_base_wcu = base / m.runs
+    finally:
+        echo.stop()
+    return m
+
+
+def per_run(calls: dict[str, int], runs: int) -> str:
+    return ", ".join(f"{op} {n / runs:.2f}" for op, n in sorted(calls.items()))
+
+
+def main(jobs_count: int) -> None:
+    dummy_aws_env()
+    print(f"machine: {machine()}")
+    print(f"other benchmarks running at start: {concurrency_note()}")
+    m = measure(jobs_count)
+    n = m.runs
+    ok = m.outcomes.get(str(Outcome.SUCCEEDED), 0)
+    print(f"\nmeasured on MiniStack: {jobs_count} jobs, {n} runs planned, outcomes {m.outcomes}")
+    print(f"  API calls per run, plan:    {per_run(m.plan_calls, n)}")
+    print(f"  API calls per run, execute (batches of 10): {per_run(m.exec_calls, m.batched_runs)}")
+    print(f"  one sweep (all {SHARDS} shards, nothing stalled): {per_run(m.sweep_calls, 1)}")
+    job_size = statistics.mean(m.job_sizes)
+    run_size = statistics.mean(m.finished_sizes)
+    print(f"  item sizes: job {job_size:.0f} B, finished run {run_size:.0f} B (mean of the stored items)")
+    assert ok == n, "every run must succeed for a per-successful-run cost"
+
+    # --- realistic load: runs per minute, to amortise the per-minute work of ticker and sweeper ----------
+    runs_per_day = sum(share * TOTAL_JOBS * per_day for share, _, per_day in MIX)
+    runs_per_min = runs_per_day / 1440
+    buckets_per_tick = m.plan_calls.get("Query", 0) / SHARDS  # due-index queries per shard per tick
+    print(
+        f"\nload model: {TOTAL_JOBS:,} jobs -> {runs_per_day:,.0f} runs/day, {runs_per_min:,.0f} runs/min avg"
+    )
+    for share, label, per_day in MIX:
+        print(f"  {share:>4.0%} {label:<42} {share * TOTAL_JOBS * per_day:>12,.0f} runs/day")
+
+    # --- DynamoDB -----------------------------------------------------------------------------------------
+    tick_fixed_wcu = SHARDS * 1  # watermark PutItem per shard per minute (a ~60 B item)
+    wcu_rows = [(k, v) for k, v in m.wcu.items()]
+    wcu_rows.append(("ticker watermarks (per min, amortised)", tick_fixed_wcu / runs_per_min))
+    # Reads. GetItem consistent: 1 RCU per 4 KB. Query on a GSI (eventually consistent): 0.5 RCU per 4 KB of
+    # the items it returns, summed per query and rounded up; an empty query still costs 0.5.
+    due_read = 0.5 * job_size / 4096  # large top-of-minute buckets: the rounding is amortised
+    run_get = 1.0 * math.ceil(run_size / 4096)  # consistent GetItem of the run
+    job_get = 1.0 * math.ceil(job_size / 4096)  # consistent GetItem of the job
+    tick_fixed_rcu = SHARDS * (1 + 0.5 * buckets_per_tick)  # watermark GetItem + due queries
+    sweep_fixed_rcu = SHARDS * 0.5  # one open_runs query per shard, empty when nothing stalled
+    rcu_rows = [
+        ("plan: due-index query (job item, eventual)", due_read),
+        ("claim: GetItem run (consistent)", run_get),
+        ("claim: GetItem job (consistent)", job_get),
+        ("ticker: watermark + bucket queries (amortised)", tick_fixed_rcu / runs_per_min),
+        ("sweeper: open_runs queries (amortised)", sweep_fixed_rcu / runs_per_min),
+    ]
+    wcu_total = sum(v for _, v in wcu_rows)
+    rcu_total = sum(v for _, v in rcu_rows)
+    wcu_min = 8.0  # write_units.py: txn put run 2, txn update job 2, claim 1, finish 1, due-index move 2
+    rcu_min = due_read + job_get  # the due read, and one consistent job read (pause/delete/edit) at claim
+    print("\nDynamoDB write units per successful run (from the recorded items):")
+    for name, value in wcu_rows:
+        print(f"  {name:<48} {value:>7.3f} WCU")
+    print(
+        f"  {'total':<48} {wcu_total:>7.3f} WCU   design minimum {wcu_min:.0f}, "
+        f"ratio {wcu_total / wcu_min:.2f}"
+    )
+    print("DynamoDB read units per successful run:")
+    for name, value in rcu_rows:
+        print(f"  {name:<48} {value:>7.3f} RCU")
+    print(
+        f"  {'total':<48} {rcu_total:>7.3f} RCU   design minimum {rcu_min:.2f} "
+        f"(due read + job read at claim; the run read could be the claim's condition), "
+        f"ratio {rcu_total / rcu_min:.2f}"
+    )
+    # overlap=skip|queue: claim and finish become transactions with the job's overlap slot.
+    job_item = job_to_item(make_jobs(1, "http://127.0.0.1:1")[0])
+    slot = {**job_item, "active_run": "x" * 43, "active_lease_expires_at": "2026-12-02T13:06:30.200Z"}
+    # The job's slot is taken and released (transactional, and the `due` index projects ALL, so it moves
+    # too); the run's own item writes (not its index writes) double inside the transactions.
+    exclusive_extra = write(JOBS, job_item, slot, True) + write(JOBS, slot, job_item, True) + m.run_base_wcu
+    print(
+        f"  overlap=skip/queue instead of allow: +{exclusive_extra:.1f} WCU (claim and finish become "
+        f"transactions with the job's slot) and +{job_get:.0f} RCU (finish reads the job)"
+    )
+
+    # --- SQS --------------------------------------------------------------------------------------------
+    sends = m.plan_calls.get("SendMessageBatch", 0) / n
+    recv_full = m.exec_calls.get("ReceiveMessage", 0) / m.batched_runs
+    dele_full = m.exec_calls.get("DeleteMessageBatch", 0) / m.batched_runs
+    idle_polls = QUEUES * ESM_POLLERS_PER_QUEUE * 3 + 1  # long polls per minute, + the sweeper's DLQ read
+    sqs_rows = [
+        ("send (as built: measured SendMessageBatch per run)", sends, sends),
+        ("send (design: batches of 10)", 0.1, 0.1),
+        ("receive (ESM; batches of 10 .. of 1)", recv_full, 1.0),
+        ("delete (ESM DeleteMessageBatch; 10 .. 1)", dele_full, 1.0),
+        ("idle long polls + DLQ read (amortised)", idle_polls / runs_per_min, idle_polls / runs_per_min),
+    ]
+    print("\nSQS requests per successful run (full batches .. batches of one):")
+    for name, full, single in sqs_rows:
+        print(f"  {name:<52} {full:>6.3f} .. {single:.3f}")
+    sqs_as_built = (
+        sends + recv_full + dele_full + idle_polls / runs_per_min,
+        sends + 2 + idle_polls / runs_per_min,
+    )
+    sqs_design = (
+        0.1 + recv_full + dele_full + idle_polls / runs_per_min,
+        0.1 + 2 + idle_polls / runs_per_min,
+    )
+
+    # --- Lambda -----------------------------------------------------------------------------------------
+    batch_p50 = statistics.median(m.batch_seconds)
+    run_p50 = statistics.median(m.run_seconds)
+    mean_batch = statistics.mean(m.batch_sizes)
+    # Billed duration of one executor invocation ~ the batch's wall time + the target's latency (the runs
+    # of a batch wait for their targets concurrently).
+    per_run_full = (batch_p50 + TARGET_LATENCY_S) / BATCH
+    per_run_single = run_p50 + TARGET_LATENCY_S
+    plan_per_fire = m.plan_seconds / n
+    gbs_full = EXECUTOR_GB * per_run_full + TICKER_GB * plan_per_fire
+    gbs_single = EXECUTOR_GB * per_run_single + TICKER_GB * plan_per_fire
+    fixed_invocations = SHARDS / TICKER_SHARDS_PER_INVOCATION + 1  # ticker groups + sweeper, per minute
+    lambda_req_full = 1 / BATCH + fixed_invocations / runs_per_min
+    lambda_req_single = 1 + fixed_invocations / runs_per_min
+    print(
+        f"\nLambda (measured on MiniStack): batch of {mean_batch:.1f} runs p50 {batch_p50 * 1000:.1f} ms, "
+        f"one run alone p50 {run_p50 * 1000:.1f} ms, planning {plan_per_fire * 1000:.2f} ms per fire "
+        "(1 thread, with its SQS send)"
+    )
+    print(
+        f"  assumed target latency {TARGET_LATENCY_S * 1000:.0f} ms; executor {EXECUTOR_GB} GB, ticker "
+        f"{TICKER_GB} GB; DynamoDB/SQS latency in AWS taken as MiniStack's on loopback (same order)"
+    )
+    print(f"  GB-s per run: {gbs_full:.5f} (full batches of {BATCH}) .. {gbs_single:.5f} (batches of one)")
+    print(f"  invocations per run: {lambda_req_full:.3f} .. {lambda_req_single:.3f}")
+
+    # --- dollars ----------------------------------------------------------------------------------------
+    def dollars(sqs_requests: float, gbs: float, invocations: float) -> list[tuple[str, float]]:
+        return [
+            ("DynamoDB writes", wcu_total * PRICE_WRU * 1e6),
+            ("DynamoDB reads", rcu_total * PRICE_RRU * 1e6),
+            ("SQS", sqs_requests * PRICE_SQS * 1e6),
+            ("Lambda GB-s", gbs * PRICE_GB_S * 1e6),
+            ("Lambda requests", invocations * PRICE_LAMBDA_REQ * 1e6),
+        ]
+
+    columns = [
+        ("as built, full batches", dollars(sqs_as_built[0], gbs_full, lambda_req_full)),
+        ("as built, batches of 1", dollars(sqs_as_built[1], gbs_single, lambda_req_single)),
+        ("sends batched by 10, full", dollars(sqs_design[0], gbs_full, lambda_req_full)),
+    ]
+    print(
+        "\ndollars per million successful runs "
+        "(us-east-1 on-demand; AWS pricing pages, verify before relying):"
+    )
+    print(f"  {'':<18}" + "".join(f"{title:>28}" for title, _ in columns))
+    for i, (name, _) in enumerate(columns[0][1]):
+        print(f"  {name:<18}" + "".join(f"{'$' + format(rows[i][1], '.2f'):>28}" for _, rows in columns))
+    print(
+        f"  {'total':<18}"
+        + "".join(f"{'$' + format(sum(v for _, v in rows), '.2f'):>28}" for _, rows in columns)
+    )
+
+    # --- storage ----------------------------------------------------------------------------------------
+    retention_days = 30
+    stored = runs_per_day * retention_days
+    run_bytes = run_size + PER_ITEM_OVERHEAD
+    runs_gb = stored * run_bytes / 1e9
+    # Jobs: the table and the `due` index (projection ALL) each hold the item; `by_owner` holds the keys.
+    jobs_gb = TOTAL_JOBS * ((job_size + PER_ITEM_OVERHEAD) * 2 + 80 + PER_ITEM_OVERHEAD) / 1e9
+    print(
+        f"\nstorage: run history for {retention_days} days at {TOTAL_JOBS:,} jobs "
+        "(TTL deletes them after that)"
+    )
+    print(
+        f"  {runs_per_day:,.0f} runs/day x {retention_days} d = {stored:,.0f} runs x {run_bytes:.0f} B "
+        f"({run_size:.0f} B item + {PER_ITEM_OVERHEAD} B overhead) = {runs_gb:.1f} GB -> "
+        f"${runs_gb * PRICE_GB_MONTH:.2f}/month"
+    )
+    print(
+        f"  jobs table + due index + by_owner: {jobs_gb:.2f} GB -> ${jobs_gb * PRICE_GB_MONTH:.2f}/month; "
+        "finished runs leave the sparse open_runs index, so it stays near empty"
+    )
+    print(
+        f"  a run whose response detail is kept in full (1 KiB) is ~{run_size + 1000:.0f} B: "
+        f"{stored * (run_size + 1000 + PER_ITEM_OVERHEAD) / 1e9:.0f} GB at the worst"
+    )
+    print(f"\nother benchmarks running at the end: {concurrency_note()}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
