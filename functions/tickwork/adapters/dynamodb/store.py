@@ -324,35 +324,20 @@ class DynamoStore:
     # --- job management ----------------------------------------------------------------------------
 
     def create_job(self, job: Job, runs: Sequence[Run]) -> None:
-        items: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self.tables.jobs,
-                    "Item": serialize(job_to_item(job)),
-                    "ConditionExpression": "attribute_not_exists(job_id)",
-                }
-            }
-        ]
-        items.extend(self._put_new_run(run) for run in runs)
-        try:
-            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as error:
-            if _code(error) == "TransactionCanceledException":
-                codes = _cancellation_codes(error)
-                if any(code in TRANSIENT_REASONS for code in codes):
-                    raise _transient(error) from error
-                raise ConflictError(f"job {job.job_id} already exists") from error
-            raise self._translate(error) from error
+        self._create(job_to_item(job), runs)
 
     def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
         """create_job, also recording the fingerprint of the request that created the job (an idempotent
         create compares a retry against it). ConflictError if the job exists."""
-        item = {**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+        """Put a new job (it must not exist) with the runs it plans for itself, in one transaction."""
         items: list[dict[str, Any]] = [
             {
                 "Put": {
                     "TableName": self.tables.jobs,
-                    "Item": serialize(item),
+                    "Item": serialize(job_item),
                     "ConditionExpression": "attribute_not_exists(job_id)",
                 }
             }
@@ -365,7 +350,7 @@ class DynamoStore:
                 codes = _cancellation_codes(error)
                 if any(code in TRANSIENT_REASONS for code in codes):
                     raise _transient(error) from error
-                raise ConflictError(f"job {job.job_id} already exists") from error
+                raise ConflictError(f"job {job_item['job_id']} already exists") from error
             raise self._translate(error) from error
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
