@@ -105,7 +105,8 @@ def run_local(args: argparse.Namespace) -> int:
         print(f"                processes  {pids}")
         print(f"                logs       {runtime.run_dir.resolve()}/<role>.log")
         if config.demo:
-            echo = EchoServer(port=0).start()
+            # A fixed port (API port + 1), so demo jobs registered by an earlier start still reach it.
+            echo = EchoServer(port=config.api_port + 1).start()
             parts = Components(
                 Settings.from_env(runtime.env), SystemClock(), _local_clients(runtime.env), InMemoryMetrics()
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from tickwork.composition import Components
 from tickwork.domain.models import Job, RetryPolicy, Target
 from tickwork.domain.schedule import parse_schedule
@@ -34,5 +36,10 @@ def demo_specs(echo_url: str) -> list[JobSpec]:
 
 
 def register_demo_jobs(parts: Components, echo_url: str) -> list[Job]:
+    """Idempotent: a restart with the same state finds the demo jobs it registered before, not new copies."""
     service = parts.job_service()
-    return [service.create(DEMO_OWNER, spec) for spec in demo_specs(echo_url)]
+    jobs = []
+    for number, spec in enumerate(demo_specs(echo_url)):
+        fingerprint = hashlib.sha256(repr(spec).encode()).hexdigest()
+        jobs.append(service.create_idempotent(DEMO_OWNER, spec, f"demo-{number}", fingerprint).job)
+    return jobs
