@@ -78,7 +78,9 @@ def test_invalid_expressions_name_the_field(expression: str, field_words: str) -
     ],
 )
 def test_interval_floor_accepts(expression: str, floor: int) -> None:
-    parse_schedule(expression, min_interval_seconds=floor)
+    schedule = parse_schedule(expression, min_interval_seconds=floor)
+    first = next_fire_after(schedule, utc(2026, 12, 2))
+    assert schedule.expression == expression and first is not None
 
 
 def test_interval_floor_can_be_raised() -> None:
