@@ -123,7 +123,10 @@ def main(argv: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings.from_env(os.environ)
     metrics = SnapshotMetrics(run_dir / f"metrics-{role}.json")
-    parts = Components(settings, SystemClock(), boto3_client_factory(region_name=settings.region), metrics)
+    # Unsigned requests only against the emulator this runtime started itself (it checks no signatures).
+    unsigned = os.environ.get("TICKWORK_LOCAL_UNSIGNED") == "1"
+    clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned)
+    parts = Components(settings, SystemClock(), clients, metrics)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -164,6 +164,7 @@ class LocalRuntime:
                 "TICKWORK_API_PORT": str(self.config.api_port),
                 "TICKWORK_LOCAL_TOKENS": json.dumps(self.config.tokens),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
+                "TICKWORK_LOCAL_UNSIGNED": "1" if self.emulator is not None else "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -93,13 +94,20 @@ def error_retryable(code: str, http_status: int | None) -> bool:
 
 
 def boto3_client_factory(
-    session: Any = None, *, region_name: str | None = None, lambda_read_timeout_seconds: float = 910.0
+    session: Any = None,
+    *,
+    region_name: str | None = None,
+    lambda_read_timeout_seconds: float = 910.0,
+    unsigned: bool = False,
 ) -> ClientFor:
     """A thread-safe `client_for` creating each service's client on first use and reusing it after.
 
     Lambda gets a read timeout above its 15-minute maximum and NO botocore retries: botocore retries read
     timeouts, which for a synchronous invoke would run the function a second time behind Tickwork's back. The
     other services keep botocore's standard retries (short, throttling-aware) under a shorter timeout.
+
+    `unsigned` is for the embedded emulator only, which checks no signatures: SigV4 signing is about a third
+    of the client's CPU per call, and the local runtime is CPU-bound under a burst.
     """
     import boto3  # deferred: importing this module must not need (or configure) boto3
 
@@ -119,6 +127,11 @@ def boto3_client_factory(
         # connections made the rest open and drop a connection per call under a burst.
         max_pool_connections=64,
     )
+
+    if unsigned:
+        no_signing = Config(signature_version=UNSIGNED)
+        configs = {name: config.merge(no_signing) for name, config in configs.items()}
+        default = default.merge(no_signing)
 
     def client_for(service: str) -> Any:
         with lock:  # boto3 sessions are not thread-safe; clients are, once created
