@@ -11,11 +11,15 @@ import pytest
 from botocore.config import Config
 from moto import mock_aws
 
+from tests.fakes import RecordingMetrics
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.local.emulator import Emulator, EmulatorConfig
 from tickwork.resources import ResourceNames
+from tickwork.settings import Settings
 
 # A fixed anchor: every test's "now" is derived from it, never from the wall clock.
 ANCHOR = datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
@@ -86,3 +90,20 @@ def ministack_names(ministack: Emulator) -> ResourceNames:
     names = ResourceNames(prefix=f"t{uuid.uuid4().hex[:10]}")
     ensure_tables(ministack_client(ministack, "dynamodb"), names)
     return names
+
+
+def build_components(dynamodb: Any, clock: FakeClock) -> Components:
+    """The deployment's components on moto: tables, two dispatch queues and a DLQ, local mode (loopback
+    targets allowed), metrics kept in memory."""
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    queue_urls, dlq_url = ensure_queues(sqs, NAMES, dispatch_queues=2)
+    settings = Settings(
+        table_prefix=NAMES.prefix,
+        shard_count=2,
+        mode="local",
+        dispatch_queue_urls=tuple(queue_urls),
+        dead_letter_queue_url=dlq_url,
+        signing_secret="s3cret",
+    )
+    clients = {"dynamodb": dynamodb, "sqs": sqs}
+    return Components(settings, clock, clients.__getitem__, RecordingMetrics())

@@ -9,16 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from tests.conftest import ANCHOR, NAMES
-from tests.fakes import RecordingMetrics
-from tickwork.adapters.sqs_provision import ensure_queues
+from tests.conftest import ANCHOR, build_components
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.handlers import api, runtime
-from tickwork.settings import Settings
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 ALICE = "arn:aws:iam::123456789012:user/alice"
@@ -110,21 +106,6 @@ def job_body(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
-
-
-def build_components(dynamodb: Any, clock: FakeClock) -> Components:
-    sqs = boto3.client("sqs", region_name="us-east-1")
-    queue_urls, dlq_url = ensure_queues(sqs, NAMES, dispatch_queues=2)
-    settings = Settings(
-        table_prefix=NAMES.prefix,
-        shard_count=2,
-        mode="local",
-        dispatch_queue_urls=tuple(queue_urls),
-        dead_letter_queue_url=dlq_url,
-        signing_secret="s3cret",
-    )
-    clients = {"dynamodb": dynamodb, "sqs": sqs}
-    return Components(settings, clock, clients.__getitem__, RecordingMetrics())
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.api.conftest import ALICE, Api, build_components, job_body, request
-from tests.conftest import ANCHOR, NAMES
+from tests.api.conftest import ALICE, Api, job_body, request
+from tests.conftest import ANCHOR, NAMES, build_components
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.domain.clock import FakeClock
 from tickwork.handlers import api, runtime

@@ -10,19 +10,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from tests.conftest import NAMES
-from tests.fakes import RecordingMetrics
-from tickwork.adapters.sqs_provision import ensure_queues
+from tests.conftest import build_components
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.models import RunState, Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.handlers import executor, runtime, sweeper, ticker
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
-from tickwork.settings import Settings
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -62,19 +58,7 @@ def receiver() -> Iterator[tuple[str, list[dict[str, str]]]]:
 
 @pytest.fixture
 def deployed(dynamodb: Any, receiver: tuple[str, list[dict[str, str]]]) -> Iterator[Components]:
-    sqs = boto3.client("sqs", region_name="us-east-1")
-    queue_urls, dlq_url = ensure_queues(sqs, NAMES, dispatch_queues=2)
-    settings = Settings(
-        table_prefix=NAMES.prefix,
-        shard_count=2,
-        mode="local",
-        dispatch_queue_urls=tuple(queue_urls),
-        dead_letter_queue_url=dlq_url,
-        signing_secret="s3cret",
-    )
-    clients = {"dynamodb": dynamodb, "sqs": sqs}
-    clock = FakeClock(datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC))
-    parts = Components(settings, clock, clients.__getitem__, RecordingMetrics())
+    parts = build_components(dynamodb, FakeClock(datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)))
     runtime.reset_for_tests(parts)
     yield parts
     runtime.reset_for_tests(None)

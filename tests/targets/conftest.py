@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from moto import mock_aws
 
 from tickwork.domain.targets import Invocation
 
@@ -114,18 +113,3 @@ def server() -> Iterator[RecordingServer]:
         srv.shutdown()
         srv.server_close()
         thread.join(timeout=2)
-
-
-@pytest.fixture
-def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-
-
-@pytest.fixture
-def mocked_aws(fake_aws_env: None) -> Iterator[None]:
-    with mock_aws():
-        yield

@@ -45,12 +45,12 @@ def _attributes(message: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture
-def invoker(mocked_aws: None) -> AwsInvoker:
+def invoker(moto: None) -> AwsInvoker:
     return AwsInvoker(boto3_client_factory(region_name=REGION))
 
 
 @pytest.fixture
-def sqs(mocked_aws: None) -> Any:
+def sqs(moto: None) -> Any:
     return boto3.client("sqs", region_name=REGION)
 
 
@@ -194,7 +194,7 @@ def test_stepfunctions_missing_machine_is_not_retryable(invoker: AwsInvoker) -> 
     assert (result.ok, result.retryable, result.status) == (False, False, "StateMachineDoesNotExist")
 
 
-def test_clients_are_created_lazily_per_service(fake_aws_env: None) -> None:
+def test_clients_are_created_lazily_per_service(aws_env: None) -> None:
     asked: list[str] = []
 
     def client_for(service: str) -> Any:
@@ -252,7 +252,7 @@ def _expected_lambda_params(invocation_type: str = "RequestResponse") -> dict[st
     }
 
 
-def test_lambda_success_wraps_the_payload(fake_aws_env: None) -> None:
+def test_lambda_success_wraps_the_payload(aws_env: None) -> None:
     invoker, stubber = _stubbed("lambda")
     stubber.add_response(
         "invoke", {"StatusCode": 200, "Payload": _payload(b'{"rows": 12}')}, _expected_lambda_params()
@@ -264,7 +264,7 @@ def test_lambda_success_wraps_the_payload(fake_aws_env: None) -> None:
     assert (result.ok, result.status, result.detail) == (True, "200", '{"rows": 12}')
 
 
-def test_lambda_async_event_is_accepted(fake_aws_env: None) -> None:
+def test_lambda_async_event_is_accepted(aws_env: None) -> None:
     invoker, stubber = _stubbed("lambda")
     stubber.add_response(
         "invoke", {"StatusCode": 202, "Payload": _payload(b"")}, _expected_lambda_params("Event")
@@ -275,7 +275,7 @@ def test_lambda_async_event_is_accepted(fake_aws_env: None) -> None:
     assert (result.ok, result.status) == (True, "202")
 
 
-def test_lambda_function_error_is_a_retryable_failure(fake_aws_env: None) -> None:
+def test_lambda_function_error_is_a_retryable_failure(aws_env: None) -> None:
     invoker, stubber = _stubbed("lambda")
     error_body = b'{"errorMessage": "boom", "errorType": "ValueError"}'
     stubber.add_response(
@@ -301,7 +301,7 @@ def test_lambda_function_error_is_a_retryable_failure(fake_aws_env: None) -> Non
     ],
 )
 def test_lambda_client_errors_are_classified(
-    fake_aws_env: None, code: str, http_status: int, retryable: bool
+    aws_env: None, code: str, http_status: int, retryable: bool
 ) -> None:
     invoker, stubber = _stubbed("lambda")
     stubber.add_client_error(
@@ -317,7 +317,7 @@ def test_lambda_client_errors_are_classified(
     ("code", "retryable"),
     [("ThrottlingException", True), ("AccessDenied", False), ("KMS.AccessDeniedException", False)],
 )
-def test_sqs_errors_are_classified(fake_aws_env: None, code: str, retryable: bool) -> None:
+def test_sqs_errors_are_classified(aws_env: None, code: str, retryable: bool) -> None:
     invoker, stubber = _stubbed("sqs")
     stubber.add_client_error("send_message", service_error_code=code, http_status_code=400)
 
@@ -329,7 +329,7 @@ def test_sqs_errors_are_classified(fake_aws_env: None, code: str, retryable: boo
     assert (result.ok, result.retryable, result.status) == (False, retryable, code)
 
 
-def test_stepfunctions_execution_already_exists_counts_as_started(fake_aws_env: None) -> None:
+def test_stepfunctions_execution_already_exists_counts_as_started(aws_env: None) -> None:
     invoker, stubber = _stubbed("stepfunctions")
     stubber.add_client_error(
         "start_execution", service_error_code="ExecutionAlreadyExists", http_status_code=400
@@ -348,7 +348,7 @@ def test_stepfunctions_execution_already_exists_counts_as_started(fake_aws_env: 
 @pytest.mark.parametrize(
     ("code", "retryable"), [("ThrottlingException", True), ("AccessDeniedException", False)]
 )
-def test_eventbridge_failed_entries_are_failures(fake_aws_env: None, code: str, retryable: bool) -> None:
+def test_eventbridge_failed_entries_are_failures(aws_env: None, code: str, retryable: bool) -> None:
     invoker, stubber = _stubbed("events")
     stubber.add_response(
         "put_events",
