@@ -78,6 +78,9 @@ class DeploymentConfig:
     log_retention_days: int = 30
     target_arns: tuple[str, ...] = ()
     allowed_networks: tuple[str, ...] = ()
+    # The MiniStack profile (`make e2e-aws`): single-metric alarms (it refuses metric math) and a Lambda
+    # bundle built for the interpreter the emulator runs handlers with. Everything else is the AWS stack.
+    emulator: bool = False
 
     def __post_init__(self) -> None:
         if not _PREFIX.match(self.prefix):
@@ -109,6 +112,7 @@ class DeploymentConfig:
             "log_retention_days": _int(1, 3653),
             "target_arns": _list,
             "allowed_networks": _list,
+            "emulator": _bool,
         }
         values: dict[str, Any] = {}
         for name, parse in parsers.items():
