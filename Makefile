@@ -6,7 +6,7 @@ VENV := .venv
 MS_VENV := .venv-ministack
 MINISTACK_VERSION := 1.5.33
 
-.PHONY: install test lint run synth clean
+.PHONY: install test lint run synth e2e-aws clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,7 +27,12 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --ignore=tests/e2e_aws
+	$(MAKE) e2e-aws
+
+# The real CDK stack deployed into a fresh MiniStack with the pinned CDK CLI, driven through its API URL.
+e2e-aws: install
+	$(VENV)/bin/pytest tests/e2e_aws -p no:cacheprovider -s
 
 run: install
 	$(VENV)/bin/tickwork local --demo

@@ -10,7 +10,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from infra.config import DeploymentConfig
 from infra.constructs.api import Api
-from infra.constructs.bundling import lambda_code
+from infra.constructs.bundling import LAMBDA_TARGET, emulator_target, lambda_code
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.executor import ExecutorFunction, size_executor
 from infra.constructs.functions import FunctionFactory, retention
@@ -43,7 +43,7 @@ class TickworkStack(Stack):
         self.factory = FunctionFactory(
             self,
             "Functions",
-            code=code or lambda_code(),
+            code=code or lambda_code(target=emulator_target() if config.emulator else LAMBDA_TARGET),
             prefix=config.prefix,
             environment=self._environment(),
             log_retention_days=config.log_retention_days,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
@@ -27,6 +28,45 @@ FUNCTIONS_DIR = REPO_ROOT / "functions"
 PACKAGE = "tickwork"
 PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"
+# MiniStack runs every handler in a subprocess of its own interpreter, whatever the function's runtime and
+# architecture say (`make install` builds it in .venv-ministack).
+EMULATOR_PYTHON = REPO_ROOT / ".venv-ministack" / "bin" / "python"
+
+
+@dataclass(frozen=True, slots=True)
+class BundleTarget:
+    """The interpreter the bundled wheels must import under: a pip platform tag and a Python version."""
+
+    platform: str
+    python_version: str
+    docker_platform: str
+
+
+LAMBDA_TARGET = BundleTarget(PLATFORM, PYTHON_VERSION, "linux/arm64")
+
+
+def emulator_target(python: Path = EMULATOR_PYTHON) -> BundleTarget:
+    """The target of the emulator profile: the emulator interpreter's own version and machine."""
+    if not python.exists():
+        raise FileNotFoundError(
+            f"the emulator profile bundles for {python}, which does not exist: run `make install`"
+        )
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import platform, sys; print(platform.machine(), '%d.%d' % sys.version_info[:2])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    machine, version = probe.stdout.split()
+    docker = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(machine)
+    if docker is None:
+        raise ValueError(f"the emulator interpreter runs on {machine}: no manylinux wheels for it")
+    return BundleTarget(f"manylinux2014_{machine}", version, docker)
+
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?")
 
@@ -114,18 +154,27 @@ def docker_command(pinned: Sequence[str]) -> list[str]:
     ]
 
 
-def lambda_code(source_dir: Path = FUNCTIONS_DIR, pinned: Sequence[str] | None = None) -> lambda_.Code:
+def lambda_code(
+    source_dir: Path = FUNCTIONS_DIR,
+    pinned: Sequence[str] | None = None,
+    target: BundleTarget = LAMBDA_TARGET,
+) -> lambda_.Code:
     """One asset for every function: the same package, different handlers."""
     pinned = list(pinned if pinned is not None else requirements())
+    bundler = PipLocalBundler(
+        source_dir, pinned, platform=target.platform, python_version=target.python_version
+    )
     return lambda_.Code.from_asset(
         str(source_dir),
         exclude=["*.egg-info", "**/__pycache__", "**/*.pyc"],
         bundling=BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_12.bundling_image,
-            platform="linux/arm64",
+            platform=target.docker_platform,
             command=docker_command(pinned),
+            # The target is part of the asset hash: an emulator bundle never stands in for a Lambda one.
+            environment={"TICKWORK_BUNDLE_TARGET": f"{target.platform}/cp{target.python_version}"},
             # jsii calls try_bundle(output_dir, options) with the options struct as one argument, not the
             # keyword form the generated protocol declares.
-            local=cast(ILocalBundling, PipLocalBundler(source_dir, pinned)),
+            local=cast(ILocalBundling, bundler),
         ),
     )
