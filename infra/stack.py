@@ -100,6 +100,7 @@ class TickworkStack(Stack):
             start_delay_objective_ms=config.start_delay_objective_ms,
             oldest_message_age_seconds=config.oldest_message_age_seconds,
             production=config.production,
+            metric_math=not config.emulator,
         )
         Tags.of(self).add("application", "tickwork")
         Tags.of(self).add("tickwork:prefix", config.prefix)

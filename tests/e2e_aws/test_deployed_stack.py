@@ -221,7 +221,7 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
         {
             "name": "e2e daily",
             "schedule": {"expression": _daily_at(fire), "timezone": "UTC"},
-            "target": {"kind": "sqs", "config": {"queue_url": target_queue_url, "message": {"hello": "e2e"}}},
+            "target": {"kind": "sqs", "config": {"queue_url": target_queue_url, "message": "hello from e2e"}},
             "timeout_seconds": 60,
         },
     )
@@ -247,7 +247,7 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
         QueueUrl=target_url, MaxNumberOfMessages=10, WaitTimeSeconds=5, MessageAttributeNames=["All"]
     ).get("Messages", [])
     assert len(messages) == 1, messages
-    assert json.loads(messages[0]["Body"]) == {"hello": "e2e"}
+    assert messages[0]["Body"] == "hello from e2e"
 
     status, listing = api.call("GET", "/jobs")
     assert status == 200, listing
