@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -88,9 +88,31 @@ class Observability(Construct):
             removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
         )
         # CloudWatch publishes alarm notifications to the encrypted topic.
-        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        # CloudWatch publishes alarm notifications to the encrypted topic. enforce_ssl replaces the topic's
+        # default policy, so CloudWatch needs an explicit allow: on the topic and on the key, each only for
+        # alarms of this account.
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        this_account = {"StringEquals": {"aws:SourceAccount": Stack.of(self).account}}
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsOfThisAccount",
+                principals=[cloudwatch],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions=this_account,
+            )
+        )
         self.topic = sns.Topic(
             self, "AlarmTopic", topic_name=f"{prefix}-alarms", master_key=key, enforce_ssl=True
+        )
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsOfThisAccount",
+                principals=[cloudwatch],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions=this_account,
+            )
         )
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
