@@ -87,6 +87,8 @@ class Api:
 
     def send(self, event: dict[str, Any]) -> Reply:
         raw = api.handler(event, LambdaContext())  # type: ignore[arg-type]
+        # Every proxy response carries a string body, "" for a 204 (MiniStack's gateway fails on null).
+        assert isinstance(raw.get("body"), str), raw
         headers = {k: str(v) for k, v in (raw.get("headers") or {}).items()}
         text = raw.get("body") or ""
         body = json.loads(text) if text and "json" in headers.get("Content-Type", "") else text

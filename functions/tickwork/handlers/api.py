@@ -288,8 +288,7 @@ def update_job(job_id: str, body: JobPatchIn, owner: Owner, if_match: IfMatch = 
 )
 def delete_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[None]:
     jobs().delete(owner, job_id, expected_version(if_match))
-    # An empty string, not None: API Gateway takes either, and MiniStack's gateway fails on a None body.
-    return Response(status_code=204, body="")
+    return Response(status_code=204, body=None)
 
 
 @app.post(
@@ -412,7 +411,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = problems.precheck(event)
     if refused is not None:
         return refused
-    return app.resolve(event, context)
+    response = app.resolve(event, context)
+    if response.get("body") is None:
+        # A 204 has no body. API Gateway takes `null` or "", but MiniStack's gateway fails on `null`.
+        response["body"] = ""
+    return response
 
 
 def main(argv: list[str]) -> int:
