@@ -95,6 +95,8 @@ class Api(Construct):
         )
         allow(self.function, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
         allow(self.function, ("dynamodb:DeleteItem",), [jobs.table_arn])
+        # list_jobs reads a page of owned jobs (from the keys-only by_owner index) in one BatchGetItem.
+        allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn])
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # "run now" and immediate fires
 
         authorizer: Any
