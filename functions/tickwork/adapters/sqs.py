@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tickwork.domain.dispatch import DeadLetter, RunMessage, delay_seconds
+from tickwork.domain.dispatch import DeadLetter, RunMessage, delay_seconds, queue_index
 from tickwork.domain.errors import DispatchError, ValidationError
 from tickwork.domain.models import Run
 
@@ -21,8 +21,9 @@ SEND_ATTEMPTS = 3
 
 
 class SqsDispatcher:
-    """Runs spread over the dispatch queues by shard: one event source mapping tops out at 1,000 concurrent
-    executions, so a 10,000 cap needs several queues."""
+    """Runs spread over the dispatch queues by a hash of the run id (domain.dispatch.queue_index): one event
+    source mapping tops out at 1,000 concurrent executions, so a 10,000 cap needs several queues, evenly
+    loaded."""
 
     def __init__(self, client: SQSClient, queue_urls: Sequence[str]) -> None:
         if not queue_urls:
@@ -30,14 +31,19 @@ class SqsDispatcher:
         self._client = client
         self._queue_urls = list(queue_urls)
 
+    def queue_for_run_id(self, run_id: str) -> str:
+        return self._queue_urls[queue_index(run_id, len(self._queue_urls))]
+
     def queue_for(self, run: Run) -> str:
-        return self._queue_urls[run.shard % len(self._queue_urls)]
+        return self.queue_for_run_id(run.run_id)
 
     def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
         self.send([RunMessage.for_run(r) for r in runs], [self.queue_for(r) for r in runs], now)
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
-        self.send([message], [self._queue_urls[shard % len(self._queue_urls)]], now)
+        """`shard` is part of the port's signature but no longer routes: the run id does, so a re-send
+        goes to the queue the run's first message went to."""
+        self.send([message], [self.queue_for_run_id(message.run_id)], now)
 
     def send(self, messages: Sequence[RunMessage], queue_urls: Sequence[str], now: datetime) -> None:
         by_queue: dict[str, list[RunMessage]] = defaultdict(list)

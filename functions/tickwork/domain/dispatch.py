@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from tickwork.domain.errors import ValidationError
-from tickwork.domain.models import Run
+from tickwork.domain.models import Run, make_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 
 MAX_DELAY_SECONDS = 900  # SQS's per-message delay limit
+_QUEUE_HASH_PERSON = b"tickwork-queue"  # keeps the queue hash independent of the shard hash (sha256 of job)
+
+
+def queue_index(run_id: str, queue_count: int) -> int:
+    """The dispatch queue a run's messages go to: a stable hash of the run id, so runs spread evenly over
+    the queues whatever the shard and queue counts (shard % queue_count overloads some queues when the
+    counts do not divide). Every message of one run lands on the same queue. Not Python's hash(): that is
+    salted per process."""
+    if queue_count < 1:
+        raise ValueError("queue_count must be at least 1")
+    digest = hashlib.blake2b(run_id.encode(), digest_size=8, person=_QUEUE_HASH_PERSON).digest()
+    return int.from_bytes(digest, "big") % queue_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,10 @@ class RunMessage:
         if sent_timestamp_ms is None:
             return self
         return replace(self, sent_at=datetime.fromtimestamp(int(sent_timestamp_ms) / 1000, tz=UTC))
+
+    @property
+    def run_id(self) -> str:
+        return make_run_id(self.job_id, self.scheduled_for)
 
     @property
     def dedupe_id(self) -> str:

@@ -1,0 +1,54 @@
+"""The SQS dispatcher routes by the domain rule: a run's first message and its re-sends share one queue."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tickwork.adapters.sqs import SqsDispatcher
+from tickwork.domain.dispatch import RunMessage, queue_index
+from tickwork.domain.models import Run, RunState, Trigger
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+URLS = [f"https://sqs.example/q{i}" for i in range(10)]
+
+
+class RecordingSqs:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []  # (queue url, body)
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.sent.extend((QueueUrl, entry["MessageBody"]) for entry in Entries)
+        return {"Successful": [{"Id": entry["Id"]} for entry in Entries], "Failed": []}
+
+
+def a_run(job_id: str, shard: int) -> Run:
+    return Run(
+        job_id=job_id,
+        scheduled_for=NOW,
+        due_at=NOW,
+        state=RunState.PLANNED,
+        trigger=Trigger.SCHEDULE,
+        job_version=1,
+        planned_at=NOW,
+        expires_at=NOW + timedelta(days=30),
+        shard=shard,
+    )
+
+
+def test_runs_of_one_shard_spread_over_every_queue_and_resends_follow_them() -> None:
+    sqs = RecordingSqs()
+    dispatcher = SqsDispatcher(sqs, URLS)  # type: ignore[arg-type]
+    runs = [a_run(f"job_{i:04d}", shard=3) for i in range(2_000)]  # one shard: the old rule used one queue
+
+    dispatcher.dispatch(runs, NOW)
+    first = dict((RunMessage.from_json(body).run_id, url) for url, body in sqs.sent)
+    sqs.sent.clear()
+    for run in runs[:50]:
+        dispatcher.redispatch(RunMessage.for_run(run), shard=run.shard, now=NOW)
+
+    per_queue = Counter(first.values())
+    assert set(per_queue) == set(URLS) and max(per_queue.values()) < 2 * min(per_queue.values())
+    assert all(url == first[RunMessage.from_json(body).run_id] for url, body in sqs.sent)
+    assert all(first[r.run_id] == URLS[queue_index(r.run_id, 10)] for r in runs)
