@@ -1,5 +1,9 @@
 """Dashboard and alarms. Tickwork's own metrics are Powertools EMF in namespace `Tickwork` with the dimension
-`service` (every function shares one service name); AWS metrics come from SQS, Lambda and DynamoDB."""
+`service` (every function shares one service name); AWS metrics come from SQS, Lambda, DynamoDB and API
+Gateway.
+
+Every alarm links its runbook entry in docs/deploy.md. With `metric_math=False` (the emulator profile:
+MiniStack refuses metric-math alarms) each math alarm becomes one alarm per input, `<alarm>-<input>`."""
 
 from __future__ import annotations
 
@@ -18,12 +22,20 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
+from tickwork.resources import TableDef
 
 NAMESPACE = "Tickwork"
 MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
 TICKER_LAG_LIMIT_SECONDS = 120
 MAX_METRICS_PER_ALARM = 10  # CloudWatch's limit for one metric-math alarm
+EXECUTOR_DURATION_LIMIT = 0.8  # of the executor's timeout: a batch that long is close to being killed
+CONCURRENCY_LIMIT = 0.9  # of the executor's reserved concurrency: the cap is nearly full
+# The sweeper looks every minute and re-sends within seconds, so a run still overdue 15 minutes after its
+# check time is not being repaired (the dispatch visibility timeout, 16 minutes, brings back even a
+# throttled message before that).
+OVERDUE_RUN_AGE_LIMIT_SECONDS = 900
+API_STAGE = "$default"
 
 RUN_COUNTS = (
     "RunsPlanned",
@@ -57,10 +69,11 @@ class Monitored:
     sweeper: lambda_.Function
     executor: lambda_.Function
     api: lambda_.Function
+    http_api_id: str
     executor_reserved_concurrency: int
     queues: Sequence[sqs.Queue]
     dead_letter_queue: sqs.Queue
-    tables: Sequence[dynamodb.Table]
+    tables: Sequence[tuple[TableDef, dynamodb.ITable]]  # each table with its definition (for index names)
 
 
 class Observability(Construct):
@@ -87,7 +100,6 @@ class Observability(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
         )
-        # CloudWatch publishes alarm notifications to the encrypted topic.
         # CloudWatch publishes alarm notifications to the encrypted topic. enforce_ssl replaces the topic's
         # default policy, so CloudWatch needs an explicit allow: on the topic and on the key, each only for
         # alarms of this account.
@@ -188,9 +200,9 @@ class Observability(Construct):
             label="Lambda throttles",
         )
 
-    def _dynamodb_throttles(self, period: Duration) -> cw.MathExpression:
+    def _table_throttle_metrics(self, period: Duration) -> dict[str, cw.IMetric]:
         metrics: dict[str, cw.IMetric] = {}
-        for i, table in enumerate(self.m.tables):
+        for i, (_definition, table) in enumerate(self.m.tables):
             for kind in ("Read", "Write"):
                 metrics[f"{kind.lower()}{i}"] = cw.Metric(
                     namespace="AWS/DynamoDB",
@@ -199,12 +211,52 @@ class Observability(Construct):
                     statistic="Sum",
                     period=period,
                 )
+        return metrics
+
+    def _index_throttle_metrics(self, period: Duration) -> dict[str, cw.IMetric]:
+        """The table-level throttle metrics leave out the global secondary indexes: each index has its own."""
+        metrics: dict[str, cw.IMetric] = {}
+        for definition, table in self.m.tables:
+            for index in definition.indexes:
+                for kind in ("Read", "Write"):
+                    metrics[f"{kind.lower()}_{definition.logical_name}_{index.name}"] = cw.Metric(
+                        namespace="AWS/DynamoDB",
+                        metric_name=f"{kind}ThrottleEvents",
+                        dimensions_map={
+                            "TableName": table.table_name,
+                            "GlobalSecondaryIndexName": index.name,
+                        },
+                        statistic="Sum",
+                        period=period,
+                    )
+        return metrics
+
+    @staticmethod
+    def _sum(metrics: dict[str, cw.IMetric], label: str, period: Duration) -> cw.MathExpression:
         return cw.MathExpression(
             expression=" + ".join(f"FILL({n}, 0)" for n in metrics),
             using_metrics=metrics,
-            label="DynamoDB throttle events",
+            label=label,
             period=period,
         )
+
+    def _dynamodb_throttles(self, period: Duration) -> cw.MathExpression:
+        return self._sum(self._table_throttle_metrics(period), "DynamoDB throttle events", period)
+
+    def _sum_alarms(
+        self, name: str, metrics: dict[str, cw.IMetric], label: str, period: Duration, description: str
+    ) -> None:
+        """`>= 1` on the sum of counts, in groups of at most 10 metrics (`name`, `name1`, ...)."""
+        keys = list(metrics)
+        for number, start in enumerate(range(0, len(keys), MAX_METRICS_PER_ALARM)):
+            group = {k: metrics[k] for k in keys[start : start + MAX_METRICS_PER_ALARM]}
+            self._alarm(
+                f"{name}{number}" if number else name,
+                self._sum(group, label, period),
+                1,
+                description,
+                runbook=name,
+            )
 
     # alarms --------------------------------------------------------------------------------------------
 
@@ -301,11 +353,88 @@ class Observability(Construct):
         self._alarm(
             "LambdaThrottles", self._lambda_throttles(FIVE_MINUTES), 1, "Tickwork functions were throttled."
         )
-        self._alarm(
+        self._sum_alarms(
             "DynamoDbThrottles",
-            self._dynamodb_throttles(FIVE_MINUTES),
-            1,
+            self._table_throttle_metrics(FIVE_MINUTES),
+            "DynamoDB throttle events",
+            FIVE_MINUTES,
             "Tickwork's tables throttled requests.",
+        )
+        self._sum_alarms(
+            "DynamoDbIndexThrottles",
+            self._index_throttle_metrics(FIVE_MINUTES),
+            "DynamoDB index throttle events",
+            FIVE_MINUTES,
+            "A global secondary index of Tickwork's tables throttled (this also slows its table's writes).",
+        )
+        self._function_alarms()
+        self._alarm(
+            "OldestOverdueRun",
+            self.metric("OldestOverdueRunAge", statistic="Maximum"),
+            OVERDUE_RUN_AGE_LIMIT_SECONDS,
+            f"An unfinished run is over {OVERDUE_RUN_AGE_LIMIT_SECONDS} s past its sweeper check time "
+            "in 2 of 3 minutes: the sweeper is not repairing it.",
+            periods=3,
+            datapoints=2,
+            comparison=greater,
+        )
+
+    def _function_alarms(self) -> None:
+        """Errors of the other functions, API 5xx, and the executor near its timeout or its reservation."""
+        greater = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
+        self._alarm(
+            "SweeperErrors",
+            self.m.sweeper.metric_errors(statistic="Sum", period=MINUTE),
+            1,
+            "Sweeper invocations failed in 2 of the last 3 minutes.",
+            periods=3,
+            datapoints=2,
+        )
+        self._alarm(
+            "ExecutorErrors",
+            self.m.executor.metric_errors(statistic="Sum", period=FIVE_MINUTES),
+            1,
+            "Executor invocations failed (a whole batch returns to its queue).",
+        )
+        self._alarm(
+            "ApiErrors",
+            self.m.api.metric_errors(statistic="Sum", period=FIVE_MINUTES),
+            1,
+            "API function invocations failed.",
+        )
+        self._alarm(
+            "Api5xx",
+            cw.Metric(
+                namespace="AWS/ApiGateway",
+                metric_name="5xx",
+                dimensions_map={"ApiId": self.m.http_api_id, "Stage": API_STAGE},
+                statistic="Sum",
+                period=FIVE_MINUTES,
+            ),
+            1,
+            "The management API answered 5xx.",
+        )
+        timeout = self.m.executor.timeout
+        if timeout is None:  # pragma: no cover - the executor construct always sets it
+            raise ValueError("the executor function has no timeout")
+        limit_ms = EXECUTOR_DURATION_LIMIT * timeout.to_milliseconds()
+        self._alarm(
+            "ExecutorDurationNearTimeout",
+            self.m.executor.metric_duration(statistic="Maximum", period=MINUTE),
+            limit_ms,
+            f"An executor batch ran over {limit_ms:.0f} ms, {EXECUTOR_DURATION_LIMIT:.0%} of its timeout.",
+            comparison=greater,
+        )
+        cap = self.m.executor_reserved_concurrency
+        self._alarm(
+            "ExecutorConcurrencyNearCap",
+            self.m.executor.metric("ConcurrentExecutions", statistic="Maximum", period=MINUTE),
+            CONCURRENCY_LIMIT * cap,
+            f"Executor concurrency above {CONCURRENCY_LIMIT:.0%} of its reservation ({cap}) in 3 of 5 "
+            "minutes.",
+            periods=5,
+            datapoints=3,
+            comparison=greater,
         )
 
     # dashboard -----------------------------------------------------------------------------------------

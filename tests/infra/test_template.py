@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from aws_cdk.assertions import Annotations, Match
+from infra.config import DeploymentConfig
 from infra.constructs.executor import size_executor
 from infra.constructs.observability import NAMESPACE
 from infra.constructs.scheduler import shard_groups
@@ -381,6 +382,11 @@ def _metric_names(props: dict[str, Any]) -> set[str]:
     return {q["MetricStat"]["Metric"]["MetricName"] for q in props.get("Metrics", []) if "MetricStat" in q}
 
 
+_DEFAULTS = DeploymentConfig()
+_DEFAULT_RESERVED = size_executor(
+    _DEFAULTS.concurrency_cap, _DEFAULTS.queue_count, _DEFAULTS.executor_batch_size
+).reserved_concurrency
+
 ALARMS = {
     # name: (metric names, threshold, operator)
     "DlqNotEmpty": (
@@ -395,6 +401,18 @@ ALARMS = {
     "OldestMessageAge": ({"ApproximateAgeOfOldestMessage"}, 1200, "GreaterThanThreshold"),
     "LambdaThrottles": ({"Throttles"}, 1, "GreaterThanOrEqualToThreshold"),
     "DynamoDbThrottles": ({"ReadThrottleEvents", "WriteThrottleEvents"}, 1, "GreaterThanOrEqualToThreshold"),
+    "DynamoDbIndexThrottles": (
+        {"ReadThrottleEvents", "WriteThrottleEvents"},
+        1,
+        "GreaterThanOrEqualToThreshold",
+    ),
+    "SweeperErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
+    "ExecutorErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
+    "ApiErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
+    "Api5xx": ({"5xx"}, 1, "GreaterThanOrEqualToThreshold"),
+    "ExecutorDurationNearTimeout": ({"Duration"}, 720_000, "GreaterThanThreshold"),
+    "ExecutorConcurrencyNearCap": ({"ConcurrentExecutions"}, 0.9 * _DEFAULT_RESERVED, "GreaterThanThreshold"),
+    "OldestOverdueRun": ({"OldestOverdueRunAge"}, 900, "GreaterThanThreshold"),
 }
 
 
