@@ -13,6 +13,12 @@ from tickwork.domain.models import Run, make_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 
 MAX_DELAY_SECONDS = 900  # SQS's per-message delay limit
+# Re-sends of one run's message by the executor (deferrals, retries, blocked-retry waits) before the run is
+# taken for a runaway loop and failed. The worst legitimate chain is far below it: 10 attempts (the API's
+# limit), each waiting behind a slot for at most its lease (840 s timeout + 30 s margin) in 30 s steps, is
+# about 10 x (29 + 2) = 310 hops. Lambda's own recursive-loop cut-off (16 hops) is turned off on the
+# executor, so this bound is what stops a real loop.
+MAX_HOPS = 1000
 _QUEUE_HASH_PERSON = b"tickwork-queue"  # keeps the queue hash independent of the shard hash (sha256 of job)
 
 
@@ -33,12 +39,24 @@ class RunMessage:
     scheduled_for: datetime
     attempt: int  # the run's attempt counter when sent: a claim succeeds only if it still matches
     not_before: datetime  # the run's due time (or retry time): executors hold early arrivals until then
+    # How many times the executor re-sent this run's message to its own queues (a message without the field,
+    # from before it existed, is hop 0). Bookkeeping of the delivery, not part of its identity.
+    hops: int = field(default=0, compare=False)
     # When the queue accepted this message (SQS SentTimestamp), filled in by the consumer; not in the body.
     sent_at: datetime | None = field(default=None, compare=False)
 
     @classmethod
-    def for_run(cls, run: Run, not_before: datetime | None = None) -> RunMessage:
-        return cls(run.job_id, run.scheduled_for, run.attempt, not_before or run.due_at)
+    def for_run(cls, run: Run, not_before: datetime | None = None, *, hops: int = 0) -> RunMessage:
+        return cls(run.job_id, run.scheduled_for, run.attempt, not_before or run.due_at, hops=hops)
+
+    def resent(self) -> RunMessage:
+        """This message sent again unchanged (an early arrival going back to the queue): one hop more."""
+        return replace(self, hops=self.hops + 1, sent_at=None)
+
+    @property
+    def runaway(self) -> bool:
+        """Re-sent more often than any legitimate run needs: a loop to stop, not a message to follow."""
+        return self.hops > MAX_HOPS
 
     def to_json(self) -> str:
         return json.dumps(
@@ -47,6 +65,7 @@ class RunMessage:
                 "scheduled_for": format_instant(self.scheduled_for),
                 "attempt": self.attempt,
                 "not_before": format_instant_ms(self.not_before),
+                "hops": self.hops,
             },
             separators=(",", ":"),
         )
@@ -60,6 +79,7 @@ class RunMessage:
                 scheduled_for=parse_instant(str(data["scheduled_for"])),
                 attempt=int(data["attempt"]),
                 not_before=parse_instant(str(data["not_before"])),
+                hops=_hops(data.get("hops", 0)),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error
@@ -77,6 +97,12 @@ class RunMessage:
     @property
     def dedupe_id(self) -> str:
         return f"{self.job_id}:{format_instant(self.scheduled_for)}:{self.attempt}"
+
+
+def _hops(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"hops must be a non-negative integer, not {value!r}")
+    return value
 
 
 def delay_seconds(not_before: datetime, now: datetime) -> int:

@@ -12,7 +12,7 @@ from random import Random
 from typing import TypeVar
 
 from tickwork.domain.clock import Clock
-from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.dispatch import MAX_HOPS, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError
 from tickwork.domain.execution import LEASE_MARGIN, after_attempt, cancellation_reason, claimed, terminal
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
@@ -82,9 +82,11 @@ class Executor:
             return Outcome.DUPLICATE
         if run.state is RunState.RUNNING and run.lease_expires_at is not None and run.lease_expires_at > now:
             return Outcome.DUPLICATE
+        if message.runaway:
+            return self._stop_runaway(run, message)
         wait = (message.not_before - now).total_seconds()
         if wait > self._config.max_hold.total_seconds():
-            self._dispatcher.redispatch(message, run.shard, now)
+            self._dispatcher.redispatch(message.resent(), run.shard, now)
             return Outcome.DEFERRED
         if wait > 0:
             self._clock.sleep(wait)
@@ -105,7 +107,7 @@ class Executor:
         exclusive = job.overlap is not OverlapPolicy.ALLOW
         try:
             if exclusive and not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
-                return self._blocked_by_overlap(run, job)
+                return self._blocked_by_overlap(run, job, message.hops)
             if not exclusive:
                 self._retrying(partial(self._store.transition_run, run, mine))
         except StaleRunError:
@@ -115,9 +117,18 @@ class Executor:
         self._metrics.count("RunsStarted")
         if mine.attempt > 1:
             self._metrics.count("Retries")
-        return self._run_target(mine, job, exclusive)
+        return self._run_target(mine, job, exclusive, message.hops)
 
-    def _run_target(self, run: Run, job: Job, exclusive: bool) -> Outcome:
+    def _stop_runaway(self, run: Run, message: RunMessage) -> Outcome:
+        """A message re-sent more than MAX_HOPS times is a loop (Lambda's own cut-off is off on the
+        executor): the run ends failed, with the reason on it and a metric, rather than cycling forever
+        or vanishing."""
+        reason = f"stopped a runaway re-send loop: message re-sent {message.hops} times (limit {MAX_HOPS})"
+        logger.error("run %s: %s", run.run_id, reason)
+        self._metrics.count("RunawayLoops")
+        return self._end(run, RunState.FAILED, reason, Outcome.FAILED)
+
+    def _run_target(self, run: Run, job: Job, exclusive: bool, hops: int) -> Outcome:
         invocation = Invocation(
             run_id=run.run_id,
             job_id=run.job_id,
@@ -148,7 +159,8 @@ class Executor:
             return Outcome.SUCCEEDED
         if finished.state is RunState.RETRY_WAIT and finished.retry_at is not None:
             try:
-                self._dispatcher.redispatch(RunMessage.for_run(finished, finished.retry_at), run.shard, now)
+                retry = RunMessage.for_run(finished, finished.retry_at, hops=hops + 1)
+                self._dispatcher.redispatch(retry, run.shard, now)
             except DispatchError as error:
                 # The retry-wait is committed; the sweeper re-sends it once retry_at + grace has passed.
                 logger.error("could not schedule the retry of %s, sweeper will: %s", run.run_id, error)
@@ -158,12 +170,13 @@ class Executor:
         logger.error("run %s failed after attempt %d: %s", run.run_id, run.attempt, finished.reason)
         return Outcome.FAILED
 
-    def _blocked_by_overlap(self, run: Run, job: Job) -> Outcome:
+    def _blocked_by_overlap(self, run: Run, job: Job, hops: int) -> Outcome:
         if run.attempt > 0:
             # A retry of a run that already started is not a new overlapping fire: it waits for the slot
             # instead of being skipped (a skipped retry would be a failure nobody hears about).
             now = self._clock.now()
-            self._dispatcher.redispatch(RunMessage.for_run(run, now + BLOCKED_RETRY_WAIT), run.shard, now)
+            wait = RunMessage.for_run(run, now + BLOCKED_RETRY_WAIT, hops=hops + 1)
+            self._dispatcher.redispatch(wait, run.shard, now)
             return Outcome.DEFERRED
         if job.overlap is OverlapPolicy.QUEUE:
             waiting = replace(
@@ -188,7 +201,9 @@ class Executor:
         if queued is not None and queued.state is RunState.QUEUED:
             now = self._clock.now()
             try:
-                self._dispatcher.redispatch(RunMessage.for_run(queued, now), shard, now)
+                # Another run's message: its own first re-send (hop 1). Counting the finished run's hops
+                # on would fail a healthy backlogged overlap=queue job after MAX_HOPS runs.
+                self._dispatcher.redispatch(RunMessage.for_run(queued, now, hops=1), shard, now)
             except DispatchError as error:
                 # The queued run is in the sweeper's work list; it re-sends it after its grace period.
                 logger.error("could not release queued run %s, sweeper will: %s", run_id, error)

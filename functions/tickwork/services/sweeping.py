@@ -78,7 +78,9 @@ class Sweeper:
                 self._expire_lease(run, now, report)
             elif run.state in (RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED):
                 # Record the re-send first (it pushes the next check back), then send: a crash in between
-                # only delays the repair by one grace period.
+                # only delays the repair by one grace period. The message starts at hop 0: the sweeper runs
+                # on a schedule, not from the queue, so its sends begin a new chain, and its own backoff
+                # (the re-send doubles the wait before the next) already bounds how often it repeats.
                 self._store.transition_run(run, replace(run, redispatched_at=now))
                 not_before = run.retry_at if run.state is RunState.RETRY_WAIT and run.retry_at else run.due_at
                 self._dispatcher.redispatch(
