@@ -1,126 +1,588 @@
-"""IAM coverage: every AWS operation the API handler performs while its flows run (create, get, list with
-an owned job, patch, pause, resume, run history, preview, delete) is granted by the API function's
-synthesized role, on the table or index it touched. moto enforces no IAM, so without this test a missing
-grant surfaces only as a 500 in AWS (it did: `GET /jobs` uses BatchGetItem)."""
+"""IAM coverage: every AWS operation a Lambda handler performs is granted by that function's SYNTHESIZED
+role, on the resource it touched. moto enforces no IAM, so without this test a missing grant shows up only in
+AWS (it did: `GET /jobs` answered 500 once the caller owned a job, because `list_jobs` uses BatchGetItem).
+
+How. Each handler runs against moto with components whose boto3 clients carry a botocore hook
+(`before-parameter-build.*.*`: the operation and its parameters as the code passed them, before
+serialization). Each recorded call becomes the IAM (action, resource ARN) pairs AWS authorizes it against: a
+transaction needs the action of each of its items on each item's table, a query on an index needs the index's
+ARN, a batch send needs sqs:SendMessage on its queue. The test names (`test-...`) are mapped onto the stack's
+(`tickwork-...`), and the template's statements are resolved (Fn::GetAtt, Ref, Fn::Join) to ARNs in the same
+account and region.
+
+Two rules. A call on one of the stack's own resources (tables, indexes, queues, the signing secret) must be
+granted strictly: an Allow statement without conditions that names the action and the exact ARN (no wildcard
+on either side). A call on anything else is a target call (user data): it must be granted by one of the
+target statements (`infra.constructs.targets`: one service action, ARN patterns from configuration).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import dataclasses
+import io
+import json
+import re
+import threading
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
+import boto3
 import pytest
-from botocore.client import BaseClient
+from infra.constructs.targets import ACTION_OF_SERVICE
 
 from tests.api.conftest import Api, job_body
-from tests.api.conftest import call as call  # the fixture, re-exported for this module
+from tests.conftest import ANCHOR, NAMES, build_components
+from tests.fakes import CrashError, RecordingMetrics, ScriptedInvoker
 from tests.infra.conftest import Synth
-from tickwork.resources import TABLES, ResourceNames
+from tickwork.adapters.targets.aws import boto3_client_factory
+from tickwork.composition import Components
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.models import Run, RunState
+from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.targets import validate_target
+from tickwork.handlers import executor, runtime, sweeper, ticker
+from tickwork.services.executing import Executor, ExecutorConfig
+from tickwork.services.jobs import JobSpec
 
-Call = tuple[str, str]  # (IAM action, physical table or table/index)
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account
+PARTITION = "aws"
+OWNER = "arn:aws:iam::123456789012:user/alice"
+FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)  # the first fire of "*/5 * * * *" after ANCHOR
+PLAN_AT = datetime(2026, 12, 2, 12, 3, 0, 500000, tzinfo=UTC)  # FIRE is inside the ticker's lookahead
+RUN_AT = FIRE + timedelta(milliseconds=100)
+
+Need = tuple[str, str]  # (IAM action, resource ARN with the stack's names)
+
+
+# --- recording ---
+
+
+@dataclass(frozen=True)
+class Call:
+    service: str  # the IAM prefix (the client's signing name)
+    operation: str
+    params: Mapping[str, Any]
+
+
+@dataclass
+class Recorder:
+    """Records the calls of every client it is attached to, while `recording()` is open."""
+
+    calls: list[Call] = field(default_factory=list)
+    active: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, client: Any) -> Any:
+        client.meta.events.register(
+            "before-parameter-build.*.*", self._hook, unique_id=f"iam-coverage-{id(self)}"
+        )
+        return client
+
+    def _hook(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
+        if self.active:
+            call = Call(model.service_model.signing_name, model.name, copy.deepcopy(dict(params)))
+            with self._lock:
+                self.calls.append(call)
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+
+
+def recording_components(base: Components, recorder: Recorder, **settings: Any) -> Components:
+    """The same deployment as `base` (tables, queues, settings, clock), as one Lambda function's environment
+    would build it: boto3 clients from the production factory, each with the recorder attached."""
+    factory = boto3_client_factory(region_name=REGION)
+    return Components(
+        dataclasses.replace(base.settings, **settings),
+        base.clock,
+        lambda service: recorder.attach(factory(service)),
+        RecordingMetrics(),
+    )
+
+
+# --- from a recorded call to what IAM checks ---
+
+_TRANSACT_ACTION = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+_SQS_ACTION = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+_TEST_PREFIX = re.compile(rf"(?<=[:/]){re.escape(NAMES.prefix)}(?=[-/])")
+_SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")  # Secrets Manager appends it to the name in the ARN
+
+
+def _arn(service: str, resource: str) -> str:
+    return f"arn:{PARTITION}:{service}:{REGION}:{ACCOUNT}:{resource}"
+
+
+def _table(params: Mapping[str, Any], name: str | None = None) -> str:
+    arn = _arn("dynamodb", f"table/{name or params['TableName']}")
+    return f"{arn}/index/{params['IndexName']}" if params.get("IndexName") else arn
+
+
+def _queue(url: str) -> str:
+    account, name = urlsplit(url).path.strip("/").split("/")[-2:]
+    return f"arn:{PARTITION}:sqs:{REGION}:{account}:{name}"
+
+
+def _function(name: str) -> str:
+    return name if name.startswith("arn:") else _arn("lambda", f"function:{name}")
+
+
+def _bus(name: str) -> str:
+    return name if name.startswith("arn:") else _arn("events", f"event-bus/{name}")
+
+
+def needs_of(call: Call) -> list[Need]:
+    """The (action, resource) pairs AWS authorizes `call` against, in the test's names."""
+    p, op = call.params, call.operation
+    found: list[Need]
+    if call.service == "dynamodb":
+        if op in ("TransactWriteItems", "TransactGetItems"):
+            found = [
+                (f"dynamodb:{_TRANSACT_ACTION[kind]}", _table(body))
+                for item in p["TransactItems"]
+                for kind, body in item.items()
+            ]
+        elif op in ("BatchGetItem", "BatchWriteItem"):
+            found = [(f"dynamodb:{op}", _table(p, name)) for name in p["RequestItems"]]
+        else:
+            found = [(f"dynamodb:{op}", _table(p))]
+    elif call.service == "sqs":
+        found = [(f"sqs:{_SQS_ACTION.get(op, op)}", _queue(p["QueueUrl"]))]
+    elif call.service == "sns" and op == "Publish":
+        found = [("sns:Publish", p.get("TopicArn") or p["TargetArn"])]
+    elif call.service == "events" and op == "PutEvents":
+        found = [("events:PutEvents", _bus(e.get("EventBusName", "default"))) for e in p["Entries"]]
+    elif call.service == "lambda" and op == "Invoke":
+        found = [("lambda:InvokeFunction", _function(p["FunctionName"]))]
+    elif call.service == "states" and op == "StartExecution":
+        found = [("states:StartExecution", p["stateMachineArn"])]
+    elif call.service == "secretsmanager" and op == "GetSecretValue":
+        found = [("secretsmanager:GetSecretValue", _SECRET_SUFFIX.sub("", p["SecretId"]))]
+    else:
+        raise AssertionError(f"no IAM mapping for {call.service}:{op}: add one to needs_of")
+    return found
+
+
+def deployed(need: Need, prefix: str) -> Need:
+    """The need with the stack's names (`test-jobs` -> `<prefix>-jobs`, `test/signing-secret` -> ...)."""
+    action, arn = need
+    return action, _TEST_PREFIX.sub(prefix, arn)
+
+
+# --- the synthesized policies ---
+
+
+@dataclass(frozen=True)
+class Statement:
+    actions: frozenset[str]
+    resources: tuple[str, ...]  # resolved ARNs (target statements hold patterns)
+
+    def grants_strictly(self, action: str, arn: str) -> bool:
+        return action in self.actions and arn in self.resources
+
+    def grants_pattern(self, action: str, arn: str) -> bool:
+        return action in self.actions and any(fnmatchcase(arn, pattern) for pattern in self.resources)
+
+
+class Template:
+    """The synthesized template's resources and policies, with intrinsics resolved to ARNs."""
+
+    def __init__(self, synth: Synth) -> None:
+        self.resources: dict[str, dict[str, Any]] = synth.template.to_json()["Resources"]
+        self.prefix = synth.stack.config.prefix
+
+    def resolve(self, value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Mapping) and "Fn::Join" in value:
+            separator, parts = value["Fn::Join"]
+            return str(separator).join(self.resolve(part) for part in parts)
+        if isinstance(value, Mapping) and "Ref" in value:
+            pseudo = {"AWS::Partition": PARTITION, "AWS::Region": REGION, "AWS::AccountId": ACCOUNT}
+            if value["Ref"] in pseudo:
+                return pseudo[value["Ref"]]
+            resource = self.resources[value["Ref"]]
+            if resource["Type"] == "AWS::SecretsManager::Secret":
+                return _arn("secretsmanager", f"secret:{resource['Properties']['Name']}")
+        if isinstance(value, Mapping) and "Fn::GetAtt" in value and value["Fn::GetAtt"][1] == "Arn":
+            resource = self.resources[value["Fn::GetAtt"][0]]
+            properties = resource["Properties"]
+            if resource["Type"] == "AWS::DynamoDB::Table":
+                return _arn("dynamodb", f"table/{properties['TableName']}")
+            if resource["Type"] == "AWS::SQS::Queue":
+                return _arn("sqs", properties["QueueName"])
+        return f"unresolved:{json.dumps(value, sort_keys=True)}"
+
+    def owned_arns(self) -> set[str]:
+        """The stack's own data resources: tables and their indexes, queues, secrets."""
+        owned: set[str] = set()
+        for logical, resource in self.resources.items():
+            if resource["Type"] in ("AWS::DynamoDB::Table", "AWS::SQS::Queue"):
+                arn = self.resolve({"Fn::GetAtt": [logical, "Arn"]})
+                owned.add(arn)
+                for index in resource["Properties"].get("GlobalSecondaryIndexes", []):
+                    owned.add(f"{arn}/index/{index['IndexName']}")
+            elif resource["Type"] == "AWS::SecretsManager::Secret":
+                owned.add(self.resolve({"Ref": logical}))
+        return owned
+
+    def statements(self, function: str) -> list[Statement]:
+        """The Allow statements of every AWS::IAM::Policy attached to the named function's role."""
+        [role] = [
+            r["Properties"]["Role"]["Fn::GetAtt"][0]
+            for r in self.resources.values()
+            if r["Type"] == "AWS::Lambda::Function"
+            and r["Properties"].get("FunctionName") == f"{self.prefix}-{function}"
+        ]
+        found: list[Statement] = []
+        for resource in self.resources.values():
+            if resource["Type"] != "AWS::IAM::Policy" or {"Ref": role} not in resource["Properties"]["Roles"]:
+                continue
+            for raw in resource["Properties"]["PolicyDocument"]["Statement"]:
+                assert raw["Effect"] == "Allow" and "Condition" not in raw, f"unmodelled statement {raw}"
+                actions = raw["Action"] if isinstance(raw["Action"], list) else [raw["Action"]]
+                resources = raw["Resource"] if isinstance(raw["Resource"], list) else [raw["Resource"]]
+                found.append(Statement(frozenset(actions), tuple(self.resolve(r) for r in resources)))
+        return found
+
+
+def missing_grants(synth: Synth, function: str, calls: Sequence[Call]) -> list[str]:
+    """Every recorded need the function's role does not grant, as readable lines (empty: all granted)."""
+    template = Template(synth)
+    statements = template.statements(function)
+    owned = template.owned_arns()
+    target_statements = [
+        s for s in statements if len(s.actions) == 1 and next(iter(s.actions)) in ACTION_OF_SERVICE.values()
+    ]
+    missing: list[str] = []
+    for call in calls:
+        for need in needs_of(call):
+            action, arn = deployed(need, template.prefix)
+            if arn in owned:
+                granted = any(s.grants_strictly(action, arn) for s in statements)
+            else:
+                granted = any(s.grants_pattern(action, arn) for s in target_statements)
+            if not granted:
+                line = f"{action} on {arn} ({call.service}:{call.operation})"
+                if line not in missing:
+                    missing.append(line)
+    return missing
+
+
+def performed(calls: Sequence[Call], prefix: str) -> set[Need]:
+    return {deployed(need, prefix) for call in calls for need in needs_of(call)}
+
+
+# --- the deployment on moto ---
+
+
+class _Hook(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(500 if self.path.endswith("/fail") else 204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
 
 
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[Call]]:
-    calls: set[Call] = set()
-    original = BaseClient._make_api_call
-
-    def record(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
-        prefix = self.meta.service_model.signing_name
-        if prefix == "dynamodb":
-            tables: list[str] = []
-            if "TableName" in params:
-                index = params.get("IndexName")
-                tables.append(params["TableName"] + (f"/index/{index}" if index else ""))
-            tables += list(params.get("RequestItems", {}))
-            for item in params.get("TransactItems", []):
-                tables += [body["TableName"] for body in item.values()]
-            for table in tables:
-                calls.add((f"dynamodb:{operation}", table))
-            if operation == "TransactWriteItems":
-                # A transaction needs the action of each of its items on each item's table.
-                for item in params["TransactItems"]:
-                    for kind, body in item.items():
-                        action = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem"}.get(
-                            kind, f"{kind}Item"
-                        )
-                        calls.add((f"dynamodb:{action}", body["TableName"]))
-                calls.discard(("dynamodb:TransactWriteItems", tables[0]))
-        else:
-            calls.add((f"{prefix}:{operation}", params.get("QueueUrl", "*")))
-        return original(self, operation, params)
-
-    monkeypatch.setattr(BaseClient, "_make_api_call", record)
-    yield calls
+def hook_url() -> Iterator[str]:
+    """A loopback HTTP target: `<url>/ok` answers 204, `<url>/fail` 500."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
 
 
-def _granted(synth: Synth, function_name: str) -> set[Call]:
-    """(action, physical table or table/index) pairs the function's role allows."""
-    functions = synth.resources("AWS::Lambda::Function")
-    role = next(
-        f["Properties"]["Role"]["Fn::GetAtt"][0]
-        for f in functions.values()
-        if f["Properties"]["FunctionName"] == function_name
+@pytest.fixture
+def base(dynamodb: Any) -> Iterator[Components]:
+    """The deployment (tables, two dispatch queues, DLQ) with a FakeClock at ANCHOR; not recorded (setup)."""
+    parts = build_components(dynamodb, FakeClock(ANCHOR))
+    yield parts
+    runtime.reset_for_tests(None)
+
+
+@pytest.fixture
+def secret_arn(moto: None) -> str:
+    client = boto3.client("secretsmanager", region_name=REGION)
+    arn: str = client.create_secret(Name=f"{NAMES.prefix}/signing-secret", SecretString="s3cret")["ARN"]
+    return arn
+
+
+def create_job(parts: Components, kind: str, config: Mapping[str, Any], **spec: Any) -> str:
+    job = parts.job_service().create(
+        OWNER,
+        JobSpec(
+            name=f"{kind}-job",
+            schedule=parse_schedule("*/5 * * * *"),
+            target=validate_target(kind, config),
+            **spec,
+        ),
     )
-    names = ResourceNames(prefix=synth.stack.config.prefix)
-    tables = {
-        logical: names.table(t)
-        for logical, resource in synth.resources("AWS::DynamoDB::Table").items()
-        for t in TABLES
-        if resource["Properties"]["TableName"] == names.table(t)
+    return job.job_id
+
+
+def plan(parts: Components) -> None:
+    """The ticker's planning of FIRE, as setup (not recorded)."""
+    assert isinstance(parts.clock, FakeClock)
+    parts.clock.set(PLAN_AT)
+    for shard in range(parts.settings.shard_count):
+        parts.planner().plan(shard, PLAN_AT)
+
+
+def planned_run(parts: Components, job_id: str) -> Run:
+    run = parts.store.get_run(job_id, FIRE)
+    assert run is not None, f"{job_id} has no run at {FIRE}"
+    return run
+
+
+def sqs_event(runs: Sequence[Run]) -> dict[str, Any]:
+    """An SQS event source batch carrying the runs' dispatch messages."""
+    sent_ms = str(int(PLAN_AT.timestamp() * 1000) + 100)
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{number}",
+                "receiptHandle": f"r-{number}",
+                "body": RunMessage.for_run(run).to_json(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": sent_ms},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "awsRegion": REGION,
+            }
+            for number, run in enumerate(runs)
+        ]
     }
-    granted: set[Call] = set()
-    for policy in synth.resources("AWS::IAM::Policy").values():
-        if {"Ref": role} not in policy["Properties"]["Roles"]:
-            continue
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            resources = (
-                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            )
-            for resource in resources:
-                target = _resolve(resource, tables)
-                for action in actions:
-                    granted.add((action, target))
-    return granted
 
 
-def _resolve(resource: Any, tables: dict[str, str]) -> str:
-    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
-        return tables.get(resource["Fn::GetAtt"][0], "?")
-    if isinstance(resource, dict) and "Fn::Join" in resource:
-        parts = resource["Fn::Join"][1]
-        head = _resolve(parts[0], tables)
-        return head + "".join(p for p in parts[1:] if isinstance(p, str))
-    return str(resource)
+class LambdaContext:
+    function_name = "tickwork-test"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tickwork-test"
+    aws_request_id = "req-iam-1"
 
 
-def test_the_api_role_grants_every_operation_the_api_performs(
-    call: Api, recorded: set[Call], default: Synth
+def aws_targets(prefix: str) -> dict[str, dict[str, Any]]:
+    """One resource of each AWS target kind on moto, named by the default convention (`<prefix>-target-*`),
+    and the target config that calls it."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    sns = boto3.client("sns", region_name=REGION)
+    events = boto3.client("events", region_name=REGION)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    iam = boto3.client("iam", region_name=REGION)
+    lambda_ = boto3.client("lambda", region_name=REGION)
+    name = f"{prefix}-target-reports"
+    role = iam.create_role(RoleName="target-role", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("index.py", "def handler(event, context):\n    return event\n")
+    lambda_.create_function(
+        FunctionName=name,
+        Runtime="python3.12",
+        Role=role,
+        Handler="index.handler",
+        Code={"ZipFile": archive.getvalue()},
+    )
+    events.create_event_bus(Name=name)
+    machine = sfn.create_state_machine(
+        name=name,
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}),
+        roleArn=role,
+    )["stateMachineArn"]
+    return {
+        "sqs": {"queue_url": sqs.create_queue(QueueName=name)["QueueUrl"], "message": "rebuild"},
+        "sns": {"topic_arn": sns.create_topic(Name=name)["TopicArn"], "message": "report ready"},
+        "eventbridge": {"event_bus_name": name, "source": "my.app", "detail_type": "Nightly", "detail": {}},
+        "lambda": {"function_name": name, "invocation_type": "Event", "payload": {"k": 1}},
+        "stepfunctions": {"state_machine_arn": machine, "input": {"day": "monday"}},
+    }
+
+
+# --- one test per function ---
+
+
+def test_the_api_role_grants_every_operation_of_the_api(base: Components, default: Synth) -> None:
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+    call = Api(parts, parts.clock)
+
+    with recorder.recording():
+        created = call("POST", "/jobs", body=job_body())
+        assert created.status == 201, created.body
+        job_id, version = created.body["id"], created.headers["ETag"]
+        # Every minute: the first fire is inside the lookahead, so the create plans and sends it at once.
+        minutely_body = job_body(schedule={"expression": "* * * * *"})
+        minutely = call("POST", "/jobs", body=minutely_body, headers={"Idempotency-Key": "k1"})
+        assert minutely.status == 201, minutely.body
+        replayed = call("POST", "/jobs", body=minutely_body, headers={"Idempotency-Key": "k1"})
+        assert replayed.status == 200 and replayed.body["id"] == minutely.body["id"]
+        assert call("GET", f"/jobs/{job_id}").status == 200
+        listed = call("GET", "/jobs")
+        assert listed.status == 200 and len(listed.body["items"]) == 2
+        assert call("GET", "/jobs", query="state=active&tag=a%3Db").status == 200
+        patched = call("PATCH", f"/jobs/{job_id}", body={"name": "renamed"}, headers={"If-Match": version})
+        assert patched.status == 200, patched.body
+        patched = call("PATCH", f"/jobs/{job_id}", body={"schedule": {"expression": "* * * * *"}})
+        assert patched.status == 200, patched.body
+        assert call("POST", f"/jobs/{job_id}/pause").status == 200
+        assert call("POST", f"/jobs/{job_id}/resume").status == 200
+        runs = call("GET", f"/jobs/{minutely.body['id']}/runs")
+        assert runs.status == 200 and runs.body["items"], runs.body
+        assert call("GET", f"/jobs/{minutely.body['id']}/runs/{runs.body['items'][0]['id']}").status == 200
+        assert call("GET", f"/jobs/{job_id}/preview").status == 200
+        assert call("POST", "/schedules/preview", body={"expression": "0 9 * * *"}).status == 200
+        assert call("DELETE", f"/jobs/{job_id}").status == 204
+
+    prefix = default.stack.config.prefix
+    done = performed(recorder.calls, prefix)
+    jobs_table = _arn("dynamodb", f"table/{prefix}-jobs")
+    assert ("dynamodb:BatchGetItem", jobs_table) in done, "list_jobs was not exercised"
+    assert ("dynamodb:Query", f"{jobs_table}/index/by_owner") in done
+    dispatch_queues = {_arn("sqs", f"{prefix}-dispatch-{i}") for i in range(2)}
+    assert {("sqs:SendMessage", q) for q in dispatch_queues} & done, "no immediate fire was dispatched"
+    assert missing_grants(default, "api", recorder.calls) == []
+
+
+def test_the_ticker_role_grants_every_operation_of_planning(
+    base: Components, default: Synth, hook_url: str
 ) -> None:
-    created = call("POST", "/jobs", body=job_body())
-    assert created.status == 201, created.body
-    job_id = created.body["id"]
-    version = created.headers["ETag"]
-    assert call("GET", f"/jobs/{job_id}").status == 200
-    listed = call("GET", "/jobs")
-    assert listed.status == 200 and [j["id"] for j in listed.body["items"]] == [job_id]
-    patched = call("PATCH", f"/jobs/{job_id}", body={"name": "renamed"}, headers={"If-Match": version})
-    assert patched.status == 200, patched.body
-    assert call("POST", f"/jobs/{job_id}/pause").status == 200
-    assert call("POST", f"/jobs/{job_id}/resume").status == 200
-    assert call("GET", f"/jobs/{job_id}/runs").status == 200
-    assert call("GET", f"/jobs/{job_id}/preview").status == 200
-    assert call("DELETE", f"/jobs/{job_id}").status == 204
+    for _ in range(3):
+        create_job(base, "http", {"url": f"{hook_url}/ok"})
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+    parts.clock.set(PLAN_AT)
 
-    granted = _granted(default, f"{default.stack.config.prefix}-api")
-    physical = {ResourceNames(prefix=call.parts.settings.table_prefix).table(t): t for t in TABLES}
-    names = ResourceNames(prefix=default.stack.config.prefix)
-    needed = set()
-    for action, table in recorded:
-        base, _, index = table.partition("/index/")
-        definition = physical.get(base)
-        assert definition is not None, f"{action} on an unknown table {table}"
-        deployed = names.table(definition) + (f"/index/{index}" if index else "")
-        needed.add((action, deployed))
-    assert any(action == "dynamodb:BatchGetItem" for action, _ in needed), "list_jobs was not exercised"
-    assert sorted(needed - granted) == []
+    with recorder.recording():
+        event = {"version": "0", "source": "aws.events", "time": "2026-12-02T12:03:00Z", "shards": [0, 1]}
+        summary = ticker.handler(event, LambdaContext())
+
+    assert summary["runs_planned"] == 3 and summary["incomplete_shards"] == [], summary
+    prefix = default.stack.config.prefix
+    done = performed(recorder.calls, prefix)
+    assert ("dynamodb:Query", _arn("dynamodb", f"table/{prefix}-jobs/index/due")) in done
+    assert ("dynamodb:PutItem", _arn("dynamodb", f"table/{prefix}-shards")) in done
+    assert missing_grants(default, "ticker", recorder.calls) == []
+
+
+def test_the_executor_role_grants_every_operation_of_success_retry_and_every_target(
+    base: Components, default: Synth, hook_url: str, secret_arn: str
+) -> None:
+    targets = aws_targets(NAMES.prefix)
+    ok = create_job(base, "http", {"url": f"{hook_url}/ok"})
+    failing = create_job(base, "http", {"url": f"{hook_url}/fail"})
+    by_kind = {kind: create_job(base, kind, config) for kind, config in targets.items()}
+    plan(base)
+    runs = [planned_run(base, job_id) for job_id in (ok, failing, *by_kind.values())]
+    recorder = Recorder()
+    # In AWS the executor reads the signing secret from Secrets Manager at cold start.
+    parts = recording_components(base, recorder, signing_secret="", signing_secret_arn=secret_arn)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+    parts.clock.set(RUN_AT)
+
+    with recorder.recording():
+        response = executor.handler(sqs_event(runs), LambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    assert planned_run(base, ok).state is RunState.SUCCEEDED
+    assert planned_run(base, failing).state is RunState.RETRY_WAIT  # 500: retried, its message re-sent
+    prefix = default.stack.config.prefix
+    done = performed(recorder.calls, prefix)
+    assert {action for action, _ in done} >= {
+        *ACTION_OF_SERVICE.values(),
+        "secretsmanager:GetSecretValue",
+        "sqs:SendMessage",
+        "dynamodb:PutItem",
+    }, done
+    assert missing_grants(default, "executor", recorder.calls) == []
+
+
+def test_the_sweeper_role_grants_every_operation_of_repairs_and_the_dead_letter_drain(
+    base: Components, default: Synth, hook_url: str
+) -> None:
+    stalled = create_job(base, "http", {"url": f"{hook_url}/ok"})  # planned; its message never arrives
+    crashed = create_job(base, "http", {"url": f"{hook_url}/ok"})  # its worker dies holding the lease
+    dead = create_job(base, "http", {"url": f"{hook_url}/ok"})  # its message ends in the DLQ
+    plan(base)
+    assert isinstance(base.clock, FakeClock)
+    base.clock.set(RUN_AT)
+    dying = Executor(
+        base.store,
+        ScriptedInvoker(crash=True),
+        base.dispatcher,
+        base.clock,
+        RecordingMetrics(),
+        ExecutorConfig(worker_id="dies", lease_margin=timedelta(seconds=30)),
+    )
+    with pytest.raises(CrashError):
+        dying.execute(RunMessage.for_run(planned_run(base, crashed)))
+    boto3.client("sqs", region_name=REGION).send_message(
+        QueueUrl=base.settings.dead_letter_queue_url,
+        MessageBody=RunMessage.for_run(planned_run(base, dead)).to_json(),
+    )
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    runtime.reset_for_tests(parts)
+    base.clock.set(FIRE + timedelta(minutes=5))  # past the dispatch grace and the crashed run's lease
+
+    with recorder.recording():
+        report = sweeper.handler({"source": "aws.events"}, LambdaContext())
+
+    assert report["redispatched"] >= 1 and report["expired_leases"] == 1, report
+    assert report["dead_lettered"] == 1 and report["errors"] == [], report
+    assert planned_run(base, stalled).redispatched_at is not None
+    prefix = default.stack.config.prefix
+    done = performed(recorder.calls, prefix)
+    dlq = _arn("sqs", f"{prefix}-dispatch-dlq")
+    assert {("sqs:ReceiveMessage", dlq), ("sqs:DeleteMessage", dlq)} <= done
+    assert ("dynamodb:Query", _arn("dynamodb", f"table/{prefix}-runs/index/open_runs")) in done
+    assert missing_grants(default, "sweeper", recorder.calls) == []
+
+
+def test_a_missing_grant_is_reported_with_its_resource(base: Components, default: Synth) -> None:
+    """The checker itself: an index query is not covered by a grant on its table, nor a table by its index."""
+    calls = [
+        Call("dynamodb", "Query", {"TableName": f"{NAMES.prefix}-runs", "IndexName": "open_runs"}),
+        Call("dynamodb", "BatchGetItem", {"RequestItems": {f"{NAMES.prefix}-runs": {"Keys": []}}}),
+        Call("sqs", "ReceiveMessage", {"QueueUrl": base.settings.dispatch_queue_urls[0]}),
+        Call("sqs", "SendMessage", {"QueueUrl": f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/elsewhere"}),
+    ]
+    prefix = default.stack.config.prefix
+    assert missing_grants(default, "ticker", calls) == [
+        f"dynamodb:Query on {_arn('dynamodb', f'table/{prefix}-runs/index/open_runs')} (dynamodb:Query)",
+        f"dynamodb:BatchGetItem on {_arn('dynamodb', f'table/{prefix}-runs')} (dynamodb:BatchGetItem)",
+        f"sqs:ReceiveMessage on {_arn('sqs', f'{prefix}-dispatch-0')} (sqs:ReceiveMessage)",
+        f"sqs:SendMessage on {_arn('sqs', 'elsewhere')} (sqs:SendMessage)",
+    ]
