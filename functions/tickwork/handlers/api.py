@@ -95,14 +95,24 @@ app.enable_swagger(path="/docs")
 
 def owner_of(event: Mapping[str, Any]) -> str | None:
     """The caller's identity from the API Gateway (payload v2) authorizer context: the IAM principal ARN, or
-    a JWT's `sub`."""
+    a JWT's `sub`.
+
+    An assumed role's ARN names its session (`arn:<partition>:sts::<account>:assumed-role/<role>/<session>`),
+    a new one per login or cold start; the owner is the role, `arn:<partition>:iam::<account>:role/<role>`,
+    so every session of one role sees the same jobs. That ARN carries no role path (the assumed-role ARN has
+    none), so a role with a path owns as `role/<name>`. IAM users and other principals keep their ARN."""
     context = event.get("requestContext")
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
     if not isinstance(authorizer, Mapping):
         return None
     iam = authorizer.get("iam")
     if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
-        return str(iam["userArn"])
+        arn = str(iam["userArn"])
+        session = re.fullmatch(r"arn:([\w-]+):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/[\w+=,.@-]+", arn)
+        if session is not None:
+            partition, account, role = session.groups()
+            return f"arn:{partition}:iam::{account}:role/{role}"
+        return arn
     jwt = authorizer.get("jwt")
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
     if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
