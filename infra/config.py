@@ -56,15 +56,49 @@ def _optional_str(name: str, raw: Any) -> str | None:
     return text or None
 
 
+def _per_environment(parse: Callable[[str, Any], T]) -> Callable[[str, Any, str], T]:
+    """A value, or a mapping by environment (`{"development": 100, "production": 10000}`)."""
+
+    def pick(name: str, raw: Any, environment: str) -> T:
+        if isinstance(raw, dict):
+            if environment not in raw:
+                raise ConfigError(
+                    f"context {name} has no value for {environment}: pass -c {name}=<value> "
+                    f'or add "{environment}" to its mapping in cdk.json'
+                )
+            return parse(name, raw[environment])
+        return parse(name, raw)
+
+    return pick
+
+
+# The smallest warm throughput DynamoDB accepts on an on-demand table (its default start).
+WARM_READ_MIN = 12_000
+WARM_WRITE_MIN = 4_000
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentConfig:
-    """Everything a deployment can choose. Defaults size the stack for 10,000 concurrent runs."""
+    """Everything a deployment can choose. The defaults are a development stack that fits a default account
+    (100 concurrent runs); production states its `concurrency_cap` explicitly (docs/deploy.md)."""
 
     prefix: str = "tickwork"
     shard_count: int = 16
     queue_count: int = 10
-    concurrency_cap: int = 10_000
+    concurrency_cap: int = 100
     executor_batch_size: int = 10
+    # SQS provisioned mode on every event source mapping. None: derived from the cap (executor.size_executor).
+    executor_min_pollers: int = 2
+    executor_max_pollers: int | None = None
+    # Reserved concurrency of the other functions. None: one per ticker shard group (they start together).
+    ticker_reserved_concurrency: int | None = None
+    sweeper_reserved_concurrency: int = 2
+    api_reserved_concurrency: int = 10
+    # DynamoDB warm throughput (units per second) of the jobs and runs tables; None: DynamoDB's default start.
+    jobs_warm_reads: int | None = None
+    jobs_warm_writes: int | None = None
+    runs_warm_reads: int | None = None
+    runs_warm_writes: int | None = None
     ticker_shards_per_invocation: int = 4
     lookahead_seconds: int = 120
     production: bool = False
@@ -89,16 +123,38 @@ class DeploymentConfig:
             raise ConfigError("context jwt_issuer and jwt_audience go together: set both or neither")
         if self.alarm_email is not None and "@" not in self.alarm_email:
             raise ConfigError(f"context alarm_email={self.alarm_email!r} is not an e-mail address")
+        if self.executor_max_pollers is not None and self.executor_max_pollers < self.executor_min_pollers:
+            raise ConfigError(
+                f"context executor_max_pollers={self.executor_max_pollers} is below "
+                f"executor_min_pollers={self.executor_min_pollers}"
+            )
+
+    @property
+    def environment(self) -> str:
+        """The key of per-environment context values."""
+        return "production" if self.production else "development"
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> DeploymentConfig:
-        """`get` is `node.try_get_context`: it returns None for an absent key."""
+        """`get` is `node.try_get_context`: it returns None for an absent key.
+
+        `concurrency_cap` is per environment: a number, or a mapping by environment (cdk.json holds
+        `{"development": 100}`). A production deployment must name its own: there is no production default.
+        """
         parsers: dict[str, Callable[[str, Any], Any]] = {
             "prefix": lambda _name, raw: str(raw).strip(),
             "shard_count": _int(1, 4096),
             "queue_count": _int(1, 100),
-            "concurrency_cap": _int(1, 100_000),
             "executor_batch_size": _int(1, 10),
+            "executor_min_pollers": _int(2, 200),
+            "executor_max_pollers": _int(2, 2000),
+            "ticker_reserved_concurrency": _int(1, 1000),
+            "sweeper_reserved_concurrency": _int(1, 100),
+            "api_reserved_concurrency": _int(1, 10_000),
+            "jobs_warm_reads": _int(WARM_READ_MIN, 10_000_000),
+            "jobs_warm_writes": _int(WARM_WRITE_MIN, 10_000_000),
+            "runs_warm_reads": _int(WARM_READ_MIN, 10_000_000),
+            "runs_warm_writes": _int(WARM_WRITE_MIN, 10_000_000),
             "ticker_shards_per_invocation": _int(1, 64),
             "lookahead_seconds": _int(1, 600),
             "production": _bool,
@@ -119,4 +175,15 @@ class DeploymentConfig:
             raw = get(name)
             if raw is not None:
                 values[name] = parse(name, raw)
+        environment = "production" if values.get("production") else "development"
+        cap = get("concurrency_cap")
+        if cap is not None:
+            values["concurrency_cap"] = _per_environment(_int(1, 100_000))(
+                "concurrency_cap", cap, environment
+            )
+        elif environment == "production":
+            raise ConfigError(
+                "context concurrency_cap is required with production=true (e.g. -c concurrency_cap=10000): "
+                "it sizes the Lambda reservation the account must hold (python -m infra.preflight checks it)"
+            )
         return cls(**values)

@@ -35,9 +35,24 @@ class TickworkStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         names = ResourceNames(prefix=config.prefix)
-        self.sizing = size_executor(config.concurrency_cap, config.queue_count, config.executor_batch_size)
+        self.sizing = size_executor(
+            config.concurrency_cap,
+            config.queue_count,
+            config.executor_batch_size,
+            min_pollers=config.executor_min_pollers,
+            max_pollers=config.executor_max_pollers,
+        )
 
-        self.storage = Storage(self, "Storage", names=names, production=config.production)
+        self.storage = Storage(
+            self,
+            "Storage",
+            names=names,
+            production=config.production,
+            warm={
+                "jobs": (config.jobs_warm_reads, config.jobs_warm_writes),
+                "runs": (config.runs_warm_reads, config.runs_warm_writes),
+            },
+        )
         self.dispatch = Dispatch(self, "Dispatch", names=names, queue_count=config.queue_count)
         self.signing = SigningSecret(self, "Signing", prefix=config.prefix, production=config.production)
         self.factory = FunctionFactory(
@@ -57,6 +72,8 @@ class TickworkStack(Stack):
             dispatch=self.dispatch,
             shard_count=config.shard_count,
             shards_per_invocation=config.ticker_shards_per_invocation,
+            ticker_reserved_concurrency=config.ticker_reserved_concurrency,
+            sweeper_reserved_concurrency=config.sweeper_reserved_concurrency,
         )
         self.executor = ExecutorFunction(
             self,
@@ -80,6 +97,7 @@ class TickworkStack(Stack):
             burst_limit=config.api_burst_limit,
             log_retention=retention(config.log_retention_days),
             production=config.production,
+            reserved_concurrency=config.api_reserved_concurrency,
         )
         self.observability = Observability(
             self,

@@ -76,6 +76,7 @@ class Api(Construct):
         burst_limit: int,
         log_retention: logs.RetentionDays,
         production: bool,
+        reserved_concurrency: int = 10,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = factory.create(
@@ -85,6 +86,8 @@ class Api(Construct):
                 handler="tickwork.handlers.api.handler",
                 description="Tickwork management API: jobs, runs, cancellations",
                 timeout=Duration.seconds(29),  # API Gateway's integration limit
+                # Its own share: API traffic neither starves nor is starved by Lambda targets.
+                reserved_concurrency=reserved_concurrency,
             ),
         )
         jobs, runs = storage.table(JOBS), storage.table(RUNS)

@@ -1,11 +1,20 @@
-"""The executor: one SQS event source mapping per dispatch queue.
+"""The executor: one SQS event source mapping per dispatch queue, in SQS provisioned mode.
 
 Sizing. The concurrency cap counts runs. Each invocation executes its whole batch concurrently (threads: the
 runs are I/O bound), so the Lambda environments the cap needs are `ceil(cap / batch_size)`: 1,000 for 10,000
-runs in batches of 10. That share is split evenly over the queues as each mapping's maximum concurrency (100
-per queue by default; AWS allows 2..1,000 per mapping), and the function's reserved concurrency is exactly
-their sum. The sum must never exceed the reservation: a mapping that outruns the reservation gets throttled,
-and a throttled message only comes back after the queue's visibility timeout (16 minutes), a missed start.
+runs in batches of 10.
+
+Each mapping runs in provisioned mode (`ProvisionedPollerConfig`): dedicated event pollers, between a minimum
+kept warm (2, the SQS floor) and a maximum. AWS documents up to 10 concurrent invocations per poller (Lambda
+developer guide, "Lambda parameters for Amazon SQS event source mappings"), so a mapping at its maximum
+pollers can drive `max_pollers x 10` concurrent invocations. Provisioned mode excludes
+`ScalingConfig.MaximumConcurrency`, so the one hard bound left is the function's reserved concurrency, and it
+is sized to hold every mapping at its maximum: `reserved = queues x max_pollers x 10`. Never less: a mapping
+that outruns the reservation gets throttled, and a throttled message only comes back after the queue's
+visibility timeout (16 minutes), a missed start. `max_pollers` is the smallest that carries the cap
+(`ceil(environments / (queues x 10))`, at least 2), or the context's `executor_max_pollers`. The SQS minimum
+of 2 pollers per mapping is a floor on the reservation: 10 queues reserve at least 200 environments (2,000
+runs), whatever smaller cap is asked for.
 """
 
 from __future__ import annotations
@@ -26,8 +35,9 @@ from infra.constructs.targets import target_statements
 from tickwork.resources import DISPATCH, JOBS, RUNS
 
 EXECUTOR_TIMEOUT_SECONDS = 900  # Lambda's maximum; a run's own timeout is enforced inside
-MAPPING_CONCURRENCY_MIN = 2
-MAPPING_CONCURRENCY_MAX = 1000
+POLLERS_MIN = 2  # SQS provisioned mode: minimum and maximum pollers per mapping (CloudFormation's range)
+POLLERS_MAX = 2000
+INVOCATIONS_PER_POLLER = 10  # AWS: each poller handles up to 1 MB/s and 10 concurrent invocations
 
 if DISPATCH.visibility_timeout_seconds <= EXECUTOR_TIMEOUT_SECONDS:  # pragma: no cover - a definition error
     raise ValueError("the dispatch queue's visibility timeout must exceed the executor's timeout")
@@ -36,25 +46,48 @@ if DISPATCH.visibility_timeout_seconds <= EXECUTOR_TIMEOUT_SECONDS:  # pragma: n
 @dataclass(frozen=True, slots=True)
 class ExecutorSizing:
     batch_size: int
-    per_queue_concurrency: int  # each event source mapping's maximum concurrency
-    reserved_concurrency: int  # the function's reservation: per_queue_concurrency x queues
+    min_pollers: int  # each mapping's provisioned pollers, kept warm
+    max_pollers: int  # each mapping's ceiling
+    reserved_concurrency: int  # the function's reservation: queues x max_pollers x INVOCATIONS_PER_POLLER
     concurrent_runs: int  # what that admits: reserved_concurrency x batch_size
 
+    @property
+    def per_queue_concurrency(self) -> int:
+        """The concurrent invocations one mapping can drive at its maximum pollers."""
+        return self.max_pollers * INVOCATIONS_PER_POLLER
 
-def size_executor(concurrency_cap: int, queue_count: int, batch_size: int) -> ExecutorSizing:
-    """Lambda concurrency for `concurrency_cap` concurrent runs over `queue_count` queues."""
+
+def size_executor(
+    concurrency_cap: int,
+    queue_count: int,
+    batch_size: int,
+    *,
+    min_pollers: int = POLLERS_MIN,
+    max_pollers: int | None = None,
+) -> ExecutorSizing:
+    """Lambda concurrency and pollers for `concurrency_cap` concurrent runs over `queue_count` queues."""
     if concurrency_cap < 1 or queue_count < 1 or not 1 <= batch_size <= 10:
         raise ValueError("cap and queue count must be positive, batch size 1..10")
+    if not POLLERS_MIN <= min_pollers <= 200:
+        raise ValueError(f"min_pollers={min_pollers} is outside {POLLERS_MIN}..200")
     environments = math.ceil(concurrency_cap / batch_size)
-    per_queue = max(MAPPING_CONCURRENCY_MIN, environments // queue_count)
-    if per_queue > MAPPING_CONCURRENCY_MAX:
-        needed = math.ceil(environments / MAPPING_CONCURRENCY_MAX)
+    needed = max(POLLERS_MIN, min_pollers, math.ceil(environments / (queue_count * INVOCATIONS_PER_POLLER)))
+    if max_pollers is None:
+        max_pollers = needed
+    elif max_pollers < needed:
         raise ValueError(
             f"{concurrency_cap} runs in batches of {batch_size} need {environments} concurrent invocations: "
-            f"at most {MAPPING_CONCURRENCY_MAX} per queue, so queue_count must be at least {needed}"
+            f"executor_max_pollers={max_pollers} on {queue_count} queues carries "
+            f"{max_pollers * queue_count * INVOCATIONS_PER_POLLER}; it must be at least {needed}"
         )
-    reserved = per_queue * queue_count
-    return ExecutorSizing(batch_size, per_queue, reserved, reserved * batch_size)
+    if max_pollers > POLLERS_MAX:
+        queues = math.ceil(environments / (POLLERS_MAX * INVOCATIONS_PER_POLLER))
+        raise ValueError(
+            f"{concurrency_cap} runs in batches of {batch_size} need {environments} concurrent invocations: "
+            f"at most {POLLERS_MAX} pollers per queue, so queue_count must be at least {queues}"
+        )
+    reserved = queue_count * max_pollers * INVOCATIONS_PER_POLLER
+    return ExecutorSizing(batch_size, min_pollers, max_pollers, reserved, reserved * batch_size)
 
 
 class ExecutorFunction(Construct):
@@ -81,6 +114,9 @@ class ExecutorFunction(Construct):
                 timeout=Duration.seconds(EXECUTOR_TIMEOUT_SECONDS),
                 memory_mb=512,
                 reserved_concurrency=sizing.reserved_concurrency,
+                # It sends to its own trigger queues (retries, deferrals, queued overlap runs): Lambda's loop
+                # detection would cut such a chain after ~16 hops; the message carries its own hop counter.
+                recursive_loop=lambda_.RecursiveLoop.ALLOW,
             ),
         )
         self.mappings: list[sources.SqsEventSource] = []
@@ -88,7 +124,10 @@ class ExecutorFunction(Construct):
             source = sources.SqsEventSource(
                 queue,
                 batch_size=sizing.batch_size,
-                max_concurrency=sizing.per_queue_concurrency,
+                # Provisioned mode excludes max_concurrency: the reservation above is the bound.
+                provisioned_poller_config=lambda_.ProvisionedPollerConfig(
+                    minimum_pollers=sizing.min_pollers, maximum_pollers=sizing.max_pollers
+                ),
                 report_batch_item_failures=True,
                 # No batching window: a message is due the moment it becomes visible.
             )

@@ -1,5 +1,5 @@
 """The one Lambda factory: arm64, Python 3.12, the bundled package, JSON logs into a log group of its own,
-and a role of its own that starts with nothing but writing those logs."""
+active X-Ray tracing, and a role of its own that starts with nothing but writing those logs (and traces)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from cdk_nag import NagPackSuppression, NagSuppressions
 
 from constructs import Construct
 
@@ -45,6 +46,9 @@ class FunctionSpec:
     memory_mb: int = 512
     reserved_concurrency: int | None = None
     async_retry_attempts: int | None = None  # for functions invoked asynchronously (EventBridge)
+    # Lambda's recursive loop detection stops a Lambda -> SQS -> same Lambda chain after ~16 hops. Only a
+    # function that sends to its own trigger by design (the executor) sets ALLOW.
+    recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE
 
 
 class FunctionFactory(Construct):
@@ -103,8 +107,24 @@ class FunctionFactory(Construct):
             system_log_level_v2=lambda_.SystemLogLevel.WARN,
             environment=self.environment,
             reserved_concurrent_executions=spec.reserved_concurrency,
+            recursive_loop=spec.recursive_loop,
+            tracing=lambda_.Tracing.ACTIVE,
             retry_attempts=spec.async_retry_attempts,
             max_event_age=Duration.minutes(1) if spec.async_retry_attempts is not None else None,
+        )
+        # Active tracing makes CDK add xray:PutTraceSegments / PutTelemetryRecords on `*` to the role: X-Ray
+        # has no resource-level permissions. Suppressed here, next to its one cause, for that finding only.
+        NagSuppressions.add_resource_suppressions(
+            role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="Active X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support "
+                    "no resource-level permissions, so CDK grants them on `*`.",
+                    applies_to=["Resource::*"],
+                )
+            ],
+            apply_to_children=True,
         )
         self.functions[spec.name] = function
         return function

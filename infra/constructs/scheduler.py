@@ -5,6 +5,10 @@ target with a constant input `{"shards": [...], "time": <the event's time>}`. Ea
 one ticker invocation per group, all at once: a slow or stuck shard delays only its own group, each invocation
 plans a few shards in threads and stays far inside the minute, and the groups scale with `shard_count`
 without code changes. A rule takes at most 5 targets, so groups are spread over as many rules as needed.
+
+Reservations. The ticker reserves one concurrent execution per shard group by default (the groups start
+together and end within the minute), the sweeper a small fixed number: neither shares the account's
+unreserved pool with Lambda targets, and neither can take more than its share.
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ class Scheduler(Construct):
         dispatch: Dispatch,
         shard_count: int,
         shards_per_invocation: int,
+        ticker_reserved_concurrency: int | None = None,
+        sweeper_reserved_concurrency: int = 2,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.groups = shard_groups(shard_count, shards_per_invocation)
         self.ticker = factory.create(
             Construct(self, "Ticker"),
             FunctionSpec(
@@ -57,6 +64,7 @@ class Scheduler(Construct):
                 description="Plans the due runs of its shard group each minute and queues them for dispatch",
                 timeout=TICKER_TIMEOUT,
                 memory_mb=1024,  # planning is CPU-bound per shard (cron math); more memory, more CPU
+                reserved_concurrency=ticker_reserved_concurrency or len(self.groups),
                 async_retry_attempts=0,  # the next minute's tick resumes from the shard's watermark
             ),
         )
@@ -67,11 +75,11 @@ class Scheduler(Construct):
                 handler="tickwork.handlers.sweeper.handler",
                 description="Repairs stalled runs and drains the dispatch dead-letter queue each minute",
                 timeout=SWEEPER_TIMEOUT,
+                reserved_concurrency=sweeper_reserved_concurrency,
                 async_retry_attempts=0,  # it runs again in a minute
             ),
         )
         self._grant(storage, dispatch)
-        self.groups = shard_groups(shard_count, shards_per_invocation)
         self.ticker_rules: list[events.Rule] = []
         for number, start in enumerate(range(0, len(self.groups), TARGETS_PER_RULE)):
             rule = events.Rule(

@@ -8,6 +8,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 from tickwork.resources import TABLES, AttrType, KeyAttr, ResourceNames, TableDef
 
+WarmUnits = tuple[int | None, int | None]  # (read, write) units per second; None: DynamoDB's default start
+
 _TYPES: dict[AttrType, dynamodb.AttributeType] = {
     "S": dynamodb.AttributeType.STRING,
     "N": dynamodb.AttributeType.NUMBER,
@@ -19,20 +21,49 @@ def attribute(key: KeyAttr) -> dynamodb.Attribute:
     return dynamodb.Attribute(name=key.name, type=_TYPES[key.type])
 
 
+def warm_throughput(units: WarmUnits) -> dynamodb.WarmThroughput | None:
+    read, write = units
+    if read is None and write is None:
+        return None
+    return dynamodb.WarmThroughput(read_units_per_second=read, write_units_per_second=write)
+
+
 class Storage(Construct):
-    """One on-demand, encrypted table per `TableDef`. Production keeps the data: RETAIN, deletion
-    protection and point-in-time recovery."""
+    """One on-demand, encrypted table per `TableDef`, with point-in-time recovery in every environment.
+    Production also keeps the data: RETAIN and deletion protection. `warm` pre-warms a table (and its indexes,
+    which throttle on their own) by logical name."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, names: ResourceNames, production: bool
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ResourceNames,
+        production: bool,
+        warm: dict[str, WarmUnits] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.definitions: dict[str, TableDef] = {t.logical_name: t for t in TABLES}
+        unknown = set(warm or {}) - set(self.definitions)
+        if unknown:
+            raise ValueError(f"warm throughput for unknown tables: {sorted(unknown)}")
         self.tables: dict[str, dynamodb.Table] = {
-            definition.logical_name: self._table(definition, names, production) for definition in TABLES
+            definition.logical_name: self._table(
+                definition,
+                names,
+                production,
+                warm_throughput((warm or {}).get(definition.logical_name, (None, None))),
+            )
+            for definition in TABLES
         }
 
-    def _table(self, definition: TableDef, names: ResourceNames, production: bool) -> dynamodb.Table:
+    def _table(
+        self,
+        definition: TableDef,
+        names: ResourceNames,
+        production: bool,
+        warm: dynamodb.WarmThroughput | None,
+    ) -> dynamodb.Table:
         table = dynamodb.Table(
             self,
             definition.logical_name.title(),
@@ -43,8 +74,9 @@ class Storage(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             time_to_live_attribute=definition.ttl_attribute,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=production
+                point_in_time_recovery_enabled=True
             ),
+            warm_throughput=warm,
             deletion_protection=production,
             removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
         )
@@ -54,6 +86,7 @@ class Storage(Construct):
                 partition_key=attribute(index.partition),
                 sort_key=attribute(index.sort) if index.sort else None,
                 projection_type=_PROJECTIONS[index.projection],
+                warm_throughput=warm,
             )
         return table
 

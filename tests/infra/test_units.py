@@ -24,11 +24,13 @@ from infra.constructs.targets import service_of, target_statements
 @pytest.mark.parametrize(
     ("cap", "queues", "batch", "expected"),
     [
-        pytest.param(10_000, 10, 10, ExecutorSizing(10, 100, 1000, 10_000), id="default: 10k runs"),
-        pytest.param(3000, 3, 10, ExecutorSizing(10, 100, 300, 3000), id="even split"),
-        pytest.param(100_000, 10, 10, ExecutorSizing(10, 1000, 10_000, 100_000), id="at the mapping maximum"),
-        pytest.param(10, 10, 10, ExecutorSizing(10, 2, 20, 200), id="tiny cap: the mapping minimum is 2"),
-        pytest.param(1000, 3, 1, ExecutorSizing(1, 333, 999, 999), id="uneven split rounds down"),
+        pytest.param(
+            10_000, 10, 10, ExecutorSizing(10, 2, 10, 1000, 10_000), id="10k runs: 10 pollers a queue"
+        ),
+        pytest.param(3000, 3, 10, ExecutorSizing(10, 2, 10, 300, 3000), id="even split"),
+        pytest.param(100_000, 10, 10, ExecutorSizing(10, 2, 100, 10_000, 100_000), id="100k runs"),
+        pytest.param(10, 10, 10, ExecutorSizing(10, 2, 2, 200, 2000), id="tiny cap: the poller minimum is 2"),
+        pytest.param(1000, 3, 1, ExecutorSizing(1, 2, 34, 1020, 1020), id="uneven split rounds up"),
     ],
 )
 def test_executor_sizing(cap: int, queues: int, batch: int, expected: ExecutorSizing) -> None:
@@ -36,8 +38,8 @@ def test_executor_sizing(cap: int, queues: int, batch: int, expected: ExecutorSi
 
 
 def test_sizing_refuses_more_than_a_mapping_can_carry() -> None:
-    with pytest.raises(ValueError, match="queue_count must be at least 20"):
-        size_executor(100_000, 5, 5)
+    with pytest.raises(ValueError, match="queue_count must be at least 5"):
+        size_executor(100_000, 1, 1)
 
 
 # fan-out ---------------------------------------------------------------------------------------------
@@ -53,13 +55,13 @@ def test_shard_groups_cover_every_shard_once(shards: int, per: int) -> None:
 # configuration ---------------------------------------------------------------------------------------
 
 
-def test_defaults_size_for_ten_thousand_runs() -> None:
+def test_defaults_are_a_small_development_stack() -> None:
     config = DeploymentConfig.from_context(lambda _name: None)
     assert (config.prefix, config.shard_count, config.queue_count, config.concurrency_cap) == (
         "tickwork",
         16,
         10,
-        10_000,
+        100,
     )
     assert not config.production and config.alarm_email is None and config.jwt_issuer is None
 
@@ -67,6 +69,7 @@ def test_defaults_size_for_ten_thousand_runs() -> None:
 def test_command_line_strings_are_parsed() -> None:
     context: dict[str, Any] = {
         "production": "true",
+        "concurrency_cap": "5000",  # production has no default cap
         "shard_count": "32",
         "jwt_issuer": "https://id.example.com",
         "jwt_audience": "a, b",
