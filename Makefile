@@ -5,8 +5,9 @@ PY ?= python3
 VENV := .venv
 MS_VENV := .venv-ministack
 MINISTACK_VERSION := 1.5.33
+CDK_CLI := aws-cdk@2.1148.1
 
-.PHONY: install test lint run synth e2e-aws clean
+.PHONY: install test lint run synth deploy e2e-aws clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,7 +40,13 @@ run: install
 
 # Synthesizes the CloudFormation template offline (no credentials, no Docker: pip bundles the Lambda code).
 synth: install
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --yes aws-cdk@2 synth --quiet
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --yes $(CDK_CLI) synth --quiet
+
+# Checks the account's Lambda quota and the prefix first (infra/preflight.py), then deploys.
+#   make deploy CDK_ARGS="-c production=true -c concurrency_cap=10000 -c prefix=tickwork"
+deploy: install
+	$(VENV)/bin/python -m infra.preflight $(CDK_ARGS)
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --yes $(CDK_CLI) deploy $(CDK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(MS_VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out
