@@ -43,7 +43,7 @@ from tickwork.api.models import (
 from tickwork.api.problems import ApiProblem
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
-from tickwork.handlers.runtime import components, logger, metrics
+from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.jobs import JobQuery, JobService
 from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
 
@@ -417,6 +417,7 @@ def openapi_json() -> str:
 
 @metrics.log_metrics
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler(capture_response=False)  # responses carry owners' job data
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = problems.precheck(event)
     if refused is not None:

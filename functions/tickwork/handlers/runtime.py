@@ -1,12 +1,15 @@
-"""What every Lambda handler shares: Powertools logger and metrics, and the components, built once per
-execution environment on first use (never at import)."""
+"""What every Lambda handler shares: Powertools logger, metrics and tracer, and the components, built once
+per execution environment on first use (never at import).
+
+The tracer (X-Ray, needs the `tracer` extra of aws-lambda-powertools) records each invocation and patches
+botocore so every AWS call is a subsegment; outside Lambda it is disabled and does nothing."""
 
 from __future__ import annotations
 
 import os
 import threading
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from tickwork.adapters.metrics import PowertoolsMetrics
 from tickwork.adapters.targets.aws import boto3_client_factory
@@ -14,8 +17,11 @@ from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
 from tickwork.settings import Settings
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "tickwork"))
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tickwork")
+logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tickwork"))
+tracer = Tracer(service=SERVICE)
+
 
 _lock = threading.Lock()
 _components: Components | None = None

@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork.domain.timekeys import parse_instant
-from tickwork.handlers.runtime import components, logger, metrics
+from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.planning import TickReport
 
 MAX_THREADS = 16
@@ -26,6 +26,7 @@ def _shards(event: dict[str, Any], shard_count: int) -> list[int]:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     parts = components()
     planner = parts.planner()
