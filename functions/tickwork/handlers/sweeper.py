@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork.handlers.runtime import components, logger, metrics, tracer
@@ -15,5 +16,10 @@ from tickwork.handlers.runtime import components, logger, metrics, tracer
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = asdict(components().sweeper().sweep())
+    # Emitted on every sweep, 0 included: its alarm always has data, and a sweeper that stopped shows as
+    # missing data. From here, in Seconds: the services' metrics port only has counts and milliseconds.
+    metrics.add_metric(
+        name="OldestOverdueRunAge", unit=MetricUnit.Seconds, value=report["oldest_overdue_seconds"]
+    )
     logger.info("sweep done", extra=report)
     return report

@@ -24,7 +24,21 @@ class SweepReport:
     dead_lettered: int = 0  # runs marked failed from the DLQ
     failed: int = 0
     lost_races: int = 0  # the run moved while we looked: someone else repaired it
+    # The safety net's own health: how long the oldest run in this sweep's work list has been past the
+    # moment it should have moved on (0 if nothing was overdue). Re-sends do not reset it, so a run that
+    # is repaired again and again without ever running keeps growing it.
+    oldest_overdue_seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+
+
+def overdue_since(run: Run) -> datetime:
+    """When an open run should have moved on by itself: a running run when its lease expired, a retry at
+    its retry time, any other run at its due time (or when it was planned, for a run planned late)."""
+    if run.state is RunState.RUNNING and run.lease_expires_at is not None:
+        return run.lease_expires_at
+    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
+        return run.retry_at
+    return max(run.due_at, run.planned_at)
 
 
 class Sweeper:
@@ -57,6 +71,8 @@ class Sweeper:
                 logger.error("sweeper could not read shard %d (next sweep retries): %s", shard, error)
                 continue
             for run in overdue:
+                age = max(0.0, (now - overdue_since(run)).total_seconds())
+                report.oldest_overdue_seconds = max(report.oldest_overdue_seconds, age)
                 self._repair(run, now, report)
         try:
             self._drain_dead_letters(now, report)
