@@ -104,7 +104,7 @@ def test_bad_context_is_refused_by_name(context: dict[str, Any], message: str) -
 def test_requirements_are_the_projects_pinned_to_what_is_installed() -> None:
     pinned = requirements()
     names = [r.split("==")[0] for r in pinned]
-    assert names == ["boto3", "croniter", "aws-lambda-powertools[parser]", "pydantic"]
+    assert names == ["boto3", "croniter", "aws-lambda-powertools[parser,tracer]", "pydantic"]
     assert all("==" in r for r in pinned)
     assert "croniter==7.0.0" in pinned
 
