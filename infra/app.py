@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import App, Aspects, Environment
-from cdk_nag import AwsSolutionsChecks
+from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 
 from infra.config import DeploymentConfig
 from infra.nag import suppress
@@ -37,6 +37,7 @@ def build(context: Mapping[str, Any] | None = None, **stack_kwargs: Any) -> tupl
     )
     suppress(stack)
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    Aspects.of(app).add(ServerlessChecks(verbose=True))
     return app, stack
 
 

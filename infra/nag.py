@@ -1,4 +1,5 @@
-"""cdk-nag AwsSolutions suppressions: each one names what it covers and why it is acceptable."""
+"""cdk-nag suppressions (AwsSolutions and Serverless packs): each one names what it covers and why it is
+acceptable."""
 
 from __future__ import annotations
 
@@ -13,9 +14,62 @@ def suppress(stack: TickworkStack) -> None:
         functions,
         [
             NagPackSuppression(
-                id="AwsSolutions-L1",
+                id=rule,
                 reason="Python 3.12 is the runtime Tickwork is built and tested for; the bundle's wheels are "
                 "resolved for cp312, so the runtime moves only together with them.",
+            )
+            for rule in ("AwsSolutions-L1", "Serverless-LambdaLatestVersion")
+        ],
+    )
+    scheduled = [stack.scheduler.ticker, stack.scheduler.sweeper]
+    NagSuppressions.add_resource_suppressions(
+        [*scheduled, *stack.scheduler.ticker_rules, stack.scheduler.sweeper_rule],
+        [
+            NagPackSuppression(
+                id=rule,
+                reason="The minutely ticker and sweeper events carry no work of their own: each invocation "
+                "resumes from the stored watermark or the open-runs index, so a failed or undelivered event "
+                "is redone by the next minute's. A dead letter would hold nothing to replay; failures show "
+                "in the TickerErrors, SweeperErrors and TickerLag alarms.",
+            )
+            for rule in (
+                "Serverless-LambdaDLQ",
+                "Serverless-LambdaAsyncFailureDestination",
+                "Serverless-EventBusDLQ",
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        [stack.executor.function, stack.api.function],
+        [
+            NagPackSuppression(
+                id="Serverless-LambdaDLQ",
+                reason="Invoked synchronously only (the executor by its SQS event source mappings, the "
+                "API by API Gateway): a function dead-letter queue applies to asynchronous invocations "
+                "alone. The dispatch queues' redrive policy is the executor's dead-letter path.",
+            )
+        ],
+    )
+    NagSuppressions.add_resource_suppressions(
+        stack.executor.function,
+        [
+            NagPackSuppression(
+                id="Serverless-LambdaEventSourceMappingDestination",
+                reason="An on-failure destination is for stream and Kafka sources; an SQS source "
+                "dead-letters through the queue's redrive policy (maxReceiveCount 5 to the dispatch DLQ, "
+                "which the sweeper reconciles and DlqNotEmpty alarms on).",
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        stack.dispatch.dead_letter_queue,
+        [
+            NagPackSuppression(
+                id="Serverless-SQSRedrivePolicy",
+                reason="This is the dead-letter queue itself; its messages are reconciled by the sweeper and "
+                "kept for 14 days.",
             )
         ],
     )
@@ -49,14 +103,15 @@ def suppress(stack: TickworkStack) -> None:
         ],
         apply_to_children=True,
     )
-    if not stack.config.production:
-        NagSuppressions.add_resource_suppressions(
-            list(stack.storage.tables.values()),
-            [
-                NagPackSuppression(
-                    id="AwsSolutions-DDB3",
-                    reason="Non-production stacks are disposable; `production=true` enables point-in-time "
-                    "recovery, deletion protection and RETAIN.",
-                )
-            ],
-        )
+    NagSuppressions.add_resource_suppressions(
+        stack.observability.topic,
+        [
+            NagPackSuppression(
+                id="Serverless-SNSRedrivePolicy",
+                reason="The only subscription is the operator's alarm e-mail: SNS retries it, and an alarm "
+                "whose mail is lost stays in ALARM in CloudWatch and on the dashboard. A queue nobody reads "
+                "would hide nothing more.",
+            )
+        ],
+        apply_to_children=True,
+    )
