@@ -314,14 +314,6 @@ class Observability(Construct):
             "Runs ended failed (retries exhausted).",
         )
         self._alarm(
-            "TickerErrors",
-            self.m.ticker.metric_errors(statistic="Sum", period=MINUTE),
-            1,
-            "Ticker invocations failed in 2 of the last 3 minutes.",
-            periods=3,
-            datapoints=2,
-        )
-        self._alarm(
             "TickerLag",
             self.metric("TickerLag", statistic="Maximum"),
             TICKER_LAG_LIMIT_SECONDS,
@@ -382,26 +374,30 @@ class Observability(Construct):
     def _function_alarms(self) -> None:
         """Errors of the other functions, API 5xx, and the executor near its timeout or its reservation."""
         greater = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
-        self._alarm(
-            "SweeperErrors",
-            self.m.sweeper.metric_errors(statistic="Sum", period=MINUTE),
-            1,
-            "Sweeper invocations failed in 2 of the last 3 minutes.",
-            periods=3,
-            datapoints=2,
-        )
-        self._alarm(
-            "ExecutorErrors",
-            self.m.executor.metric_errors(statistic="Sum", period=FIVE_MINUTES),
-            1,
-            "Executor invocations failed (a whole batch returns to its queue).",
-        )
-        self._alarm(
-            "ApiErrors",
-            self.m.api.metric_errors(statistic="Sum", period=FIVE_MINUTES),
-            1,
-            "API function invocations failed.",
-        )
+        # The minutely functions alarm on 2 failed minutes of 3 (one failed tick is retried by the next);
+        # the event-driven ones on any failure in five minutes.
+        errors: list[tuple[str, lambda_.IFunction, Duration, int, int, str]] = [
+            ("Ticker", self.m.ticker, MINUTE, 3, 2, "Ticker invocations failed in 2 of 3 minutes."),
+            ("Sweeper", self.m.sweeper, MINUTE, 3, 2, "Sweeper invocations failed in 2 of 3 minutes."),
+            (
+                "Executor",
+                self.m.executor,
+                FIVE_MINUTES,
+                1,
+                1,
+                "Executor invocations failed (a whole batch returns to its queue).",
+            ),
+            ("Api", self.m.api, FIVE_MINUTES, 1, 1, "API function invocations failed."),
+        ]
+        for name, function, period, periods, datapoints, description in errors:
+            self._alarm(
+                f"{name}Errors",
+                function.metric_errors(statistic="Sum", period=period),
+                1,
+                description,
+                periods=periods,
+                datapoints=datapoints,
+            )
         self._alarm(
             "Api5xx",
             cw.Metric(
