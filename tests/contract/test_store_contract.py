@@ -207,15 +207,20 @@ def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backen
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
     job = a_job()
     due_now, due_later = a_run(job, now), a_run(job, now + timedelta(seconds=30))
-    SqsDispatcher(sqs, urls).dispatch([due_now, due_later], now)
+    dispatcher = SqsDispatcher(sqs, urls)
+    dispatcher.dispatch([due_now, due_later], now)
 
-    queue = urls[job.shard % 2]
+    # Routing is the dispatcher's (a hash of the run id), so each run is looked for on its own queue.
+    queue = dispatcher.queue_for(due_now)
     received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
         "Messages", []
     )
     assert [RunMessage.from_json(m["Body"]).scheduled_for for m in received] == [due_now.scheduled_for]
+    later = sqs.get_queue_attributes(
+        QueueUrl=dispatcher.queue_for(due_later), AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert later["ApproximateNumberOfMessagesDelayed"] == "1"
     attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
     redrive = json.loads(attributes["RedrivePolicy"])
     assert int(redrive["maxReceiveCount"]) == 5 and redrive["deadLetterTargetArn"].endswith("dispatch-dlq")
 

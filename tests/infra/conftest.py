@@ -62,3 +62,13 @@ def default() -> Iterator[Synth]:
 @pytest.fixture(scope="session")
 def production() -> Iterator[Synth]:
     yield _synth(PRODUCTION_CONTEXT)
+
+
+def as_list(value: Any) -> list[Any]:
+    """A policy field holds one value or a list of them."""
+    return value if isinstance(value, list) else [value]
+
+
+def policy_statements(resources: dict[str, dict[str, Any]], policy_key: str) -> list[dict[str, Any]]:
+    """Every statement of the policy document under `policy_key` of each of the resources."""
+    return [s for r in resources.values() for s in r["Properties"][policy_key]["Statement"]]

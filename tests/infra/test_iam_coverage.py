@@ -41,7 +41,7 @@ from infra.constructs.targets import ACTION_OF_SERVICE
 from tests.api.conftest import Api, job_body
 from tests.conftest import ANCHOR, NAMES, build_components
 from tests.fakes import CrashError, RecordingMetrics, ScriptedInvoker
-from tests.infra.conftest import Synth
+from tests.infra.conftest import Synth, as_list, policy_statements
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
@@ -258,15 +258,16 @@ class Template:
             if r["Type"] == "AWS::Lambda::Function"
             and r["Properties"].get("FunctionName") == f"{self.prefix}-{function}"
         ]
+        policies = {
+            logical: resource
+            for logical, resource in self.resources.items()
+            if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role} in resource["Properties"]["Roles"]
+        }
         found: list[Statement] = []
-        for resource in self.resources.values():
-            if resource["Type"] != "AWS::IAM::Policy" or {"Ref": role} not in resource["Properties"]["Roles"]:
-                continue
-            for raw in resource["Properties"]["PolicyDocument"]["Statement"]:
-                assert raw["Effect"] == "Allow" and "Condition" not in raw, f"unmodelled statement {raw}"
-                actions = raw["Action"] if isinstance(raw["Action"], list) else [raw["Action"]]
-                resources = raw["Resource"] if isinstance(raw["Resource"], list) else [raw["Resource"]]
-                found.append(Statement(frozenset(actions), tuple(self.resolve(r) for r in resources)))
+        for raw in policy_statements(policies, "PolicyDocument"):
+            assert raw["Effect"] == "Allow" and "Condition" not in raw, f"unmodelled statement {raw}"
+            resources = tuple(self.resolve(r) for r in as_list(raw["Resource"]))
+            found.append(Statement(frozenset(as_list(raw["Action"])), resources))
         return found
 
 

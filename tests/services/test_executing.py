@@ -353,9 +353,9 @@ def test_a_dead_letter_of_an_older_attempt_does_not_fail_the_newer_one(world: Wo
     assert world.run().state is RunState.RETRY_WAIT  # the retry still happens
 
 
-def test_a_retry_that_finds_the_overlap_slot_taken_waits_instead_of_being_skipped(
-    store: DynamoStore, clock: FakeClock
-) -> None:
+def blocked_retry(store: DynamoStore, clock: FakeClock) -> tuple[World, Run]:
+    """An overlap=skip job whose run 4 holds the slot (claimed by another worker) while run 5 is due to
+    retry: returns the world and run 5, waiting to retry now."""
     world, _ = _overlapping(store, clock, OverlapPolicy.SKIP)
     runs = world.store.list_runs(world.job.job_id, newest_first=False)
     holder, retrying = runs[3], runs[4]
@@ -364,8 +364,15 @@ def test_a_retry_that_finds_the_overlap_slot_taken_waits_instead_of_being_skippe
     )
     waiting = replace(retrying, state=RunState.RETRY_WAIT, attempt=1, retry_at=clock.now())
     world.store.transition_run(retrying, waiting)
+    return world, waiting
+
+
+def test_a_retry_that_finds_the_overlap_slot_taken_waits_instead_of_being_skipped(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    world, waiting = blocked_retry(store, clock)
 
     outcome = world.executor().execute(RunMessage.for_run(waiting, clock.now()))
 
-    assert outcome is Outcome.DEFERRED and world.run(retrying.scheduled_for).state is RunState.RETRY_WAIT
+    assert outcome is Outcome.DEFERRED and world.run(waiting.scheduled_for).state is RunState.RETRY_WAIT
     assert world.dispatcher.messages[-1].not_before == clock.now() + timedelta(seconds=30)

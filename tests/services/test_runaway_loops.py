@@ -8,11 +8,10 @@ from datetime import timedelta
 import pytest
 
 from tests.fakes import failure
-from tests.services.test_executing import FIRE, World, _overlapping
+from tests.services.test_executing import FIRE, World, _overlapping, blocked_retry
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
-from tickwork.domain.execution import claimed
 from tickwork.domain.models import OverlapPolicy, RunState
 from tickwork.services.executing import Outcome
 
@@ -40,14 +39,7 @@ def test_a_retry_is_sent_one_hop_further(world: World) -> None:
 
 
 def test_a_blocked_retry_waits_one_hop_further(store: DynamoStore, clock: FakeClock) -> None:
-    world, _ = _overlapping(store, clock, OverlapPolicy.SKIP)
-    runs = world.store.list_runs(world.job.job_id, newest_first=False)
-    holder, retrying = runs[3], runs[4]
-    assert world.store.claim_exclusive(
-        holder, claimed(holder, world.job, worker="x", now=clock.now()), clock.now()
-    )
-    waiting = replace(retrying, state=RunState.RETRY_WAIT, attempt=1, retry_at=clock.now())
-    world.store.transition_run(retrying, waiting)
+    world, waiting = blocked_retry(store, clock)
     message = RunMessage.for_run(waiting, clock.now(), hops=12)
 
     assert world.executor().execute(message) is Outcome.DEFERRED
