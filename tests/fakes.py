@@ -20,12 +20,14 @@ class RecordingDispatcher:
     sent: list[Run] = field(default_factory=list)
     messages: list[RunMessage] = field(default_factory=list)
     fail_next: int = 0
+    sends: list[tuple[datetime, list[Run]]] = field(default_factory=list)  # (now given, runs) per call
 
     def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
         if self.fail_next > 0:
             self.fail_next -= 1
             raise DispatchError([r.run_id for r in runs], "injected failure")
         self.sent.extend(runs)
+        self.sends.append((now, list(runs)))
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
         if self.fail_next > 0:
@@ -38,8 +40,10 @@ class RecordingDispatcher:
         return [r.run_id for r in self.sent]
 
 
-class CrashError(RuntimeError):
-    """Stands for the process dying at a chosen point."""
+class CrashError(BaseException):
+    """Stands for the process dying at a chosen point. A BaseException, like the SystemExit or
+    KeyboardInterrupt a dying process sees: the services' per-job isolation catches Exception and must not
+    turn a simulated death into a recorded, survived error."""
 
 
 class FaultyPlanStore:

@@ -84,7 +84,7 @@ def test_ticker_sweeper_and_executor_handlers_take_their_sample_events(
 
     clock.set(datetime(2026, 12, 2, 12, 3, 0, 500000, tzinfo=UTC))
     summary = ticker.handler(load("ticker.json"), LambdaContext())  # type: ignore[arg-type]
-    assert summary["runs_planned"] == 1 and summary["incomplete_shards"] == []
+    assert summary["RunsPlanned"] == 1 and summary["incomplete_shards"] == []
 
     clock.set(datetime(2026, 12, 2, 12, 5, 0, 100000, tzinfo=UTC))
     response = executor.handler(load("executor.json"), LambdaContext())  # type: ignore[arg-type]

@@ -189,7 +189,8 @@ def test_a_store_throttling_past_every_retry_defers_the_job_and_holds_the_waterm
     report = Planner(faulty, dispatcher, clock).plan(job.shard, at("2026-12-02T12:03:10"))
 
     assert not report.complete and report.deferred_jobs == [job.job_id]
-    assert store.get_watermark(job.shard) is None
+    # Held just before the fire it could not plan, so the next tick reads that fire's bucket again.
+    assert store.get_watermark(job.shard) == at("2026-12-02T12:05:00") - timedelta(milliseconds=1)
     Planner(store, dispatcher, clock).plan(job.shard, at("2026-12-02T12:04:10"))
     assert run_times(store, job) == [at("2026-12-02T12:05:00")]
 

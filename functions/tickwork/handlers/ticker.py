@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -10,7 +9,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork.domain.timekeys import parse_instant
 from tickwork.handlers.runtime import components, logger, metrics, tracer
-from tickwork.services.planning import TickReport
 
 MAX_THREADS = 16
 
@@ -39,26 +37,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             unit=MetricUnit.Seconds,
             value=(now - parse_instant(event["time"])).total_seconds(),
         )
-    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(shards))) as pool:
-        reports: list[TickReport] = list(pool.map(lambda shard: planner.plan(shard, now), shards))
+    tick = planner.plan_shards(shards, now, max_threads=MAX_THREADS)
     elapsed = (parts.clock.now() - now).total_seconds()
+    counts = tick.counts()
+    for name, value in counts.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     summary: dict[str, Any] = {
-        "shards": len(reports),
-        "runs_planned": sum(r.runs_planned for r in reports),
-        "runs_catch_up": sum(r.runs_catch_up for r in reports),
-        "runs_missed": sum(r.runs_missed for r in reports),
-        "conflicts": sum(r.conflicts for r in reports),
-        "dispatch_failures": sum(r.dispatch_failures for r in reports),
-        "incomplete_shards": [r.shard for r in reports if not r.complete],
+        "shards": len(shards),
+        **counts,
+        "incomplete_shards": tick.incomplete_shards,
+        "failed_shards": tick.failed_shards,
+        "failed_jobs": [job for r in tick.reports for job in r.failed_jobs],
     }
-    for name, key in (
-        ("RunsPlanned", "runs_planned"),
-        ("RunsCatchUp", "runs_catch_up"),
-        ("RunsMissed", "runs_missed"),
-        ("PlanConflicts", "conflicts"),
-        ("DispatchFailures", "dispatch_failures"),
-    ):
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=summary[key])
     metrics.add_metric(name="TickerDuration", unit=MetricUnit.Seconds, value=elapsed)
     logger.info("tick done", extra=summary)
     return summary

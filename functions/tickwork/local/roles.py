@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tickwork.adapters.targets.aws import boto3_client_factory
@@ -57,12 +56,9 @@ def run_ticker(parts: Components, stop: threading.Event) -> None:
 
     def tick() -> None:
         now = parts.clock.now()
-        # Shards are planned in parallel, as the Lambda ticker does: the work is I/O bound.
-        with ThreadPoolExecutor(max_workers=min(8, len(shards)), thread_name_prefix="tickwork-plan") as pool:
-            reports = list(pool.map(lambda shard: planner.plan(shard, now), shards))
-        for report in reports:
-            parts.metrics.count("RunsPlanned", report.runs_planned)
-            parts.metrics.count("RunsMissed", report.runs_missed)
+        # Shards are planned in parallel and isolated, as the Lambda ticker does.
+        for name, value in planner.plan_shards(shards, now, max_threads=8).counts().items():
+            parts.metrics.count(name, value)
         logger.info(
             "tick at %s planned through %s", now.isoformat(), (now + parts.settings.lookahead).isoformat()
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -31,6 +32,8 @@ DEFAULT_MAX_RUNS_PER_COMMIT = 25
 DISPATCH_BATCH = 10
 # After this many lost races on one job in one tick, leave it for the next tick (the watermark stays).
 MAX_CONFLICTS_PER_JOB = 3
+# A watermark held for an unplanned fire stops just before it (stored instants have millisecond precision).
+_BEFORE = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +56,48 @@ class TickReport:
     commits: int = 0
     conflicts: int = 0
     dispatch_failures: int = 0
-    complete: bool = True
-    deferred_jobs: list[str] = field(default_factory=list)
+    complete: bool = True  # the watermark reached the horizon
+    deferred_jobs: list[str] = field(default_factory=list)  # lost races or throttling: next tick
+    failed_jobs: list[str] = field(default_factory=list)  # unexpected errors, isolated (PlanFailures)
+    errors: list[str] = field(default_factory=list)
+
+
+class _JobProgress:
+    """Where one job's planning stands: the first fire not yet committed."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.unplanned_from: datetime | None = job.next_fire_at
+
+    def at(self, current: Job) -> None:
+        self.unplanned_from = current.next_fire_at
+
+    def done(self) -> None:
+        self.unplanned_from = None
+
+
+@dataclass(slots=True)
+class TickSummary:
+    """One tick over several shards: each shard's report, and the shards that could not be planned."""
+
+    reports: list[TickReport]
+    failed_shards: dict[int, str] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """The tick's metrics. PlanFailures counts isolated failures (jobs and whole shards): it alarms."""
+        r = self.reports
+        return {
+            "RunsPlanned": sum(x.runs_planned for x in r),
+            "RunsCatchUp": sum(x.runs_catch_up for x in r),
+            "RunsMissed": sum(x.runs_missed for x in r),
+            "PlanConflicts": sum(x.conflicts for x in r),
+            "DispatchFailures": sum(x.dispatch_failures for x in r),
+            "PlanFailures": sum(len(x.failed_jobs) for x in r) + len(self.failed_shards),
+        }
+
+    @property
+    def incomplete_shards(self) -> list[int]:
+        return sorted([x.shard for x in self.reports if not x.complete] + list(self.failed_shards))
 
 
 class Planner:
@@ -73,35 +116,94 @@ class Planner:
         self._rng = rng or Random()
 
     def plan(self, shard: int, now: datetime | None = None) -> TickReport:
-        """Plan every fire of `shard` up to now + lookahead. The watermark moves only when all of it
-        committed, so a crash at any point leaves work for the next tick rather than losing it."""
+        """Plan every fire of `shard` up to now + lookahead. The watermark moves only as far as everything
+        before it committed, so a crash at any point leaves work for the next tick rather than losing it.
+        One job that cannot be planned (a poison record, a store error after retries) is recorded in the
+        report and skipped; every other job of the shard is still planned, and the watermark stops just
+        before the job's unplanned fire, so the next tick reads its bucket again."""
         now = now or self._clock.now()
         horizon = now + self._config.lookahead
         report = TickReport(shard=shard, now=now, horizon=horizon)
         watermark = self._retrying(lambda: self._store.get_watermark(shard))
         start = (watermark if watermark is not None else now) - self._config.reread
         bucket = floor_minute(start)
-        outbox = _Outbox(self._dispatcher, now, report)
+        planned_through = horizon
+        outbox = _Outbox(self._dispatcher, self._clock, now, report)
         try:
             while bucket <= horizon:
                 report.buckets_read += 1
-                for job in self._retrying(partial(self._read_bucket, due_key(shard, bucket), horizon)):
+                try:
+                    jobs = self._retrying(partial(self._read_bucket, due_key(shard, bucket), horizon))
+                except TransientStoreError as error:
+                    # Nothing from this bucket on was read: the watermark stays before it.
+                    report.errors.append(f"bucket {due_key(shard, bucket)}: {error}")
+                    logger.error("shard %d: could not read %s after retries: %s", shard, bucket, error)
+                    planned_through = min(planned_through, bucket - _BEFORE)
+                    break
+                for job in jobs:
                     report.jobs_seen += 1
-                    if not self._plan_job(job, now, horizon, report, outbox):
-                        report.complete = False
-                        report.deferred_jobs.append(job.job_id)
+                    unplanned = self._plan_job_isolated(job, now, horizon, report, outbox)
+                    if unplanned is not None:
+                        planned_through = min(planned_through, unplanned - _BEFORE)
                 bucket += timedelta(minutes=1)
         finally:
             outbox.flush()
-        if report.complete and (watermark is None or horizon > watermark):
-            self._retrying(lambda: self._store.set_watermark(shard, horizon))
+        report.complete = planned_through >= horizon
+        if watermark is None or planned_through > watermark:
+            self._retrying(lambda: self._store.set_watermark(shard, planned_through))
         return report
 
-    def _plan_job(
+    def plan_shards(self, shards: Sequence[int], now: datetime, max_threads: int = 16) -> TickSummary:
+        """Plan several shards in parallel (the work is I/O bound), each isolated from the others: a shard
+        that fails (its watermark unreadable, a bug) is recorded and the others are still planned."""
+        summary = TickSummary(reports=[])
+
+        def one(shard: int) -> TickReport | None:
+            try:
+                return self.plan(shard, now)
+            except Exception as error:
+                # Isolation, not silence: logged with its traceback and counted in PlanFailures.
+                summary.failed_shards[shard] = f"{type(error).__name__}: {error}"
+                logger.exception("shard %d could not be planned this tick", shard)
+                return None
+
+        if not shards:
+            return summary
+        with ThreadPoolExecutor(max_workers=min(max_threads, len(shards)), thread_name_prefix="plan") as pool:
+            summary.reports = [r for r in pool.map(one, shards) if r is not None]
+        return summary
+
+    def _plan_job_isolated(
         self, job: Job, now: datetime, horizon: datetime, report: TickReport, outbox: _Outbox
+    ) -> datetime | None:
+        """Plan one job; whatever goes wrong with it stays with it. Returns its first fire left unplanned
+        (None: all planned up to the horizon)."""
+        progress = _JobProgress(job)
+        try:
+            if self._plan_job(progress, now, horizon, report, outbox):
+                return None
+            report.deferred_jobs.append(job.job_id)
+        except TransientStoreError as error:
+            # Throttling that outlasted the retries, wherever it struck (the commit, or a read inside the
+            # conflict handling): the job waits for the next tick.
+            report.deferred_jobs.append(job.job_id)
+            logger.warning("job %s: store still throttling after retries (%s); next tick", job.job_id, error)
+        except Exception as error:
+            # Isolation, not silence: a job that cannot be planned (a bug, a record the code cannot read,
+            # a write the store refuses) must not stop its shard every minute. It is logged with its
+            # traceback, counted (PlanFailures alarms), and its fires are kept behind the watermark.
+            report.failed_jobs.append(job.job_id)
+            report.errors.append(f"job {job.job_id}: {type(error).__name__}: {error}")
+            logger.exception(
+                "job %s could not be planned; the rest of shard %d goes on", job.job_id, job.shard
+            )
+        return progress.unplanned_from
+
+    def _plan_job(
+        self, progress: _JobProgress, now: datetime, horizon: datetime, report: TickReport, outbox: _Outbox
     ) -> bool:
         """Commit every fire of one job up to the horizon. False: left for the next tick."""
-        current: Job | None = job
+        current: Job | None = progress.job
         conflicts = 0
         while (
             current is not None
@@ -109,6 +211,7 @@ class Planner:
             and current.next_fire_at is not None
             and current.next_fire_at <= horizon
         ):
+            progress.at(current)
             batch = plan_batch(current, now=now, horizon=horizon, max_runs=self._config.max_runs_per_commit)
             runs = batch.runs
             try:
@@ -135,11 +238,6 @@ class Planner:
                     report.conflicts += 1
                     current = self._retrying(partial(self._store.get_job, current.job_id))
                     continue
-            except TransientStoreError:
-                logger.warning(
-                    "job %s: store still throttling after retries; left for the next tick", job.job_id
-                )
-                return False
             report.commits += 1
             to_dispatch = [r for r in runs if r.state is RunState.PLANNED]
             report.runs_planned += len(to_dispatch)
@@ -147,6 +245,7 @@ class Planner:
             report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
             outbox.add(to_dispatch)
             current = current.advanced_to(batch.next_fire_at)
+        progress.done()
         return True
 
     def _read_bucket(self, key: str, horizon: datetime) -> list[Job]:
@@ -162,11 +261,15 @@ class Planner:
 class _Outbox:
     """Committed runs waiting to be sent, in SQS batches of 10 across jobs (one send per run would cost ten
     times the requests). A crash before a flush loses no run: the sweeper re-sends planned runs whose message
-    never arrived."""
+    never arrived. Each message's delay is computed when it is sent, not when the tick began: a long tick
+    would otherwise make every later message visible late by the time the tick had already run."""
 
-    def __init__(self, dispatcher: Dispatcher, now: datetime, report: TickReport) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, clock: Clock, tick_started: datetime, report: TickReport
+    ) -> None:
         self._dispatcher = dispatcher
-        self._now = now
+        self._clock = clock
+        self._tick_started = tick_started
         self._report = report
         self._pending: list[Run] = []
 
@@ -179,8 +282,10 @@ class _Outbox:
         if not self._pending:
             return
         sending, self._pending = self._pending, []
+        # Never before the tick's own instant (a caller may plan "as of" a given time).
+        sent_at = max(self._tick_started, self._clock.now())
         try:
-            self._dispatcher.dispatch(sending, self._now)
+            self._dispatcher.dispatch(sending, sent_at)
         except DispatchError as error:
             self._report.dispatch_failures += len(error.failed_run_ids)
             logger.error("dispatch failed after commit, sweeper will re-send: %s", error)
