@@ -314,6 +314,14 @@ class Observability(Construct):
             "Runs ended failed (retries exhausted).",
         )
         self._alarm(
+            "PlanFailures",
+            self.metric("PlanFailures", period=MINUTE),
+            1,
+            "Jobs or shards could not be planned (isolated, the rest went on) in 2 of 3 minutes.",
+            periods=3,
+            datapoints=2,
+        )
+        self._alarm(
             "TickerLag",
             self.metric("TickerLag", statistic="Maximum"),
             TICKER_LAG_LIMIT_SECONDS,

@@ -161,7 +161,7 @@ def test_oldest_overdue_run_alarm(default: Synth) -> None:
         _dimensions([{"Name": "service", "Value": "tickwork"}]),
     )
     assert props["Statistic"] == "Maximum" and props["Threshold"] == OVERDUE_RUN_AGE_LIMIT_SECONDS
-    # The sweeper does not publish the metric yet: no data must not page anyone.
+    # No data (no sweep yet) must not page anyone; SweeperErrors covers a sweeper that fails.
     assert props["TreatMissingData"] == "notBreaching"
 
 

@@ -405,6 +405,7 @@ ALARMS = {
     "RunsFailed": ({"RunsFailed"}, 1, "GreaterThanOrEqualToThreshold"),
     "TickerErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
     "TickerLag": ({"TickerLag"}, 120, "GreaterThanThreshold"),
+    "PlanFailures": ({"PlanFailures"}, 1, "GreaterThanOrEqualToThreshold"),
     "StartDelayP99": ({"StartDelay"}, 1000, "GreaterThanThreshold"),
     "OldestMessageAge": ({"ApproximateAgeOfOldestMessage"}, 1200, "GreaterThanThreshold"),
     "LambdaThrottles": ({"Throttles"}, 1, "GreaterThanOrEqualToThreshold"),
