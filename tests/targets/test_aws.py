@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError, ParamValidationError, ReadTimeoutError
+from botocore.parsers import ResponseParserError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from tickwork.adapters.targets.aws import AwsInvoker, boto3_client_factory
+from tickwork.adapters.targets.aws import EXPRESS_CAVEAT, AwsInvoker, boto3_client_factory
 from tickwork.domain.models import Target
 from tickwork.domain.targets import json_dumps, sfn_execution_name
 
-from .conftest import invocation
+from .conftest import SCHEDULED_FOR, invocation
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/tickwork-sfn"
@@ -144,7 +146,7 @@ def test_eventbridge_event_reaches_a_rule_target(invoker: AwsInvoker, sqs: Any) 
     }
 
 
-def test_stepfunctions_start_is_idempotent_per_run_and_attempt(invoker: AwsInvoker) -> None:
+def test_stepfunctions_starts_one_execution_per_run_across_attempts(invoker: AwsInvoker) -> None:
     sfn = boto3.client("stepfunctions", region_name=REGION)
     machine = sfn.create_state_machine(name="nightly", definition=PASS_MACHINE, roleArn=ROLE)[
         "stateMachineArn"
@@ -152,13 +154,14 @@ def test_stepfunctions_start_is_idempotent_per_run_and_attempt(invoker: AwsInvok
     target = Target("stepfunctions", {"state_machine_arn": machine, "input": {"day": "monday"}})
 
     first = invoker.invoke(target, invocation())
-    # Same name and same input while the execution runs: SFN (and moto) answer with the running execution.
+    # Same name and same input while the execution runs (a lost response, retried within the attempt): SFN
+    # (and moto) answer with the running execution.
     again = invoker.invoke(target, invocation())
 
     assert first.ok and again.ok
     assert first.detail == again.detail  # the same executionArn
     [execution] = sfn.list_executions(stateMachineArn=machine)["executions"]
-    assert execution["name"] == sfn_execution_name("job-1:20261202T120500Z", 1)
+    assert execution["name"] == sfn_execution_name("job-1:20261202T120500Z")
     described = sfn.describe_execution(executionArn=execution["executionArn"])
     assert json.loads(described["input"]) == {
         "input": {"day": "monday"},
@@ -170,19 +173,24 @@ def test_stepfunctions_start_is_idempotent_per_run_and_attempt(invoker: AwsInvok
         },
     }
 
-    # Once that execution has closed, AWS refuses the name: ExecutionAlreadyExists means "already started".
+    # Attempt 2 of the same run (attempt 1's response was lost, its lease expired): same name, another input.
+    # SFN refuses it; the run's execution exists, so the run is delivered, and no second execution starts.
+    retried = invoker.invoke(target, invocation(attempt=2))
+
+    assert (retried.ok, retried.retryable, retried.status) == (True, False, "ExecutionAlreadyExists")
+    assert retried.detail.startswith(f"executionArn={execution['executionArn']};")
+    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
+
+    # Once that execution has closed, AWS refuses the name even for the same input: still delivered.
     sfn.stop_execution(executionArn=execution["executionArn"])
     after_close = invoker.invoke(target, invocation())
 
-    assert (after_close.ok, after_close.retryable, after_close.status) == (
-        True,
-        False,
-        "ExecutionAlreadyExists",
-    )
+    assert (after_close.ok, after_close.status) == (True, "ExecutionAlreadyExists")
     assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
 
-    # A new attempt is a new execution.
-    assert invoker.invoke(target, invocation(attempt=2)).ok
+    # Another run is another execution.
+    other_run = invocation(scheduled_for=SCHEDULED_FOR + timedelta(minutes=5))
+    assert invoker.invoke(target, other_run).ok
     assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 2
 
 
@@ -329,20 +337,47 @@ def test_sqs_errors_are_classified(aws_env: None, code: str, retryable: bool) ->
     assert (result.ok, result.retryable, result.status) == (False, retryable, code)
 
 
-def test_stepfunctions_execution_already_exists_counts_as_started(aws_env: None) -> None:
+SFN_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:m"
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [pytest.param(SFN_MACHINE, id="machine"), pytest.param(f"{SFN_MACHINE}:prod", id="alias-or-version")],
+)
+def test_stepfunctions_execution_already_exists_counts_as_started(aws_env: None, machine: str) -> None:
     invoker, stubber = _stubbed("stepfunctions")
     stubber.add_client_error(
         "start_execution", service_error_code="ExecutionAlreadyExists", http_status_code=400
     )
 
-    result = invoker.invoke(
-        Target(
-            "stepfunctions", {"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:m"}
-        ),
-        invocation(),
-    )
+    result = invoker.invoke(Target("stepfunctions", {"state_machine_arn": machine}), invocation(attempt=3))
 
     assert (result.ok, result.retryable, result.status) == (True, False, "ExecutionAlreadyExists")
+    name = sfn_execution_name("job-1:20261202T120500Z")
+    assert result.detail.startswith(f"executionArn=arn:aws:states:us-east-1:123456789012:execution:m:{name};")
+
+
+def test_stepfunctions_express_start_says_it_is_not_deduplicated(aws_env: None) -> None:
+    invoker, stubber = _stubbed("stepfunctions")
+    name = sfn_execution_name("job-1:20261202T120500Z")
+    arn = f"arn:aws:states:us-east-1:123456789012:express:m:{name}:0f1e2d3c-aaaa-bbbb-cccc-111122223333"
+    stubber.add_response("start_execution", {"executionArn": arn, "startDate": SCHEDULED_FOR})
+
+    result = invoker.invoke(Target("stepfunctions", {"state_machine_arn": SFN_MACHINE}), invocation())
+
+    assert (result.ok, result.status) == (True, "200")
+    assert result.detail == f"executionArn={arn}; {EXPRESS_CAVEAT}"
+    assert "at least once" in EXPRESS_CAVEAT
+
+
+def test_stepfunctions_standard_start_carries_no_caveat(aws_env: None) -> None:
+    invoker, stubber = _stubbed("stepfunctions")
+    arn = "arn:aws:states:us-east-1:123456789012:execution:m:x"
+    stubber.add_response("start_execution", {"executionArn": arn, "startDate": SCHEDULED_FOR})
+
+    result = invoker.invoke(Target("stepfunctions", {"state_machine_arn": SFN_MACHINE}), invocation())
+
+    assert result.detail == f"executionArn={arn}"
 
 
 @pytest.mark.parametrize(
@@ -392,6 +427,9 @@ class _Raising:
         ),
         pytest.param(
             ParamValidationError(report="bad"), False, "ParamValidationError", id="param-validation"
+        ),
+        pytest.param(
+            ResponseParserError("invalid XML received"), True, "ResponseParserError", id="garbled-answer"
         ),
     ],
 )

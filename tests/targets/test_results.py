@@ -82,22 +82,21 @@ def test_context_and_headers_carry_the_same_identity() -> None:
 _SFN_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 
-@given(st.text(min_size=1, max_size=300), st.integers(min_value=1, max_value=10_000))
-def test_execution_names_fit_sfn_rules(run_id: str, attempt: int) -> None:
-    name = sfn_execution_name(run_id, attempt)
+@given(st.text(min_size=1, max_size=300))
+def test_execution_names_fit_sfn_rules(run_id: str) -> None:
+    name = sfn_execution_name(run_id)
 
     assert _SFN_SAFE.match(name)
-    assert name == sfn_execution_name(run_id, attempt)  # deterministic: the name is the lock
+    assert name == sfn_execution_name(run_id)  # deterministic: the name is the lock
 
 
-def test_execution_names_differ_per_run_and_attempt() -> None:
-    base = sfn_execution_name("job.a:20261202T120500Z", 1)
+def test_execution_names_differ_per_run_not_per_attempt() -> None:
+    base = sfn_execution_name("job.a:20261202T120500Z")
 
     assert base.startswith("job-a-20261202T120500Z-")
-    assert base != sfn_execution_name("job_a:20261202T120500Z", 1)  # sanitise alike, differ by hash
-    assert base != sfn_execution_name("job.a:20261202T120500Z", 2)
-    long_a = sfn_execution_name("j" * 200 + ":20261202T120500Z", 1)
-    long_b = sfn_execution_name("j" * 200 + ":20261202T120600Z", 1)
+    assert base != sfn_execution_name("job_a:20261202T120500Z")  # sanitise alike, differ by hash
+    long_a = sfn_execution_name("j" * 200 + ":20261202T120500Z")
+    long_b = sfn_execution_name("j" * 200 + ":20261202T120600Z")
     assert long_a != long_b and len(long_a) == 80
 
 

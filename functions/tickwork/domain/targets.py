@@ -154,7 +154,8 @@ def http_status_retryable(code: int) -> bool:
 
 def invocation_context(invocation: Invocation) -> dict[str, Any]:
     """The run identity every target receives. Deterministic for a given run + attempt (no wall-clock time),
-    so a repeated call sends identical input: Step Functions relies on that for name/input idempotency."""
+    so a repeated call of one attempt sends identical input: Step Functions answers a repeated start of the
+    same name and input with the running execution instead of refusing it."""
     return {
         "run_id": invocation.run_id,
         "job_id": invocation.job_id,
@@ -182,15 +183,16 @@ def fifo_id(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def sfn_execution_name(run_id: str, attempt: int) -> str:
-    """A Step Functions execution name unique to (run, attempt) and stable across retries of the same start.
+def sfn_execution_name(run_id: str) -> str:
+    """The Step Functions execution name of a run: one per run, the same on every attempt.
 
     The run id is sanitised to [A-Za-z0-9_-] and shortened to fit 80 characters; a hash of the exact run id
-    keeps two runs whose ids sanitise alike (job "a.b" vs "a_b") from sharing a name. AWS refuses a second
-    execution with the same name, which makes the name the lock against starting the same attempt twice.
+    keeps two runs whose ids sanitise alike (job "a.b" vs "a_b") from sharing a name. The attempt is not in
+    the name (it is in the input): a Standard workflow keeps a name for 90 days after its execution closes,
+    so the name is the lock against starting the same run twice, whichever attempt tries.
     """
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
-    suffix = f"-{digest}-a{attempt}"
+    suffix = f"-{digest}"
     readable = _SFN_EXECUTION_UNSAFE.sub("-", run_id)[: SFN_EXECUTION_NAME_MAX - len(suffix)]
     return readable + suffix
 

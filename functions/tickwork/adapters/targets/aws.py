@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from botocore import UNSIGNED
 from botocore.config import Config
@@ -22,6 +23,7 @@ from botocore.exceptions import (
     ParamValidationError,
     ReadTimeoutError,
 )
+from botocore.parsers import ResponseParserError
 
 from tickwork.adapters.targets._common import Stopwatch, checked_target
 from tickwork.domain.models import Target
@@ -43,6 +45,10 @@ ClientFor = Callable[[str], Any]
 MAX_LAMBDA_RESPONSE_BYTES = 64 * 1024
 EXECUTION_ALREADY_EXISTS = "ExecutionAlreadyExists"
 FUNCTION_ERROR = "FunctionError"
+# Express workflows neither keep execution names unique nor make StartExecution idempotent.
+EXPRESS_CAVEAT = (
+    "express workflow: not deduplicated by execution name, a retried start can run it twice (at least once)"
+)
 TIMEOUT_ERROR = "TimeoutError"
 
 # Codes that mean "not now" rather than "never": throttling, service-side faults, a resource mid-update.
@@ -93,62 +99,193 @@ def error_retryable(code: str, http_status: int | None) -> bool:
     return http_status is not None and (http_status >= 500 or http_status == 429)
 
 
+# How long one target call may take is the job's `timeout_seconds`, for the whole call: connect, send, read
+# and every botocore retry with its backoff. `call_budget` splits that time; `Boto3Clients.timed` builds
+# clients that keep to it.
+MAX_CONNECT_TIMEOUT_SECONDS = 5.0
+MAX_READ_TIMEOUT_SECONDS = 30.0  # SQS, SNS, EventBridge, Step Functions answer in milliseconds when healthy
+MAX_ATTEMPTS = 3
+MIN_ATTEMPT_SECONDS = 1.0  # below this an attempt is not worth making: spend the time on fewer, longer ones
+# botocore's standard mode sleeps rand(0, 1) * min(2 ** (n - 1), 20) s after try n (throttling scale; other
+# errors 1/20 of it), raised to an `x-amz-retry-after` header by at most 5 s more.
+_RETRY_AFTER_EXTRA_SECONDS = 5.0
+_MAX_BACKOFF_SECONDS = 20.0
+# Lambda is never retried by botocore: a retried read timeout would run the function a second time behind
+# Tickwork's back, and a retried async invoke could queue the event twice.
+_SINGLE_ATTEMPT_SERVICES = frozenset({"lambda"})
+
+
+@dataclass(frozen=True, slots=True)
+class CallBudget:
+    """How one AWS target call spends the job's timeout: `attempts` tries of at most `connect_timeout` +
+    `read_timeout` each, with botocore's backoff between them."""
+
+    attempts: int
+    connect_timeout: float
+    read_timeout: float
+
+    def worst_case_seconds(self) -> float:
+        """The longest the call can take: every try times out and every backoff is the longest possible."""
+        return self.attempts * (self.connect_timeout + self.read_timeout) + worst_backoff_seconds(
+            self.attempts
+        )
+
+
+def worst_backoff_seconds(attempts: int) -> float:
+    """The longest total sleep botocore's standard retry mode can add between `attempts` tries."""
+    return sum(
+        min(2.0 ** (n - 1), _MAX_BACKOFF_SECONDS) + _RETRY_AFTER_EXTRA_SECONDS for n in range(1, attempts)
+    )
+
+
+def call_budget(service: str, timeout_seconds: float) -> CallBudget:
+    """The attempts and socket timeouts that keep one call to `service` within `timeout_seconds`.
+
+    As many tries as fit (at most 3, each at least 1 s) after reserving the worst-case backoff; each try's
+    time is split into a connect timeout (a quarter, at most 5 s) and a read timeout (the rest, at most 30 s
+    except for Lambda, whose synchronous invoke runs the function for the whole of it).
+    """
+    if timeout_seconds <= 0:
+        raise ValueError(f"timeout_seconds must be positive, got {timeout_seconds}")
+    attempts = 1
+    if service not in _SINGLE_ATTEMPT_SERVICES:
+        while (
+            attempts < MAX_ATTEMPTS
+            and (timeout_seconds - worst_backoff_seconds(attempts + 1)) / (attempts + 1)
+            >= MIN_ATTEMPT_SECONDS
+        ):
+            attempts += 1
+    per_attempt = (timeout_seconds - worst_backoff_seconds(attempts)) / attempts
+    connect = min(MAX_CONNECT_TIMEOUT_SECONDS, per_attempt / 4)
+    read = per_attempt - connect
+    if service not in _SINGLE_ATTEMPT_SERVICES:
+        read = min(read, MAX_READ_TIMEOUT_SECONDS)
+    return CallBudget(attempts=attempts, connect_timeout=connect, read_timeout=read)
+
+
+@runtime_checkable
+class TimedClients(Protocol):
+    """A `client_for` that can also hand out a client whose calls (retries included) end within a time."""
+
+    def __call__(self, service: str) -> Any: ...
+
+    def timed(self, service: str, timeout_seconds: float) -> Any: ...
+
+
+class Boto3Clients:
+    """Thread-safe boto3 clients, each created on first use and reused after.
+
+    `clients("sqs")` is the general-purpose client (for Tickwork's own tables and queues). `clients.timed(
+    "lambda", 60)` is a target client whose calls end within 60 s (`call_budget`); one is kept per (service,
+    timeout), the most recently used `max_timed_clients` of them.
+    """
+
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        region_name: str | None = None,
+        lambda_read_timeout_seconds: float = 910.0,
+        unsigned: bool = False,
+        max_timed_clients: int = 32,
+    ) -> None:
+        import boto3  # deferred: importing this module must not need (or configure) boto3
+
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._timed: OrderedDict[tuple[str, float], Any] = OrderedDict()
+        self._max_timed = max_timed_clients
+        self._base: Any = session or boto3.session.Session()
+        self._region_name = region_name
+        self._configs = {
+            "lambda": Config(
+                connect_timeout=5, read_timeout=lambda_read_timeout_seconds, retries={"total_max_attempts": 1}
+            ),
+        }
+        self._default = Config(
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"mode": "standard", "total_max_attempts": 3},
+            # Executors call DynamoDB and SQS from many threads at once; botocore's default pool of 10
+            # connections made the rest open and drop a connection per call under a burst.
+            max_pool_connections=64,
+        )
+        self._no_signing = Config(signature_version=UNSIGNED) if unsigned else None
+        if self._no_signing is not None:
+            self._configs = {name: config.merge(self._no_signing) for name, config in self._configs.items()}
+            self._default = self._default.merge(self._no_signing)
+
+    def __call__(self, service: str) -> Any:
+        with self._lock:  # boto3 sessions are not thread-safe; clients are, once created
+            if service not in self._clients:
+                self._clients[service] = self._base.client(
+                    service, region_name=self._region_name, config=self._configs.get(service, self._default)
+                )
+            return self._clients[service]
+
+    def timed(self, service: str, timeout_seconds: float) -> Any:
+        key = (service, float(timeout_seconds))
+        with self._lock:
+            client = self._timed.get(key)
+            if client is None:
+                client = self._base.client(
+                    service, region_name=self._region_name, config=self.timed_config(service, timeout_seconds)
+                )
+                self._timed[key] = client
+                if len(self._timed) > self._max_timed:
+                    self._timed.popitem(last=False)  # a thread still using it keeps its reference
+            self._timed.move_to_end(key)
+            return client
+
+    def timed_config(self, service: str, timeout_seconds: float) -> Config:
+        budget = call_budget(service, timeout_seconds)
+        config = Config(
+            connect_timeout=budget.connect_timeout,
+            read_timeout=budget.read_timeout,
+            retries={"mode": "standard", "total_max_attempts": budget.attempts},
+            max_pool_connections=64,
+        )
+        return config if self._no_signing is None else config.merge(self._no_signing)
+
+
 def boto3_client_factory(
     session: Any = None,
     *,
     region_name: str | None = None,
     lambda_read_timeout_seconds: float = 910.0,
     unsigned: bool = False,
-) -> ClientFor:
-    """A thread-safe `client_for` creating each service's client on first use and reusing it after.
+) -> Boto3Clients:
+    """A thread-safe `client_for` creating each service's client on first use and reusing it after, with
+    `timed(service, seconds)` for target calls that must end within the job's timeout.
 
-    Lambda gets a read timeout above its 15-minute maximum and NO botocore retries: botocore retries read
-    timeouts, which for a synchronous invoke would run the function a second time behind Tickwork's back. The
-    other services keep botocore's standard retries (short, throttling-aware) under a shorter timeout.
+    The general-purpose Lambda client gets a read timeout above Lambda's 15-minute maximum and NO botocore
+    retries (a retried read timeout would run the function again); the other services keep botocore's
+    standard retries (short, throttling-aware) under a shorter timeout. Targets never use these: they use
+    `timed` clients.
 
     `unsigned` is for the embedded emulator only, which checks no signatures: SigV4 signing is about a third
     of the client's CPU per call, and the local runtime is CPU-bound under a burst.
     """
-    import boto3  # deferred: importing this module must not need (or configure) boto3
-
-    lock = threading.Lock()
-    clients: dict[str, Any] = {}
-    base: Any = session or boto3.session.Session()
-    configs = {
-        "lambda": Config(
-            connect_timeout=5, read_timeout=lambda_read_timeout_seconds, retries={"total_max_attempts": 1}
-        ),
-    }
-    default = Config(
-        connect_timeout=5,
-        read_timeout=30,
-        retries={"mode": "standard", "total_max_attempts": 3},
-        # Executors call DynamoDB and SQS from many threads at once; botocore's default pool of 10
-        # connections made the rest open and drop a connection per call under a burst.
-        max_pool_connections=64,
+    return Boto3Clients(
+        session,
+        region_name=region_name,
+        lambda_read_timeout_seconds=lambda_read_timeout_seconds,
+        unsigned=unsigned,
     )
-
-    if unsigned:
-        no_signing = Config(signature_version=UNSIGNED)
-        configs = {name: config.merge(no_signing) for name, config in configs.items()}
-        default = default.merge(no_signing)
-
-    def client_for(service: str) -> Any:
-        with lock:  # boto3 sessions are not thread-safe; clients are, once created
-            if service not in clients:
-                clients[service] = base.client(
-                    service, region_name=region_name, config=configs.get(service, default)
-                )
-            return clients[service]
-
-    return client_for
 
 
 class AwsInvoker:
-    """Calls sqs, sns, eventbridge, lambda and stepfunctions targets."""
+    """Calls sqs, sns, eventbridge, lambda and stepfunctions targets.
+
+    Each call ends within the invocation's `timeout_seconds` when `client_for` is `TimedClients` (what
+    `boto3_client_factory` returns): the client comes from `client_for.timed(service, timeout)`. A plain
+    `client_for` (tests, a custom per-region factory) is used as given, and its clients' own config bounds
+    the call.
+    """
 
     def __init__(self, client_for: ClientFor, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._client_for = client_for
+        self._timed = client_for if isinstance(client_for, TimedClients) else None
         self._monotonic = monotonic
         self._calls: Mapping[str, Callable[[Mapping[str, Any], Invocation], _Outcome]] = {
             "sqs": self._sqs,
@@ -166,30 +303,30 @@ class AwsInvoker:
         try:
             outcome = self._calls[checked.kind](checked.config, invocation)
         except ClientError as error:
-            return self._client_error(checked.kind, error, watch.elapsed_ms())
+            return self._client_error(error, watch.elapsed_ms())
         except (ReadTimeoutError, ConnectTimeoutError) as error:
             return TargetResult(False, True, TIMEOUT_ERROR, watch.elapsed_ms(), str(error))
         except ParamValidationError as error:
             # botocore refused to build the request: the target's config, not the network, so not retryable.
             return TargetResult(False, False, type(error).__name__, watch.elapsed_ms(), str(error))
-        except BotoCoreError as error:
-            # Endpoint unreachable, connection closed, credentials not (yet) available: transient from here.
+        except (BotoCoreError, ResponseParserError) as error:
+            # Endpoint unreachable, connection closed, credentials not (yet) available, a garbled answer (a
+            # proxy's error page): transient from here.
             return TargetResult(False, True, type(error).__name__, watch.elapsed_ms(), str(error))
         return TargetResult(outcome.ok, outcome.retryable, outcome.status, watch.elapsed_ms(), outcome.detail)
 
-    def _client_error(self, kind: str, error: ClientError, latency_ms: int) -> TargetResult:
+    def _client_error(self, error: ClientError, latency_ms: int) -> TargetResult:
         err = error.response.get("Error", {})
         code = str(err.get("Code") or "ClientError")
         message = str(err.get("Message") or error)
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if kind == "stepfunctions" and code == EXECUTION_ALREADY_EXISTS:
-            # The execution name is derived from run + attempt: this exact attempt was already started (by us,
-            # in an earlier try whose response was lost). Starting it again would duplicate the run.
-            return TargetResult(True, False, EXECUTION_ALREADY_EXISTS, latency_ms, message)
         return TargetResult(False, error_retryable(code, status), code, latency_ms, message)
 
-    def _client(self, kind: str) -> Any:
-        return self._client_for(SERVICE_OF_KIND[kind])
+    def _client(self, kind: str, invocation: Invocation) -> Any:
+        service = SERVICE_OF_KIND[kind]
+        if self._timed is not None:
+            return self._timed.timed(service, invocation.timeout_seconds)
+        return self._client_for(service)
 
     def _sqs(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
         queue_url: str = config["queue_url"]
@@ -201,7 +338,7 @@ class AwsInvoker:
         if is_fifo_queue_url(queue_url):
             request["MessageGroupId"] = config.get("message_group_id") or fifo_id(invocation.job_id)
             request["MessageDeduplicationId"] = fifo_id(invocation.run_id)
-        response = self._client("sqs").send_message(**request)
+        response = self._client("sqs", invocation).send_message(**request)
         return _success(_http_status(response), f"MessageId={response.get('MessageId', '')}")
 
     def _sns(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
@@ -216,7 +353,7 @@ class AwsInvoker:
         if is_fifo_topic_arn(topic_arn):
             request["MessageGroupId"] = config.get("message_group_id") or fifo_id(invocation.job_id)
             request["MessageDeduplicationId"] = fifo_id(invocation.run_id)
-        response = self._client("sns").publish(**request)
+        response = self._client("sns", invocation).publish(**request)
         return _success(_http_status(response), f"MessageId={response.get('MessageId', '')}")
 
     def _eventbridge(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
@@ -227,7 +364,7 @@ class AwsInvoker:
             "DetailType": config["detail_type"],
             "Detail": json_dumps(detail),
         }
-        response = self._client("eventbridge").put_events(Entries=[entry])
+        response = self._client("eventbridge", invocation).put_events(Entries=[entry])
         entries = response.get("Entries") or [{}]
         if response.get("FailedEntryCount", 0):
             # put_events answers 200 and reports failures per entry; the entry's code says if a retry can
@@ -238,7 +375,7 @@ class AwsInvoker:
 
     def _lambda(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
         payload = {CONTEXT_KEY: invocation_context(invocation), "payload": config["payload"]}
-        response = self._client("lambda").invoke(
+        response = self._client("lambda", invocation).invoke(
             FunctionName=config["function_name"],
             InvocationType=config["invocation_type"],
             Payload=json_dumps(payload).encode("utf-8"),
@@ -254,14 +391,44 @@ class AwsInvoker:
 
     def _stepfunctions(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
         execution_input = {CONTEXT_KEY: invocation_context(invocation), "input": config["input"]}
-        response = self._client("stepfunctions").start_execution(
-            stateMachineArn=config["state_machine_arn"],
-            name=sfn_execution_name(invocation.run_id, invocation.attempt),
-            # Identical bytes for a repeated start of the same attempt (sorted keys, no wall-clock time): SFN
-            # then returns the running execution instead of refusing, which is the idempotent answer.
-            input=json_dumps(execution_input),
-        )
-        return _success(_http_status(response), f"executionArn={response.get('executionArn', '')}")
+        machine_arn: str = config["state_machine_arn"]
+        name = sfn_execution_name(invocation.run_id)
+        try:
+            response = self._client("stepfunctions", invocation).start_execution(
+                stateMachineArn=machine_arn,
+                name=name,
+                # Identical bytes for a repeated start within one attempt (sorted keys, no wall-clock time): a
+                # Standard workflow then returns the running execution instead of refusing.
+                input=json_dumps(execution_input),
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != EXECUTION_ALREADY_EXISTS:
+                raise
+            # The name is the run's, so the run's execution was already started: by an earlier attempt (whose
+            # input differs in `attempt`) or by this one before its response was lost, and it may have closed
+            # since. Starting another would run the workflow twice for one run: the run is delivered. The
+            # existing execution's ARN follows from machine and name (no DescribeExecution permission needed).
+            arn = sfn_execution_arn(machine_arn, name)
+            return _Outcome(True, False, EXECUTION_ALREADY_EXISTS, f"executionArn={arn}; already started")
+        arn = str(response.get("executionArn", ""))
+        detail = f"executionArn={arn}"
+        if is_express_execution_arn(arn):
+            detail += f"; {EXPRESS_CAVEAT}"
+        return _success(_http_status(response), detail)
+
+
+def sfn_execution_arn(state_machine_arn: str, execution_name: str) -> str:
+    """The ARN of a Standard workflow's execution: `arn:...:stateMachine:<machine>[:<version or alias>]`
+    becomes `arn:...:execution:<machine>:<name>` (executions of a version or alias belong to the machine)."""
+    prefix, _, rest = state_machine_arn.partition(":stateMachine:")
+    machine = rest.split(":", 1)[0]
+    return f"{prefix}:execution:{machine}:{execution_name}"
+
+
+def is_express_execution_arn(execution_arn: str) -> bool:
+    """Express executions are `arn:...:express:<machine>:<name>:<id>`, Standard ones `...:execution:...`."""
+    parts = execution_arn.split(":")
+    return len(parts) > 5 and parts[5] == "express"
 
 
 @dataclass(frozen=True, slots=True)
