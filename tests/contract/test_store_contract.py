@@ -21,7 +21,7 @@ from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import ConflictError, PlanConflictError, StaleRunError, VersionMismatchError
-from tickwork.domain.execution import claimed
+from tickwork.domain.execution import claimed, is_own_write
 from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
@@ -163,6 +163,31 @@ def test_run_transitions_are_fenced_by_state_attempt_and_lease(backend: Backend)
         store.transition_run(first, replace(first, state=RunState.SUCCEEDED))  # the slow worker's result
     stored = store.get_run(job.job_id, FIRE)
     assert stored is not None and (stored.attempt, stored.lease_owner) == (2, "b")
+
+
+def test_a_refused_write_returns_the_stored_run_so_a_lost_response_is_recognised(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    run = a_run(job)
+    mine = claimed(run, job, worker="a#1", now=FIRE)
+    store.transition_run(run, mine)
+    with pytest.raises(StaleRunError) as again:  # the same write sent again (its response was lost)
+        store.transition_run(run, mine)
+    assert is_own_write(again.value.current, mine)
+    with pytest.raises(StaleRunError) as other:
+        store.transition_run(run, claimed(run, job, worker="b#2", now=FIRE))
+    assert other.value.current is not None and not is_own_write(
+        other.value.current, claimed(run, job, worker="b#2", now=FIRE)
+    )
+
+    exclusive = replace(job, job_id="job_exclusive", overlap=OverlapPolicy.SKIP)
+    store.create_job(exclusive, [a_run(exclusive)])
+    queued_run = a_run(exclusive)
+    held = claimed(queued_run, exclusive, worker="a#3", now=FIRE)
+    assert store.claim_exclusive(queued_run, held, FIRE)
+    with pytest.raises(StaleRunError) as slot_again:
+        store.claim_exclusive(queued_run, held, FIRE)
+    assert is_own_write(slot_again.value.current, held)
 
 
 def test_the_overlap_slot_admits_one_run_and_one_waiter(backend: Backend) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tickwork.domain.models import Run
+
 
 class TickworkError(Exception):
     """Base class of every error the domain raises on purpose."""
@@ -50,4 +55,10 @@ class DispatchError(TickworkError):
 
 
 class StaleRunError(ConflictError):
-    """The run moved on (a newer attempt, the sweeper, another executor) since it was read."""
+    """The run moved on (a newer attempt, the sweeper, another executor) since it was read. `current` is
+    the run as the store holds it, when the store returned it with the refusal (it may be this caller's own
+    write, landed by an earlier try whose response was lost: domain.execution.is_own_write tells)."""
+
+    def __init__(self, message: str, current: Run | None = None) -> None:
+        super().__init__(message)
+        self.current = current

@@ -57,6 +57,27 @@ def claimed(
     )
 
 
+def is_own_write(current: Run | None, intended: Run) -> bool:
+    """The stored run is the write this caller intended: a retried request whose first try landed but whose
+    response was lost is refused by its own condition, and must not be taken for someone else's move.
+    Same state, same attempt, same lease owner (unique per delivery, see Executor) and lease, and the same
+    attempt history: nobody else writes exactly that."""
+    if current is None:
+        return False
+
+    def ms(instant: datetime | None) -> datetime | None:
+        return None if instant is None else truncate_ms(instant)
+
+    return (
+        current.state is intended.state
+        and current.attempt == intended.attempt
+        and current.lease_owner == intended.lease_owner
+        and ms(current.lease_expires_at) == ms(intended.lease_expires_at)
+        and len(current.attempts) == len(intended.attempts)
+        and ms(current.finished_at) == ms(intended.finished_at)
+    )
+
+
 def _attempt_record(run: Run, now: datetime, result: TargetResult) -> dict[str, Any]:
     return {
         "attempt": run.attempt,

@@ -11,10 +11,18 @@ from functools import partial
 from random import Random
 from typing import TypeVar
 
+from tickwork.domain.backoff import backoff_delay
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
-from tickwork.domain.errors import DispatchError, StaleRunError
-from tickwork.domain.execution import LEASE_MARGIN, after_attempt, cancellation_reason, claimed, terminal
+from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
+from tickwork.domain.execution import (
+    LEASE_MARGIN,
+    after_attempt,
+    cancellation_reason,
+    claimed,
+    is_own_write,
+    terminal,
+)
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
@@ -28,6 +36,11 @@ T = TypeVar("T")
 DEFAULT_MAX_HOLD = timedelta(seconds=2)
 # A retry that finds the job's overlap slot taken looks again this much later.
 BLOCKED_RETRY_WAIT = timedelta(seconds=30)
+# A delivery whose reads or claim still throttle after the store retries goes back to the queue as a fresh
+# message this much later (jittered, growing with its hops): a redelivery of the same message would count
+# towards the DLQ's receive limit, and a dead letter fails the run. Throttling must never fail a run.
+THROTTLED_RETRY_BASE_SECONDS = 5.0
+THROTTLED_RETRY_MAX_SECONDS = 60.0
 
 
 class Outcome(StrEnum):
@@ -72,8 +85,16 @@ class Executor:
     def execute(self, message: RunMessage) -> Outcome:
         """Handle one delivery. Safe to call any number of times for the same message: only the delivery
         whose claim wins calls the target, once per attempt."""
+        try:
+            return self._execute(message)
+        except TransientStoreError as error:
+            # Still throttled after the store retries, before the target was called: nothing happened to
+            # the run yet, so send the message again later rather than let its receive count run out.
+            return self._send_back_throttled(message, error)
+
+    def _execute(self, message: RunMessage) -> Outcome:
         now = self._clock.now()
-        run = self._store.get_run(message.job_id, message.scheduled_for)
+        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
         if run is None:
             logger.warning("message for unknown run %s: dropped", message.dedupe_id)
             self._metrics.count("OrphanMessages")
@@ -91,7 +112,7 @@ class Executor:
         if wait > 0:
             self._clock.sleep(wait)
             now = self._clock.now()
-        job = self._store.get_job(run.job_id)
+        job = self._retrying(partial(self._store.get_job, run.job_id))
         now = self._clock.now()  # the start is measured after the reads, as close to the call as it gets
         reason = cancellation_reason(job, run)
         if reason is not None or job is None:
@@ -99,7 +120,9 @@ class Executor:
         mine = claimed(
             run,
             job,
-            worker=self._config.worker_id,
+            # One lease owner per delivery, not per process: two deliveries of one run handled at once by
+            # the same worker must not take each other's claim for their own (is_own_write).
+            worker=f"{self._config.worker_id}#{self._rng.getrandbits(32):08x}",
             now=now,
             lease_margin=self._config.lease_margin,
             dispatched_at=message.sent_at,
@@ -110,14 +133,35 @@ class Executor:
                 return self._blocked_by_overlap(run, job, message.hops)
             if not exclusive:
                 self._retrying(partial(self._store.transition_run, run, mine))
-        except StaleRunError:
-            return Outcome.DUPLICATE  # another delivery claimed it first
+        except StaleRunError as error:
+            if not is_own_write(error.current, mine):
+                return Outcome.DUPLICATE  # another delivery claimed it first
+            # Our claim landed and its response was lost; the retry was refused by its own condition.
+            logger.info("claim of %s recognised as our own after a lost response", run.run_id)
+            self._metrics.count("LostResponsesRecognised")
         if mine.attempt == 1 and mine.start_delay_ms is not None:
             self._metrics.timing_ms("StartDelay", mine.start_delay_ms)
         self._metrics.count("RunsStarted")
         if mine.attempt > 1:
             self._metrics.count("Retries")
         return self._run_target(mine, job, exclusive, message.hops)
+
+    def _send_back_throttled(self, message: RunMessage, error: TransientStoreError) -> Outcome:
+        delay = THROTTLED_RETRY_BASE_SECONDS + backoff_delay(
+            message.hops + 1, THROTTLED_RETRY_BASE_SECONDS, THROTTLED_RETRY_MAX_SECONDS, self._rng
+        )
+        now = self._clock.now()
+        later = replace(message.resent(), not_before=max(message.not_before, now + timedelta(seconds=delay)))
+        logger.warning(
+            "run %s: store throttled (%s); message sent back for %.0f s", message.run_id, error, delay
+        )
+        self._metrics.count("ThrottledDeliveries")
+        try:
+            # The run may not have been read (that read throttled); routing is by run id, not shard.
+            self._dispatcher.redispatch(later, 0, now)
+        except DispatchError:
+            raise error from None  # nowhere to put it: the queue redelivers the original after its timeout
+        return Outcome.DEFERRED
 
     def _stop_runaway(self, run: Run, message: RunMessage) -> Outcome:
         """A message re-sent more than MAX_HOPS times is a loop (Lambda's own cut-off is off on the
@@ -148,12 +192,17 @@ class Executor:
                     self._release_queued(waiting, run.shard)
             else:
                 self._retrying(partial(self._store.transition_run, run, finished))
-        except StaleRunError:
-            # A newer attempt owns the run (our lease expired and it was taken over): our result must not
-            # overwrite it.
-            logger.warning("stale completion of %s attempt %d discarded", run.run_id, run.attempt)
-            self._metrics.count("StaleCompletions")
-            return Outcome.STALE_COMPLETION
+        except StaleRunError as error:
+            if not is_own_write(error.current, finished):
+                # A newer attempt owns the run (our lease expired and it was taken over): our result must
+                # not overwrite it.
+                logger.warning("stale completion of %s attempt %d discarded", run.run_id, run.attempt)
+                self._metrics.count("StaleCompletions")
+                return Outcome.STALE_COMPLETION
+            # Our finish landed and its response was lost. A run queued behind an exclusive one is left to
+            # the sweeper (its release id came back only with the lost response).
+            logger.info("finish of %s recognised as our own after a lost response", run.run_id)
+            self._metrics.count("LostResponsesRecognised")
         if finished.state is RunState.SUCCEEDED:
             self._metrics.count("RunsSucceeded")
             return Outcome.SUCCEEDED

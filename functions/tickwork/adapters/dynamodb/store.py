@@ -77,6 +77,11 @@ def _transient(error: ClientError) -> TransientStoreError:
     return TransientStoreError(f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}")
 
 
+def _stored_run(item: Any) -> Run | None:
+    """The run a refused condition returned (ALL_OLD), if the store sent it."""
+    return run_from_item(deserialize(item)) if item else None
+
+
 class _NetworkErrorsAreTransient:
     """Client proxy: botocore's own errors (connection reset, read timeout, endpoint unreachable) become
     TransientStoreError, so callers retry them like throttling instead of dying mid-loop. Service errors
@@ -420,11 +425,14 @@ class DynamoStore:
                 ConditionExpression=condition,
                 ExpressionAttributeNames={"#s": "state"},
                 ExpressionAttributeValues=serialize(values),
+                # The refusal carries the stored run: a retry whose first try landed recognises itself.
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
             if _code(error) == "ConditionalCheckFailedException":
                 raise StaleRunError(
-                    f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}"
+                    f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
+                    current=_stored_run(error.response.get("Item")),
                 ) from error
             raise self._translate(error) from error
 
@@ -524,6 +532,7 @@ class DynamoStore:
                     "ConditionExpression": run_condition,
                     "ExpressionAttributeNames": {"#s": "state"},
                     "ExpressionAttributeValues": serialize(run_values),
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
             {
@@ -545,7 +554,10 @@ class DynamoStore:
             if any(code in TRANSIENT_REASONS for code in codes):
                 raise _transient(error) from error
             if codes and codes[0] == "ConditionalCheckFailed":
-                raise StaleRunError(f"run {expected.run_id} moved on") from error
+                reasons = error.response.get("CancellationReasons") or [{}]
+                raise StaleRunError(
+                    f"run {expected.run_id} moved on", current=_stored_run(reasons[0].get("Item"))
+                ) from error
             return False
         return True
 
