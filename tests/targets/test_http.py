@@ -215,3 +215,52 @@ def test_an_http_1_0_server_with_content_length_answers_ok() -> None:
     finally:
         echo.stop()
     assert (result.ok, result.status, result.detail) == (True, "200", '{"ok": true}')
+
+
+# A server that answers one byte every 50 ms never lets a socket timeout fire: each read gets a byte in time.
+_TRICKLES = {
+    "status-line": (b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 200),
+    "body-of-known-length": (b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n", b"x" * 200),
+    "body-until-close": (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"x" * 200),
+    "tls-handshake": (b"\x16\x03\x03\x40\x00", b"\x00" * 200),  # a handshake record, its body trickled
+}
+
+
+@pytest.mark.parametrize("stage", list(_TRICKLES))
+def test_a_trickling_server_cannot_hold_the_call_past_its_timeout(stage: str) -> None:
+    import threading
+    import time
+
+    head, trickle = _TRICKLES[stage]
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            if stage != "tls-handshake":
+                conn.recv(65536)  # the request
+            try:
+                conn.sendall(head)
+                for byte in trickle:
+                    if done.wait(0.05):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return  # the client cut the connection: what the test wants
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    scheme = "https" if stage == "tls-handshake" else "http"
+    url = f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/"
+    try:
+        started = time.monotonic()
+        result = local_invoker().invoke(http_target(url), invocation(timeout=0.5))
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        thread.join(timeout=2)
+        listener.close()
+
+    assert (result.ok, result.retryable, result.status) == (False, True, "TimeoutError")
+    assert elapsed < 1.0, f"{stage}: {elapsed:.2f} s for a 0.5 s timeout"

@@ -8,10 +8,12 @@ too), not the IP. Redirects are never followed.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +60,49 @@ class _Deadline:
         if left <= 0:
             raise TimeoutError("the target's timeout elapsed")
         return left
+
+
+class _Watchdog:
+    """Shuts the connection down when the call's timeout passes, whatever the call is blocked in.
+
+    Socket timeouts bound one socket operation, and `http.client` reads a status line, a header or a body
+    of known length with as many operations as the server cares to trickle bytes: a server sending a byte
+    every few seconds would hold the call for minutes under any socket timeout. At the deadline this timer
+    shuts the socket down, the blocked read returns, and the call reports a timeout (`fired`).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.fired = False
+        self._timer = threading.Timer(max(0.0, seconds), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def guard(self, sock: socket.socket) -> None:
+        """Watch this socket from now on (the TCP socket, then the TLS socket that wraps it)."""
+        with self._lock:
+            self._sock = sock
+            fired = self.fired
+        if fired:
+            _shut_down(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._sock
+        if sock is not None:
+            _shut_down(sock)
+
+
+def _shut_down(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also for a TLS socket: it only wakes the blocked read with an end of file
+    # and leaves the TLS object alone for the thread that is using it.
+    with contextlib.suppress(OSError):  # already closed: nothing to wake
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def resolve(host: str, port: int) -> list[tuple[int, IPAddress]]:
@@ -134,8 +179,11 @@ class HttpInvoker:
         }
         watch = Stopwatch(self._monotonic)
         deadline = _Deadline(invocation.timeout_seconds, self._monotonic)
+        watchdog = _Watchdog(invocation.timeout_seconds)
         try:
-            code, reason, response_body = self._exchange(destination, method, headers, body, deadline)
+            code, reason, response_body = self._exchange(
+                destination, method, headers, body, deadline, watchdog
+            )
         except _Blocked as blocked:
             return TargetResult(False, False, SSRF_BLOCKED, watch.elapsed_ms(), str(blocked))
         except socket.gaierror as error:
@@ -154,6 +202,8 @@ class HttpInvoker:
             return TargetResult(
                 False, True, type(error).__name__, watch.elapsed_ms(), str(error) or repr(error)
             )
+        finally:
+            watchdog.cancel()
         text = response_body.decode("utf-8", errors="replace")
         if 200 <= code < 300:
             return TargetResult(True, False, str(code), watch.elapsed_ms(), text)
@@ -170,8 +220,28 @@ class HttpInvoker:
         headers: dict[str, str],
         body: bytes,
         deadline: _Deadline,
+        watchdog: _Watchdog,
     ) -> tuple[int, str, bytes]:
-        sock = self._open(destination, deadline)
+        try:
+            answer = self._talk(destination, method, headers, body, deadline, watchdog)
+        except (OSError, http.client.HTTPException) as error:
+            if watchdog.fired:  # the read ended because the watchdog cut the connection
+                raise TimeoutError("the target's timeout elapsed") from error
+            raise
+        if watchdog.fired:  # a body read until the connection closed: the cut looked like its end
+            raise TimeoutError("the target's timeout elapsed")
+        return answer
+
+    def _talk(
+        self,
+        destination: _Destination,
+        method: str,
+        headers: dict[str, str],
+        body: bytes,
+        deadline: _Deadline,
+        watchdog: _Watchdog,
+    ) -> tuple[int, str, bytes]:
+        sock = self._open(destination, deadline, watchdog)
         # http.client only speaks HTTP over the socket we hand it: it never resolves or connects itself.
         connection: http.client.HTTPConnection
         if destination.scheme == "https":
@@ -204,7 +274,7 @@ class HttpInvoker:
             # Closing without draining an oversized body is deliberate: connections are never reused.
             connection.close()
 
-    def _open(self, destination: _Destination, deadline: _Deadline) -> socket.socket:
+    def _open(self, destination: _Destination, deadline: _Deadline, watchdog: _Watchdog) -> socket.socket:
         # getaddrinfo cannot be given a timeout; the system resolver's own (a few seconds) bounds it.
         addresses = self._resolver(destination.host, destination.port)
         if not addresses:
@@ -228,13 +298,24 @@ class HttpInvoker:
                 last_error = error  # try the next checked address (e.g. ::1 refused, 127.0.0.1 listening)
         else:
             raise last_error
+        watchdog.guard(sock)
         if destination.scheme == "https":
             try:
                 sock.settimeout(deadline.remaining())
-                return self._tls.wrap_socket(sock, server_hostname=destination.host)
+                # Wrapping moves the file descriptor to the TLS socket: watch that before the handshake.
+                tls = self._tls.wrap_socket(
+                    sock, server_hostname=destination.host, do_handshake_on_connect=False
+                )
             except BaseException:
                 sock.close()
                 raise
+            watchdog.guard(tls)
+            try:
+                tls.do_handshake()
+            except BaseException:
+                tls.close()
+                raise
+            return tls
         return sock
 
 
