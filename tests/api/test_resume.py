@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.api.conftest import Api, job_body
-from tests.fakes import RecordingDispatcher
+from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.models import MissedFirePolicy, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
+from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
 from tickwork.services.planning import Planner
 
@@ -147,3 +149,44 @@ def test_runs_are_paged_newest_first_and_filtered_by_time_and_state(call: Api) -
     assert call("GET", path, query="state=missed").body["items"] == []
     backwards = call("GET", path, query="from=2026-12-02T13:00:00Z&to=2026-12-02T12:00:00Z")
     assert backwards.status == 422 and backwards.body["errors"][0]["field"] == "to"
+
+
+def test_resume_does_not_promise_runs_for_fires_cancelled_during_the_pause(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    """A fire planned before the pause (inside the lookahead) is claimed while the job is paused and
+    cancelled. Resume must not count it among the catch-up runs: it has a run record and is not planned
+    again. The answer must match what the next tick then does."""
+    dispatcher = RecordingDispatcher()
+    service = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=4))
+    spec = JobSpec(
+        name="j",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=Target("http", {"url": "https://example.com/"}),
+        missed_fire=MissedFirePolicy.RUN_ALL,
+    )
+    clock.set(at("2026-12-02T12:03:30"))
+    job = service.create("alice", spec)  # plans 12:05 itself (inside its lookahead)
+    [planned] = dispatcher.sent
+    assert planned.scheduled_for == at("2026-12-02T12:05:00")
+    service.pause("alice", job.job_id)
+    clock.set(at("2026-12-02T12:05:00"))
+    executor = Executor(
+        store, ScriptedInvoker(), dispatcher, clock, RecordingMetrics(), ExecutorConfig(worker_id="w")
+    )
+    executor.execute(RunMessage.for_run(planned))
+    cancelled = store.get_run(job.job_id, planned.scheduled_for)
+    assert cancelled is not None and cancelled.state is RunState.CANCELLED
+
+    clock.set(at("2026-12-02T12:21:10"))
+    result = service.resume("alice", job.job_id)
+
+    paused = result.paused_fires
+    assert (paused.count, paused.outcomes.cancelled, paused.outcomes.catch_up) == (4, 1, 3)
+    assert "1 planned before the pause were cancelled when they came due and do not run" in paused.effect
+    assert "3 run now, late, as catch-up runs" in paused.effect
+    Planner(store, dispatcher, clock).plan(job.shard)
+    runs = {r.scheduled_for: r for r in store.list_runs(job.job_id, newest_first=False)}
+    catch_up = [r for r in runs.values() if r.trigger is Trigger.CATCH_UP and r.state is RunState.PLANNED]
+    assert len(catch_up) == paused.outcomes.catch_up  # what the answer promised is what was planned
+    assert runs[at("2026-12-02T12:05:00")].state is RunState.CANCELLED

@@ -489,7 +489,7 @@ def test_the_ticker_role_grants_every_operation_of_planning(
         event = {"version": "0", "source": "aws.events", "time": "2026-12-02T12:03:00Z", "shards": [0, 1]}
         summary = ticker.handler(event, LambdaContext())
 
-    assert summary["runs_planned"] == 3 and summary["incomplete_shards"] == [], summary
+    assert summary["RunsPlanned"] == 3 and summary["incomplete_shards"] == [], summary
     prefix = default.stack.config.prefix
     done = performed(recorder.calls, prefix)
     assert ("dynamodb:Query", _arn("dynamodb", f"table/{prefix}-jobs/index/due")) in done

@@ -406,6 +406,12 @@ class PausedFiresOut(BaseModel):
     count_capped: bool = Field(description="True: counting stopped at the cap; there were at least `count`.")
     policy: MissedFirePolicy
     effect: str = Field(description="What happens to those fires, in words.")
+    catch_up: int = Field(description="Of them: planned now and run late, as catch-up runs.")
+    missed: int = Field(description="Of them: recorded `missed`, not run (the missed-fire policy).")
+    cancelled: int = Field(
+        description="Of them: planned before the pause and cancelled when they came due; they do not run."
+    )
+    pending: int = Field(description="Of them: planned before the pause and not started yet; they run, late.")
 
 
 class ResumedJobOut(JobOut):
@@ -420,6 +426,10 @@ class ResumedJobOut(JobOut):
                 count_capped=paused.count_capped,
                 policy=paused.policy,
                 effect=paused.effect,
+                catch_up=paused.outcomes.catch_up,
+                missed=paused.outcomes.missed,
+                cancelled=paused.outcomes.cancelled,
+                pending=paused.outcomes.pending,
             ),
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,3 +48,37 @@ def plan_batch(job: Job, *, now: datetime, horizon: datetime, max_runs: int) -> 
         runs.append(Run.for_fire(job, fire, now=now, trigger=trigger, state=state, reason=reason))
         fire = following
     return PlanBatch(runs=tuple(runs), next_fire_at=fire)
+
+
+@dataclass(frozen=True, slots=True)
+class PausedFireOutcomes:
+    """What becomes of the fires that fell inside a pause, counted the way planning will treat them."""
+
+    catch_up: int = 0  # no run record yet: planned now and run late (the missed-fire policy lets them)
+    missed: int = 0  # no run record yet: recorded `missed` (the policy skips them)
+    cancelled: int = 0  # planned before the pause and cancelled at claim while paused: they do not run
+    pending: int = 0  # planned before the pause and not claimed yet: they run, late
+
+
+def paused_fire_outcomes(
+    job: Job, fires: Sequence[datetime], existing: Mapping[datetime, RunState], now: datetime
+) -> PausedFireOutcomes:
+    """`fires` in time order; `existing` the states of the run records some of them already have. A fire
+    with a record is never planned again (resume and ticker both skip it); the others follow
+    classify_fire exactly as plan_batch applies it (coalesce keeps only the latest missed fire, even if
+    that one is a fire with a record)."""
+    catch_up = missed = cancelled = pending = 0
+    for index, fire in enumerate(fires):
+        state = existing.get(fire)
+        if state is not None:
+            if state.is_terminal:
+                cancelled += 1
+            else:
+                pending += 1
+            continue
+        following = fires[index + 1] if index + 1 < len(fires) else next_fire_after(job.schedule, fire)
+        if classify_fire(job, fire, following, now) is RunState.PLANNED:
+            catch_up += 1
+        else:
+            missed += 1
+    return PausedFireOutcomes(catch_up=catch_up, missed=missed, cancelled=cancelled, pending=pending)

@@ -33,7 +33,7 @@ from tickwork.domain.models import (
     Target,
     shard_of,
 )
-from tickwork.domain.planning import plan_batch
+from tickwork.domain.planning import PausedFireOutcomes, paused_fire_outcomes, plan_batch
 from tickwork.domain.schedule import (
     DstGapPolicy,
     DstRepeatPolicy,
@@ -115,6 +115,10 @@ class ManagedJobStore(JobStore, Protocol):
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
 
     def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
+
+    def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
+        """The state of each of the job's runs with first <= scheduled_for <= last (strongly consistent)."""
+        ...
 
 
 class _Unset(Enum):
@@ -252,6 +256,7 @@ class PausedFires:
     count_capped: bool  # True: at least `count` (counting stopped at the cap)
     policy: MissedFirePolicy
     effect: str
+    outcomes: PausedFireOutcomes = field(default_factory=PausedFireOutcomes)  # of the fires counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,19 +287,39 @@ class SchedulePreview:
     skipped: tuple[FireTime, ...]  # dst_gap=skip: wall-clock times a spring-forward gap swallowed
 
 
-def count_fires_between(
+def fires_between(
     schedule: Schedule, after: datetime, before: datetime, cap: int
-) -> tuple[int, bool, datetime | None]:
-    """Fires f with after < f < before: (count, capped, latest fire seen)."""
-    count, latest = 0, None
+) -> tuple[list[datetime], bool]:
+    """Fires f with after < f < before, at most `cap` of them: (fires, capped)."""
+    fires: list[datetime] = []
     fire = next_fire_after(schedule, after)
     while fire is not None and fire < before:
-        count += 1
-        latest = fire
-        if count >= cap:
-            return count, True, latest
+        fires.append(fire)
+        if len(fires) >= cap:
+            return fires, True
         fire = next_fire_after(schedule, fire)
-    return count, False, latest
+    return fires, False
+
+
+def describe_outcomes(
+    policy: MissedFirePolicy, count: int, capped: bool, outcomes: PausedFireOutcomes
+) -> str:
+    """The resume's sentence when some fires inside the pause already had runs (planned before it): the
+    plain policy sentence would promise runs for fires that were cancelled while the job was paused."""
+    many = f"at least {count}" if capped else str(count)
+    parts = []
+    if outcomes.catch_up:
+        parts.append(f"{outcomes.catch_up} run now, late, as catch-up runs")
+    if outcomes.missed:
+        parts.append(f"{outcomes.missed} are recorded as missed")
+    if outcomes.pending:
+        parts.append(f"{outcomes.pending} planned before the pause run now, late")
+    if outcomes.cancelled:
+        parts.append(
+            f"{outcomes.cancelled} planned before the pause were cancelled when they came due and do not run"
+        )
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"Of the {many} fires missed during the pause, {listed} (missed_fire={policy})."
 
 
 def describe_paused_fires(policy: MissedFirePolicy, count: int, capped: bool, latest: datetime | None) -> str:
@@ -488,15 +513,26 @@ class JobService:
             )
             return self._plan_own_horizon(resumed, now)
 
+        # The fires inside the pause that already have runs (planned before it), read before the resume
+        # writes its own: no tick plans a paused job, so nothing else adds to them meanwhile.
+        paused = self.get(owner, job_id)
+        existing: dict[datetime, RunState] = {}
+        if paused.state is JobState.PAUSED and paused.paused_at is not None:
+            existing = self._store.run_states_between(job_id, paused.paused_at, self._clock.now())
         before, after = self._edit(owner, job_id, if_match, edit)
         if before is after or before.paused_at is None or after.resumed_at is None:
             effect = describe_paused_fires(after.missed_fire, 0, False, None)
             return ResumeResult(after, PausedFires(0, False, after.missed_fire, effect))
-        count, capped, latest = count_fires_between(
+        fires, capped = fires_between(
             after.schedule, before.paused_at, after.resumed_at, PAUSED_FIRES_COUNT_CAP
         )
-        effect = describe_paused_fires(after.missed_fire, count, capped, latest)
-        return ResumeResult(after, PausedFires(count, capped, after.missed_fire, effect))
+        outcomes = paused_fire_outcomes(after, fires, existing, after.resumed_at)
+        count = len(fires)
+        if outcomes.cancelled or outcomes.pending:
+            effect = describe_outcomes(after.missed_fire, count, capped, outcomes)
+        else:
+            effect = describe_paused_fires(after.missed_fire, count, capped, fires[-1] if fires else None)
+        return ResumeResult(after, PausedFires(count, capped, after.missed_fire, effect, outcomes))
 
     def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
         """Planned runs stay as history; an executor that claims one records it `cancelled`."""

@@ -262,6 +262,23 @@ class DynamoStore:
         }
         return {parse_instant(str(item["scheduled_for"])) for item in self._query_items(request)}
 
+    def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
+        """The state of each of the job's runs in [first, last] (strongly consistent, two attributes)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
+            "ExpressionAttributeValues": serialize(
+                {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
+            ),
+            "ProjectionExpression": "scheduled_for, #s",
+            "ExpressionAttributeNames": {"#s": "state"},
+            "ConsistentRead": True,
+        }
+        return {
+            parse_instant(str(item["scheduled_for"])): RunState(str(item["state"]))
+            for item in self._query_items(request)
+        }
+
     def get_watermark(self, shard: int) -> datetime | None:
         item = self._get(self.tables.shards, {"shard_id": f"{shard:04d}"})
         return None if item is None else parse_instant(item["planned_through"])
