@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.resources import ResourceNames
 
 
@@ -23,6 +24,18 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
         raise SettingsError(f"{name}={raw!r} is not an integer") from error
     if not low <= value <= high:
         raise SettingsError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+def _reread(env: Mapping[str, str]) -> int:
+    name = "TICKWORK_REREAD_SECONDS"
+    value = _int(env, name, 120, 0, 3600)
+    if value < MIN_REREAD_SECONDS:
+        raise SettingsError(
+            f"{name}={value} is below {MIN_REREAD_SECONDS}: ticks re-read the due index this far behind "
+            "their watermark because the index lags its table; less than a minute's bucket plus the lag "
+            "allowance could leave a job written just before a tick unplanned forever"
+        )
     return value
 
 
@@ -72,7 +85,7 @@ class Settings:
             # SQS delays at most 900 s; a transaction holds at most 100 items (the 10 s floor allows 99 fires
             # in 990 s): 600 s keeps both with room to spare.
             lookahead_seconds=_int(env, "TICKWORK_LOOKAHEAD_SECONDS", 120, 1, 600),
-            reread_seconds=_int(env, "TICKWORK_REREAD_SECONDS", 120, 0, 3600),
+            reread_seconds=_reread(env),
             concurrency_cap=_int(env, "TICKWORK_CONCURRENCY_CAP", 10_000, 1, 100_000),
             mode=mode,
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),

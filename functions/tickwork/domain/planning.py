@@ -9,6 +9,13 @@ from datetime import datetime
 from tickwork.domain.models import Job, MissedFirePolicy, Run, RunState, Trigger
 from tickwork.domain.schedule import next_fire_after
 
+# The `due` index lags its table (DynamoDB: usually well under a second; this allows far more), and a job is
+# filed under the minute of its next fire. A tick re-reads `reread` behind its watermark; with less than a
+# bucket plus the lag, a job written just before a tick, still invisible to it, could fall behind the
+# window of every later tick and never be planned. Settings refuse a smaller `reread`.
+INDEX_LAG_ALLOWANCE_SECONDS = 30
+MIN_REREAD_SECONDS = 60 + INDEX_LAG_ALLOWANCE_SECONDS
+
 
 @dataclass(frozen=True, slots=True)
 class PlanBatch:
