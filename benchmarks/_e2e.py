@@ -161,9 +161,11 @@ class LocalSettings:
 class LocalTickwork:
     """`python -m tickwork.cli local ...` in a fresh state dir; `stop()` sends SIGINT like Ctrl-C."""
 
-    def __init__(self, state_dir: Path, settings: LocalSettings) -> None:
+    def __init__(self, state_dir: Path, settings: LocalSettings, source: Path | None = None) -> None:
         self.state_dir = state_dir
         self.settings = settings
+        # Another checkout's `functions/` to run instead of this one (a baseline measured side by side).
+        self.source = source
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] = {}
@@ -186,6 +188,8 @@ class LocalTickwork:
             *self.settings.args(),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source / "functions")  # ahead of the editable install's path
         self.process = subprocess.Popen(
             args, env=env, stdout=(self.state_dir / "cli.out").open("wb"), stderr=subprocess.STDOUT
         )

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +232,18 @@ def chart(out: Path, results_dir: Path) -> None:
 # --- main -----------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def baseline_checkout(ref: str, workdir: Path) -> Iterator[Path]:
+    """A detached worktree of this repository at `ref`, removed afterwards."""
+    repo = Path(__file__).resolve().parent.parent
+    path = workdir / "baseline-src"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(path), ref], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)], check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("counts", nargs="*", type=int, default=[1000])
@@ -241,6 +255,11 @@ def main() -> None:
         default="both",
         help="run one side only (10,000 both sides take over 10 minutes: run them one after the other); "
         "results for the same N are merged",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run the Tickwork side from this git commit (a temporary worktree), in the same run",
     )
     parser.add_argument("--lookahead", type=int, default=180)
     parser.add_argument("--tick-interval", type=float, default=20.0)
@@ -269,6 +288,17 @@ def main() -> None:
                 saved: dict[str, Any] = {"n": n}
                 if args.side != "both" and path.exists():
                     saved = json.loads(path.read_text())
+                if args.baseline and args.side in ("both", "tickwork"):
+                    with baseline_checkout(args.baseline, Path(tmp)) as source:
+                        before = run_tickwork_burst(n, target, settings, Path(tmp), source=source)
+                    print(f"  (baseline: Tickwork at {args.baseline})")
+                    report(before)
+                    saved["baseline"] = {
+                        "ref": args.baseline,
+                        "delays_target": before.delays_target,
+                        "cpu_per_fire_ms": before.cpu_per_fire_ms(),
+                        "not_succeeded": n - before.states.get("succeeded", 0),
+                    }
                 if args.side in ("both", "tickwork"):
                     result = run_tickwork_burst(n, target, settings, Path(tmp))
                     report(result)
@@ -289,11 +319,22 @@ def main() -> None:
                     t, a = summary(saved["tickwork"]["delays_target"]), summary(outcome["delays_target"])
                     print(f"\nside by side, {n} jobs due in the same second (start delay at the target)")
                     print(f"  {'':12} {'p50':>9} {'p99':>9} {'max':>9} {'CPU/fire':>10}")
-                    for name, s, cpu in (
+                    rows = [
                         ("Tickwork", t, saved["tickwork"]["cpu_per_fire_ms"]),
                         ("APScheduler", a, outcome["cpu_per_fire_ms"]),
-                    ):
+                    ]
+                    if "baseline" in saved:
+                        base = saved["baseline"]
+                        rows.insert(
+                            0,
+                            (f"@{base['ref'][:10]}", summary(base["delays_target"]), base["cpu_per_fire_ms"]),
+                        )
+                    for name, s, cpu in rows:
                         print(f"  {name:12} {s['p50']:8.2f}s {s['p99']:8.2f}s {s['max']:8.2f}s {cpu:8.2f}ms")
+                    print(
+                        f"  ratio Tickwork/APScheduler: last start {t['max'] / a['max']:.2f}x, "
+                        f"p50 {t['p50'] / a['p50']:.2f}x"
+                    )
                 args.results_dir.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(saved))
     finally:

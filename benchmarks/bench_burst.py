@@ -116,15 +116,21 @@ def ticker_ticks(log: Path) -> list[tuple[float, float, float]]:
 
 
 def run_tickwork_burst(
-    n: int, target: Target, settings: LocalSettings, workdir: Path, drain_timeout: float = 240.0
+    n: int,
+    target: Target,
+    settings: LocalSettings,
+    workdir: Path,
+    drain_timeout: float = 240.0,
+    source: Path | None = None,
 ) -> BurstResult:
-    with LocalTickwork(workdir / f"tickwork-{n}", settings) as local:
+    name = f"tickwork-{n}" if source is None else f"tickwork-{n}-baseline"
+    with LocalTickwork(workdir / name, settings, source=source) as local:
         parts = local.components()
         jobs_table, runs_table = parts.store.tables.jobs, parts.store.tables.runs
         meter = CpuMeter(local.pids())
         sampler = CpuSampler(meter, every=1.0).start()
         probe = Probe(parts, jobs_table).start()
-        queues = QueueSampler(parts, workdir / f"tickwork-{n}" / "run")
+        queues = QueueSampler(parts, workdir / name / "run")
         try:
             # How fast can we seed? (a few throwaway jobs that never fire, deleted again)
             _, expression_far = fixed_second(time.time() + 3 * 3600)
@@ -169,11 +175,11 @@ def run_tickwork_burst(
             sampler.stop()
             if queues._thread.is_alive():
                 queues.stop()
-    ticks = ticker_ticks(workdir / f"tickwork-{n}" / "run" / "ticker.log")
+    ticks = ticker_ticks(workdir / name / "run" / "ticker.log")
     _analyse(result, runs, ticks, target, seed_started, seed_end, burst_end, sampler, probe)
     _queues(result, queues)
     result.cpu_burst = CpuMeter.delta(cpu_seed_end, cpu_end) | {"_seconds": burst_end - seed_end}
-    result.log_notes = _log_notes(workdir / f"tickwork-{n}" / "run")
+    result.log_notes = _log_notes(workdir / name / "run")
     return result
 
 
