@@ -6,7 +6,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,13 @@ from tickwork.domain.clock import SystemClock
 from tickwork.local.demo import register_demo_jobs
 from tickwork.local.echo import EchoServer
 from tickwork.local.emulator import EmulatorError
-from tickwork.local.runtime import ROLE_ORDER, LocalConfig, LocalRuntime
+from tickwork.local.runtime import (
+    EMULATOR_DIED_EXIT,
+    ROLE_ORDER,
+    EmulatorDiedError,
+    LocalConfig,
+    LocalRuntime,
+)
 from tickwork.settings import Settings
 
 
@@ -95,7 +103,11 @@ def run_local(args: argparse.Namespace) -> int:
         demo=args.demo,
     )
     runtime = LocalRuntime(config)
+    code = 0
     echo: EchoServer | None = None
+    # systemd, `docker stop` and `kill` send SIGTERM, a closed terminal SIGHUP: both stop like Ctrl-C.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_requested)
     try:
         runtime.start()
         print(f"tickwork local: emulator   {runtime.endpoint_url}  (state in {config.state_dir.resolve()})")
@@ -116,16 +128,35 @@ def run_local(args: argparse.Namespace) -> int:
                 print(f"                           {job.job_id}  {job.name}")
         print("Ctrl-C stops everything and keeps the state.", flush=True)
         runtime.supervise()
-    except KeyboardInterrupt:
-        print("\nstopping ...", flush=True)
+    except (KeyboardInterrupt, StopRequestedError) as stop:
+        name = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop)
+        print(f"\n{name}: stopping ...", flush=True)
+    except EmulatorDiedError as error:
+        print(
+            f"tickwork: {error}. Stopping everything (exit {EMULATOR_DIED_EXIT}); what changed since it "
+            f"started is lost. Start `tickwork local` again to continue from the state it saved last.",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = EMULATOR_DIED_EXIT
     except EmulatorError as error:
         print(f"tickwork: the embedded emulator failed: {error}", file=sys.stderr)
-        return 1
+        code = 1
     finally:
+        started = time.monotonic()
         runtime.stop()
         if echo is not None:
             echo.stop()
-    return 0
+        print(f"stopped in {time.monotonic() - started:.1f} s", flush=True)
+    return code
+
+
+class StopRequestedError(Exception):
+    """SIGTERM or SIGHUP arrived: stop as on Ctrl-C."""
+
+
+def _stop_requested(signum: int, _frame: object) -> None:
+    raise StopRequestedError(signal.Signals(signum).name)
 
 
 def _local_clients(env: dict[str, str]) -> Callable[[str], Any]:

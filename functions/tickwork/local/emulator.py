@@ -6,7 +6,9 @@ and is only ever started as a separate process.
 
 The emulator binds 127.0.0.1 only, runs in its own session (a Ctrl-C sent to the terminal's process group
 does not reach it; its owner stops it) and, with a ``state_dir``, persists its state on a graceful
-:meth:`Emulator.stop` (SIGTERM). A SIGKILL (:meth:`Emulator.kill`) loses everything since its start.
+:meth:`Emulator.stop` (SIGTERM). A SIGKILL (:meth:`Emulator.kill`) loses everything since its start. It
+never outlives its owner: on Linux the kernel sends it SIGTERM when the owner dies, however the owner died
+(see ``lifeline.py``), so it then writes its state too.
 
 Importing this module has no side effects.
 """
@@ -20,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -51,7 +54,9 @@ HEALTH_PATH = "/_ministack/health"
 
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 _REPO_EXECUTABLE = _REPO_ROOT / ".venv-ministack" / "bin" / "ministack"
+_LIFELINE = Path(__file__).with_name("lifeline.py")
 _LOG_TAIL_LINES = 40
+
 _PORT_ATTEMPTS = 3  # an auto-picked port can be taken between picking and binding; retry with another
 
 
@@ -165,6 +170,28 @@ class Emulator:
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    @property
+    def returncode(self) -> int | None:
+        """Once the started emulator exited (on its own or killed): its exit code, negative for the signal
+        that killed it. None while it runs, and before start and after stop."""
+        return None if self._proc is None else self._proc.poll()
+
+    @property
+    def last_pid(self) -> int | None:
+        """The process id of the emulator started last, even after it exited (None after stop)."""
+        return None if self._proc is None else self._proc.pid
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """True if the emulator's health endpoint answers 200 within ``timeout`` seconds."""
+        try:
+            with _opener().open(self._health_url(), timeout=timeout) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _health_url(self) -> str:
+        return f"http://{LOOPBACK}:{self._port}{HEALTH_PATH}"
 
     @property
     def log_path(self) -> Path | None:
@@ -283,8 +310,11 @@ class Emulator:
             env.update(PERSIST_STATE="1", STATE_DIR=str(state_dir))
 
         self._port = port
+        # Through the lifeline launcher, which execs MiniStack with a parent-death signal (SIGTERM) armed:
+        # if its owner dies, even by SIGKILL, the emulator stops gracefully and writes its state.
+        launcher = [sys.executable, str(_LIFELINE), str(os.getpid()), "--"]
         self._proc = subprocess.Popen(  # fixed argv, no shell
-            [str(executable)],
+            [*launcher, str(executable)],
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle,
             stderr=subprocess.STDOUT,
@@ -295,8 +325,7 @@ class Emulator:
 
     def _wait_ready(self, deadline: float) -> None:
         assert self._proc is not None
-        url = f"http://{LOOPBACK}:{self._port}{HEALTH_PATH}"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore HTTP(S)_PROXY
+        url = self._health_url()
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -311,7 +340,7 @@ class Emulator:
                     f"--- log tail ({self._log_path}) ---\n{self.log_tail()}"
                 )
             try:
-                with opener.open(url, timeout=min(2.0, max(remaining, 0.1))) as response:
+                with _opener().open(url, timeout=min(2.0, max(remaining, 0.1))) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -359,3 +388,7 @@ def _free_loopback_port() -> int:
 
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignores HTTP(S)_PROXY

@@ -16,6 +16,7 @@ from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
 from tickwork.local.executor_pool import ExecutorPool
+from tickwork.local.lifeline import set_parent_death_signal, watch_parent
 from tickwork.local.status import SnapshotMetrics
 from tickwork.settings import Settings, SettingsError
 
@@ -99,6 +100,41 @@ def run_api(parts: Components, stop: threading.Event) -> None:
     serve(parts, stop)
 
 
+# An orphaned role (its supervisor died) stops as it would on SIGTERM, but nobody will SIGKILL it if a run
+# hangs: it exits on its own after this long.
+ORPHAN_EXIT_SECONDS = 3.0
+
+
+class _Lifetime:
+    """When a role stops: on SIGTERM/SIGINT/SIGHUP, and when its supervisor dies, however it died (the
+    parent-death signal, then a parent-pid watchdog, see lifeline.py)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        # The supervisor passes its pid; a role started by hand is tied to whoever started it.
+        self.parent = int(os.environ.get("TICKWORK_PARENT_PID") or os.getppid())
+        self._orphaned = threading.Event()
+
+    def tie_to_parent(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda *_: self.request_stop())
+        set_parent_death_signal(signal.SIGTERM)
+        watch_parent(self.parent, self.request_stop)
+        if os.getppid() != self.parent:  # it died before the signal was armed
+            self.request_stop()
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        if os.getppid() != self.parent and not self._orphaned.is_set():
+            self._orphaned.set()
+            logger.warning(
+                "supervisor %d is gone: stopping (exit in %.0f s at most)", self.parent, ORPHAN_EXIT_SECONDS
+            )
+            timer = threading.Timer(ORPHAN_EXIT_SECONDS, os._exit, args=(1,))
+            timer.daemon = True
+            timer.start()
+
+
 RUNNERS: dict[str, Callable[[Components, threading.Event], None]] = {
     "ticker": run_ticker,
     "executor": run_executor,
@@ -112,6 +148,8 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m tickwork.local.roles <{'|'.join(ROLES)}>", file=sys.stderr)  # noqa: T201
         return 2
     role = argv[0]
+    stop = threading.Event()
+    _Lifetime(stop).tie_to_parent()  # first: an orphan must not start working
     logging.basicConfig(
         level=os.environ.get("TICKWORK_LOG_LEVEL", "INFO"), format=f"%(asctime)s {role:>8} %(message)s"
     )
@@ -123,9 +161,6 @@ def main(argv: list[str]) -> int:
     unsigned = os.environ.get("TICKWORK_LOCAL_UNSIGNED") == "1"
     clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned)
     parts = Components(settings, SystemClock(), clients, metrics)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)
     writer.start()
     RUNNERS[role](parts, stop)

@@ -1,8 +1,14 @@
 """`tickwork local`: the embedded emulator, the resources, and one process per role, supervised.
 
 The emulator is its own process (state survives a crash of any scheduler process); each role is its own
-process too, restarted by the supervisor if it dies. Ctrl-C stops the roles, then the emulator, which
-writes its state to disk, so the next start continues where this one stopped."""
+process too, restarted by the supervisor if it dies. Ctrl-C, SIGTERM or SIGHUP stop the roles, then the
+emulator, which writes its state to disk, so the next start continues where this one stopped.
+
+No process outlives the supervisor, however it dies: each role and the emulator get SIGTERM from the kernel
+when it does (see lifeline.py). A dead or hung emulator is detected and everything stops with
+EMULATOR_DIED_EXIT: MiniStack writes its state only on a graceful stop, so an emulator restarted after a
+crash would silently roll every table and queue back to the last clean stop under running schedulers;
+the operator decides instead (the next start continues from that saved state)."""
 
 from __future__ import annotations
 
@@ -20,9 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
 from tickwork.local.status import read_snapshots, summarize
 from tickwork.resources import JOBS, ResourceNames
@@ -30,6 +38,12 @@ from tickwork.resources import JOBS, ResourceNames
 logger = logging.getLogger("tickwork.local")
 
 ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
+EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
+ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
+
+
+class EmulatorDiedError(RuntimeError):
+    """The embedded emulator exited, or stopped answering, while the runtime ran."""
 
 
 @dataclass
@@ -47,6 +61,8 @@ class LocalConfig:
     sweep_interval: float = 60.0
     status_interval: float = 5.0
     restart_delay: float = 1.0  # before a dead role process is started again
+    health_interval: float = 2.0  # between checks that the embedded emulator answers
+    emulator_unresponsive_limit: float = 30.0  # an emulator not answering this long counts as dead
     lease_margin_seconds: int = 30
     tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
     roles: tuple[str, ...] = ROLE_ORDER
@@ -97,24 +113,42 @@ class LocalRuntime:
             self._spawn(role)
 
     def stop(self) -> None:
+        """Stop the roles (SIGTERM, then SIGKILL after ROLE_STOP_SECONDS), then the emulator, which writes
+        its state. Signals that would interrupt it are ignored meanwhile: a second Ctrl-C or SIGTERM must
+        not leave half of it undone."""
         self._stop.set()
-        for running in self.processes.values():
-            if running.process.poll() is None:
-                running.process.send_signal(signal.SIGTERM)
-        for running in self.processes.values():
-            try:
-                running.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                running.process.kill()
-                running.process.wait()
-        if self.emulator is not None:
-            self.emulator.stop()
+        previous = {
+            signum: signal.signal(signum, signal.SIG_IGN)
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
+        try:
+            for running in self.processes.values():
+                if running.process.poll() is None:
+                    running.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + ROLE_STOP_SECONDS
+            for running in self.processes.values():
+                try:
+                    running.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    running.process.kill()
+                    running.process.wait()
+            if self.emulator is not None:
+                self.emulator.stop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def supervise(self) -> None:
-        """Restart a role process that died; print a status line every few seconds; until stopped."""
+        """Restart a role process that died; print a status line every few seconds; until stopped.
+        Raises EmulatorDiedError when the embedded emulator exits or stops answering."""
         last_status = 0.0
+        last_health = time.monotonic()
+        unresponsive_since: float | None = None
         died_at: dict[str, float] = {}
         while not self._stop.wait(0.25):
+            if time.monotonic() - last_health >= self.config.health_interval:
+                last_health = time.monotonic()
+                unresponsive_since = self._check_emulator(unresponsive_since)
             for role, running in list(self.processes.items()):
                 code = running.process.poll()
                 if code is None or self._stop.is_set():
@@ -126,7 +160,38 @@ class LocalRuntime:
                     self._spawn(role, restarts=running.restarts + 1)
             if time.monotonic() - last_status >= self.config.status_interval:
                 last_status = time.monotonic()
-                print(self.status_line(), flush=True)  # noqa: T201
+                try:
+                    print(self.status_line(), flush=True)  # noqa: T201
+                except (BotoCoreError, ClientError) as error:  # never a reason to stop scheduling
+                    print(f"tickwork: status unavailable: {error}", file=sys.stderr, flush=True)  # noqa: T201
+
+    def _check_emulator(self, unresponsive_since: float | None) -> float | None:
+        """Raise EmulatorDiedError if the embedded emulator exited or has not answered for too long;
+        returns since when it has not answered (None: it answers)."""
+        emulator = self.emulator
+        if emulator is None:
+            return None
+        code = emulator.returncode
+        if code is not None:
+            how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with {code}"
+            raise EmulatorDiedError(f"the emulator (pid {emulator.last_pid}) died: it {how}")
+        if emulator.healthy(timeout=min(2.0, self.config.health_interval)):
+            return None
+        now = time.monotonic()
+        since = unresponsive_since if unresponsive_since is not None else now
+        if now - since >= self.config.emulator_unresponsive_limit:
+            raise EmulatorDiedError(
+                f"the emulator (pid {emulator.pid}) died: it has not answered {emulator.endpoint_url} "
+                f"for {now - since:.0f} s"
+            )
+        if unresponsive_since is None:
+            print(  # noqa: T201
+                f"tickwork: the emulator (pid {emulator.pid}) is not answering {emulator.endpoint_url}; "
+                f"stopping if it does not answer within {self.config.emulator_unresponsive_limit:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        return since
 
     def write_pids(self) -> None:
         pids = {role: p.process.pid for role, p in self.processes.items()}
@@ -153,7 +218,7 @@ class LocalRuntime:
                 "TICKWORK_TABLE_PREFIX": names.prefix,
                 "TICKWORK_SHARD_COUNT": str(self.config.shard_count),
                 "TICKWORK_LOOKAHEAD_SECONDS": str(self.config.lookahead_seconds),
-                "TICKWORK_REREAD_SECONDS": str(max(self.config.lookahead_seconds, 60)),
+                "TICKWORK_REREAD_SECONDS": str(max(self.config.lookahead_seconds, MIN_REREAD_SECONDS)),
                 "TICKWORK_CONCURRENCY_CAP": str(self.config.concurrency_cap),
                 "TICKWORK_LEASE_MARGIN_SECONDS": str(self.config.lease_margin_seconds),
                 "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
@@ -195,7 +260,8 @@ class LocalRuntime:
         log = (self.run_dir / f"{role}.log").open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "tickwork.local.roles", role],
-            env=self.env,
+            # The role stops when this pid is no longer its parent (see lifeline.py).
+            env={**self.env, "TICKWORK_PARENT_PID": str(os.getpid())},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -248,3 +314,10 @@ class LocalRuntime:
             f"  start delay p50 {ms(s['start_delay_p50_ms'])}"
             f" p99 {ms(s['start_delay_p99_ms'])} (last minute)"
         )
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
