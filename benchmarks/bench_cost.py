@@ -116,6 +116,9 @@ class NullDispatcher:
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
         raise AssertionError("the benchmark's runs succeed: nothing is re-sent")
 
+    def redispatch_many(self, messages: Sequence[RunMessage], now: datetime) -> None:
+        raise AssertionError("the benchmark's runs succeed: nothing is re-sent")
+
 
 @dataclass
 class Measured:

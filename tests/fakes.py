@@ -21,6 +21,7 @@ class RecordingDispatcher:
     messages: list[RunMessage] = field(default_factory=list)
     fail_next: int = 0
     sends: list[tuple[datetime, list[Run]]] = field(default_factory=list)  # (now given, runs) per call
+    batches: list[int] = field(default_factory=list)  # size of each redispatch_many call
 
     def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
         if self.fail_next > 0:
@@ -34,6 +35,13 @@ class RecordingDispatcher:
             self.fail_next -= 1
             raise DispatchError([message.dedupe_id], "injected failure")
         self.messages.append(message)
+
+    def redispatch_many(self, messages: Sequence[RunMessage], now: datetime) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DispatchError([m.dedupe_id for m in messages], "injected failure")
+        self.messages.extend(messages)
+        self.batches.append(len(messages))
 
     @property
     def run_ids(self) -> list[str]:

@@ -45,6 +45,9 @@ class SqsDispatcher:
         goes to the queue the run's first message went to."""
         self.send([message], [self.queue_for_run_id(message.run_id)], now)
 
+    def redispatch_many(self, messages: Sequence[RunMessage], now: datetime) -> None:
+        self.send(messages, [self.queue_for_run_id(m.run_id) for m in messages], now)
+
     def send(self, messages: Sequence[RunMessage], queue_urls: Sequence[str], now: datetime) -> None:
         by_queue: dict[str, list[RunMessage]] = defaultdict(list)
         for message, url in zip(messages, queue_urls, strict=True):

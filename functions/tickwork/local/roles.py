@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from tickwork.adapters.targets.aws import boto3_client_factory
@@ -70,9 +71,9 @@ def run_ticker(parts: Components, stop: threading.Event) -> None:
 
 def run_sweeper(parts: Components, stop: threading.Event) -> None:
     sweeper = parts.sweeper()
-    _every(
-        _float_env("TICKWORK_SWEEP_INTERVAL", 60.0), stop, lambda: logger.info("sweep: %s", sweeper.sweep())
-    )
+    interval = _float_env("TICKWORK_SWEEP_INTERVAL", 60.0)
+    budget = timedelta(seconds=max(1.0, 0.8 * interval))  # done before the next sweep is due
+    _every(interval, stop, lambda: logger.info("sweep: %s", sweeper.sweep(budget=budget)))
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:

@@ -71,6 +71,11 @@ class Dispatcher(Protocol):
         """Send one message again (a retry, an early arrival held back, a sweeper repair)."""
         ...
 
+    def redispatch_many(self, messages: Sequence[RunMessage], now: datetime) -> None:
+        """Send several messages again in as few requests as the queue allows (the sweeper's repairs).
+        Raises DispatchError listing the runs it could not send."""
+        ...
+
 
 class RunStore(Protocol):
     """Storage as executors and the sweeper see it. Every transition is conditional on the run still

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from random import Random
 
 from tickwork.domain.clock import Clock
@@ -15,6 +15,19 @@ from tickwork.domain.models import Run, RunState
 from tickwork.services.ports import DeadLetterSource, Dispatcher, Metrics, RunStore
 
 logger = logging.getLogger(__name__)
+
+
+# A sweep stops taking new repairs after this long: the next one starts a minute later (the Lambda's own
+# timeout is above it, see infra; the handler passes its remaining time when shorter).
+DEFAULT_SWEEP_BUDGET = timedelta(seconds=50)
+# Re-sends go out in SQS batches of this many (one request per message would cap the repair rate).
+REPAIR_BATCH = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SweeperConfig:
+    budget: timedelta = DEFAULT_SWEEP_BUDGET
+    repair_batch: int = REPAIR_BATCH
 
 
 @dataclass(slots=True)
@@ -28,6 +41,9 @@ class SweepReport:
     # moment it should have moved on (0 if nothing was overdue). Re-sends do not reset it, so a run that
     # is repaired again and again without ever running keeps growing it.
     oldest_overdue_seconds: float = 0.0
+    first_shard: int = 0  # the sweep starts here and goes round: no shard is always last
+    shards_cut_short: list[int] = field(default_factory=list)  # their budget ran out: the rest next sweep
+    failures: int = 0  # unexpected errors, isolated per run or shard (SweepFailures)
     errors: list[str] = field(default_factory=list)
 
 
@@ -51,6 +67,7 @@ class Sweeper:
         metrics: Metrics,
         shard_count: int,
         rng: Random | None = None,
+        config: SweeperConfig | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
@@ -59,39 +76,74 @@ class Sweeper:
         self._metrics = metrics
         self._shard_count = shard_count
         self._rng = rng or Random()
+        self._config = config or SweeperConfig()
 
-    def sweep(self, now: datetime | None = None) -> SweepReport:
+    def sweep(self, now: datetime | None = None, budget: timedelta | None = None) -> SweepReport:
+        """Repair every overdue run of every shard, within `budget` (default: the config's). Shards are
+        visited from a start that moves every minute, and each gets an equal share of what is left, so a
+        backlog in one shard cannot starve the others; what does not fit is repaired by the next sweep.
+        One run or shard that fails unexpectedly is logged, counted (SweepFailures) and skipped."""
         now = now or self._clock.now()
         report = SweepReport()
-        for shard in range(self._shard_count):
-            try:
-                overdue = list(self._store.open_runs(shard, now))
-            except TransientStoreError as error:
-                report.errors.append(f"shard {shard}: {error}")
-                logger.error("sweeper could not read shard %d (next sweep retries): %s", shard, error)
-                continue
-            for run in overdue:
-                age = max(0.0, (now - overdue_since(run)).total_seconds())
-                report.oldest_overdue_seconds = max(report.oldest_overdue_seconds, age)
-                self._repair(run, now, report)
+        started = self._clock.now()
+        deadline = started + min(budget or self._config.budget, self._config.budget)
+        report.first_shard = int(now.timestamp() // 60) % self._shard_count
+        order = [(report.first_shard + i) % self._shard_count for i in range(self._shard_count)]
+        outbox = _RepairOutbox(self._dispatcher, self._clock, self._config.repair_batch, report)
+        for position, shard in enumerate(order):
+            left = (deadline - self._clock.now()) / (self._shard_count - position)
+            self._sweep_shard(shard, now, self._clock.now() + left, report, outbox)
+        outbox.flush()
         try:
             self._drain_dead_letters(now, report)
         except (DispatchError, TransientStoreError) as error:
             report.errors.append(f"dead letters: {error}")
             logger.error("sweeper could not drain the DLQ (next sweep retries): %s", error)
+        except Exception as error:
+            logger.exception("sweeper: draining the dead letters failed; the sweep goes on")
+            self._isolated(report, "dead letters", error)
         for name, value in (
             ("SweeperRedispatched", report.redispatched),
             ("ExpiredLeases", report.expired_leases),
             ("DeadLettered", report.dead_lettered),
+            ("SweepFailures", report.failures),
         ):
             if value:
                 self._metrics.count(name, value)
         return report
 
-    def _repair(self, run: Run, now: datetime, report: SweepReport) -> None:
+    def _sweep_shard(
+        self, shard: int, now: datetime, shard_deadline: datetime, report: SweepReport, outbox: _RepairOutbox
+    ) -> None:
+        try:
+            for run in self._store.open_runs(shard, now):
+                if self._clock.now() >= shard_deadline:
+                    report.shards_cut_short.append(shard)
+                    return
+                age = max(0.0, (now - overdue_since(run)).total_seconds())
+                report.oldest_overdue_seconds = max(report.oldest_overdue_seconds, age)
+                try:
+                    self._repair(run, now, report, outbox)
+                except Exception as error:
+                    logger.exception("sweeper: repairing %s failed; the sweep goes on", run.run_id)
+                    self._isolated(report, run.run_id, error)
+        except TransientStoreError as error:
+            report.errors.append(f"shard {shard}: {error}")
+            logger.error("sweeper could not read shard %d (next sweep retries): %s", shard, error)
+        except Exception as error:
+            logger.exception("sweeper: shard %d failed; the other shards go on", shard)
+            self._isolated(report, f"shard {shard}", error)
+
+    @staticmethod
+    def _isolated(report: SweepReport, what: str, error: Exception) -> None:
+        """Isolation, not silence: the caller logged the traceback; the failure is counted and alarmed on."""
+        report.failures += 1
+        report.errors.append(f"{what}: {type(error).__name__}: {error}")
+
+    def _repair(self, run: Run, now: datetime, report: SweepReport, outbox: _RepairOutbox) -> None:
         try:
             if run.state is RunState.RUNNING:
-                self._expire_lease(run, now, report)
+                self._expire_lease(run, now, report, outbox)
             elif run.state in (RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED):
                 # Record the re-send first (it pushes the next check back), then send: a crash in between
                 # only delays the repair by one grace period. The message starts at hop 0: the sweeper runs
@@ -99,24 +151,22 @@ class Sweeper:
                 # (the re-send doubles the wait before the next) already bounds how often it repeats.
                 self._store.transition_run(run, replace(run, redispatched_at=now))
                 not_before = run.retry_at if run.state is RunState.RETRY_WAIT and run.retry_at else run.due_at
-                self._dispatcher.redispatch(
-                    RunMessage(run.job_id, run.scheduled_for, run.attempt, not_before), run.shard, now
-                )
+                outbox.add(RunMessage(run.job_id, run.scheduled_for, run.attempt, not_before))
                 report.redispatched += 1
         except StaleRunError:
             report.lost_races += 1
-        except (DispatchError, TransientStoreError) as error:
+        except TransientStoreError as error:
             # One run's trouble must not stop the sweep of the others; this run stays in the work list.
             report.errors.append(f"{run.run_id}: {error}")
             logger.error("sweeper could not repair %s (next sweep retries): %s", run.run_id, error)
 
-    def _expire_lease(self, run: Run, now: datetime, report: SweepReport) -> None:
+    def _expire_lease(self, run: Run, now: datetime, report: SweepReport, outbox: _RepairOutbox) -> None:
         job = self._store.get_job(run.job_id)
         after = after_lease_expired(run, job, now=now, rng=self._rng)
         self._store.transition_run(run, after)
         report.expired_leases += 1
         if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
-            self._dispatcher.redispatch(RunMessage.for_run(after, after.retry_at), run.shard, now)
+            outbox.add(RunMessage.for_run(after, after.retry_at))
         elif after.state is RunState.FAILED:
             report.failed += 1
             self._metrics.count("RunsFailed")
@@ -154,3 +204,30 @@ class Sweeper:
                         report.lost_races += 1
                         continue  # it moved while we looked; the letter stays for the next sweep
                 self._dead_letters.delete(letter.receipt)
+
+
+class _RepairOutbox:
+    """Re-sends collected into batches. A batch that fails is logged and left: its runs keep their
+    `redispatched_at`, so the next sweeps look at them again after the grace period."""
+
+    def __init__(self, dispatcher: Dispatcher, clock: Clock, batch: int, report: SweepReport) -> None:
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._batch = max(1, batch)
+        self._report = report
+        self._pending: list[RunMessage] = []
+
+    def add(self, message: RunMessage) -> None:
+        self._pending.append(message)
+        if len(self._pending) >= self._batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        sending, self._pending = self._pending, []
+        try:
+            self._dispatcher.redispatch_many(sending, self._clock.now())
+        except DispatchError as error:
+            self._report.errors.append(f"re-send: {error}")
+            logger.error("sweeper could not re-send %d run(s) (next sweeps retry): %s", len(sending), error)
