@@ -322,6 +322,14 @@ class Observability(Construct):
             datapoints=2,
         )
         self._alarm(
+            "SweepFailures",
+            self.metric("SweepFailures", period=MINUTE),
+            1,
+            "Runs or shards could not be repaired (isolated, the rest went on) in 2 of 3 minutes.",
+            periods=3,
+            datapoints=2,
+        )
+        self._alarm(
             "TickerLag",
             self.metric("TickerLag", statistic="Maximum"),
             TICKER_LAG_LIMIT_SECONDS,

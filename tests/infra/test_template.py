@@ -406,6 +406,7 @@ ALARMS = {
     "TickerErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
     "TickerLag": ({"TickerLag"}, 120, "GreaterThanThreshold"),
     "PlanFailures": ({"PlanFailures"}, 1, "GreaterThanOrEqualToThreshold"),
+    "SweepFailures": ({"SweepFailures"}, 1, "GreaterThanOrEqualToThreshold"),
     "StartDelayP99": ({"StartDelay"}, 1000, "GreaterThanThreshold"),
     "OldestMessageAge": ({"ApproximateAgeOfOldestMessage"}, 1200, "GreaterThanThreshold"),
     "LambdaThrottles": ({"Throttles"}, 1, "GreaterThanOrEqualToThreshold"),
