@@ -65,12 +65,17 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         default=[],
         metavar="TOKEN=OWNER",
-        help="bearer token for the local API and the owner it maps to (repeatable)",
+        help="bearer token for the local API and the owner it maps to (repeatable); "
+        "when given, the default local-dev-token is off",
     )
 
 
 def _tokens(pairs: list[str]) -> dict[str, str]:
-    tokens = {"local-dev-token": "local-user"}
+    """The local API's bearer tokens: `local-dev-token` only when no --token is given (a user who names
+    their tokens means only those)."""
+    if not pairs:
+        return {"local-dev-token": "local-user"}
+    tokens: dict[str, str] = {}
     for pair in pairs:
         token, sep, owner = pair.partition("=")
         if not sep or not token or not owner:

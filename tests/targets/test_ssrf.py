@@ -158,3 +158,13 @@ def test_blocked_reason(address: str, allow_loopback: bool, allowed: tuple[str, 
     )
 
     assert (reason is not None) is blocked, reason
+
+
+@pytest.mark.parametrize("mapped", ["::ffff:169.254.169.254", "::ffff:127.0.0.1", "::ffff:10.0.0.1"])
+def test_an_ipv6_allow_list_does_not_open_ipv4_mapped_addresses(mapped: str) -> None:
+    """`::/0` opens IPv6 ranges; a mapped address is its IPv4 address and is matched as IPv4 only."""
+    everything_v6 = [ipaddress.ip_network("::/0")]
+    assert blocked_reason(ipaddress.ip_address(mapped), allowed_networks=everything_v6) is not None
+    # Allowing the IPv4 range itself still works for its mapped form.
+    v4 = [ipaddress.ip_network(f"{mapped.removeprefix('::ffff:')}/32")]
+    assert blocked_reason(ipaddress.ip_address(mapped), allowed_networks=v4) is None

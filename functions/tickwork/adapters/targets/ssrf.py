@@ -47,11 +47,12 @@ def blocked_reason(
     Allowed: globally routable unicast addresses, plus loopback when `allow_loopback` (local mode), plus
     anything inside `allowed_networks` (an operator's explicit choice, e.g. a VPC peer's CIDR).
     """
-    # An IPv4-mapped address IS its IPv4 address on a dual-stack socket, so the allow rules apply to it too.
-    # NAT64/6to4/Teredo only route towards the embedded address, so those count for blocking, never allowing.
+    # An IPv4-mapped address IS its IPv4 address on a dual-stack socket, so it is matched as that IPv4
+    # address only: `::/0` in allowed_networks must not open ::ffff:169.254.169.254. NAT64/6to4/Teredo only
+    # route towards the embedded address, so those count for blocking, never allowing.
     same_host: list[IPAddress] = [address]
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        same_host.append(address.ipv4_mapped)
+        same_host = [address.ipv4_mapped]
     for candidate in same_host:
         if any(candidate.version == net.version and candidate in net for net in allowed_networks):
             return None
