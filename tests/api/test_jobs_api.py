@@ -217,6 +217,25 @@ def test_a_cursor_this_api_did_not_issue_is_400(call: Api) -> None:
             {"schedule": {"expression": "* * * * *", "every": 5}}, "schedule.every", id="unknown_nested"
         ),
         pytest.param({"timeout_seconds": 0}, "timeout_seconds", id="timeout_out_of_range"),
+        # Issue 12: a bool is not a number, nor is a numeric string.
+        pytest.param({"timeout_seconds": True}, "timeout_seconds", id="bool_is_not_a_number"),
+        pytest.param({"timeout_seconds": "60"}, "timeout_seconds", id="string_is_not_a_number"),
+        pytest.param(
+            {"policies": {"retry": {"max_attempts": 3, "backoff_base_seconds": False}}},
+            "policies.retry.backoff_base_seconds",
+            id="bool_is_not_a_float",
+        ),
+        # The server's own zone is not a zone: a schedule must mean the same on every machine.
+        pytest.param(
+            {"schedule": {"expression": "* * * * *", "timezone": "localtime"}},
+            "schedule.timezone",
+            id="localtime_is_not_iana",
+        ),
+        pytest.param(
+            {"schedule": {"expression": "* * * * *", "timezone": "posix/Europe/Berlin"}},
+            "schedule.timezone",
+            id="posix_copy_is_not_iana",
+        ),
         pytest.param(
             {"target": {"kind": "lambda", "config": {"function_name": "f", "payload": {"n": 1e300}}}},
             "target.config.payload.n",

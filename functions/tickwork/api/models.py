@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
+)
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import (
@@ -87,7 +96,7 @@ class ScheduleIn(RequestModel):
     timezone: str = Field(default="UTC", min_length=1, max_length=64, description="IANA time zone name.")
     start_at: Instant | None = Field(default=None, description="No fire before this instant.")
     end_at: Instant | None = Field(default=None, description="No fire after this instant.")
-    jitter_seconds: int = Field(
+    jitter_seconds: StrictInt = Field(
         default=0,
         ge=0,
         le=MAX_JITTER_SECONDS,
@@ -154,9 +163,9 @@ def _check_storable(value: Any, field: str, depth: int) -> None:
 
 
 class RetryIn(RequestModel):
-    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
-    backoff_base_seconds: float = Field(default=10.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
-    backoff_max_seconds: float = Field(default=600.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    max_attempts: StrictInt = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+    backoff_base_seconds: StrictFloat = Field(default=10.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    backoff_max_seconds: StrictFloat = Field(default=600.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
 
     def to_policy(self) -> RetryPolicy:
         policy = RetryPolicy(self.max_attempts, self.backoff_base_seconds, self.backoff_max_seconds)
@@ -183,8 +192,8 @@ class JobCreate(RequestModel):
     schedule: ScheduleIn
     target: TargetIn
     policies: PoliciesIn = Field(default_factory=lambda: PoliciesIn())
-    timeout_seconds: int = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
-    retention_days: int = Field(
+    timeout_seconds: StrictInt = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retention_days: StrictInt = Field(
         default=30, ge=1, le=MAX_RETENTION_DAYS, description="How long run history is kept."
     )
 
@@ -213,7 +222,7 @@ class SchedulePatchIn(RequestModel):
     timezone: str | None = Field(default=None, min_length=1, max_length=64)
     start_at: Instant | None = Field(default=None, description="null removes the bound.")
     end_at: Instant | None = Field(default=None, description="null removes the bound.")
-    jitter_seconds: int | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
+    jitter_seconds: StrictInt | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
     dst_gap: DstGapPolicy | None = None
     dst_repeat: DstRepeatPolicy | None = None
 
@@ -231,9 +240,9 @@ class SchedulePatchIn(RequestModel):
 
 
 class RetryPatchIn(RequestModel):
-    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)
-    backoff_base_seconds: float | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
-    backoff_max_seconds: float | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    max_attempts: StrictInt | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)
+    backoff_base_seconds: StrictFloat | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
+    backoff_max_seconds: StrictFloat | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
 
 
 class PoliciesPatchIn(RequestModel):
@@ -254,8 +263,8 @@ class JobPatchIn(RequestModel):
     schedule: SchedulePatchIn | None = None
     target: TargetIn | None = None
     policies: PoliciesPatchIn | None = None
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
-    retention_days: int | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
+    timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retention_days: StrictInt | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
 
     def to_patch(self) -> JobPatch:
         policies = self.policies or PoliciesPatchIn()
@@ -285,7 +294,7 @@ def _given(value: Any) -> Any:
 
 
 class SchedulePreviewIn(ScheduleIn):
-    count: int = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
+    count: StrictInt = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
     after: Instant | None = Field(default=None, description="List fires after this instant (default: now).")
 
 

@@ -475,8 +475,17 @@ class _YearOffsets:
     transition_instants: tuple[int, ...]
 
 
+# Files of a zoneinfo directory that are not IANA zones: `localtime` is the server's own zone (a schedule
+# must not change meaning with the machine it runs on), `posixrules` and `Factory` are tooling artefacts, and
+# `posix/`, `right/` are copies of the database with other leap-second rules.
+_NOT_IANA_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+_NOT_IANA_PREFIXES = ("posix/", "right/")
+
+
 @lru_cache(maxsize=1024)
 def _load_zone(key: str) -> ZoneInfo:
+    if key in _NOT_IANA_ZONES or key.startswith(_NOT_IANA_PREFIXES):
+        raise ValidationError("schedule.timezone", f"'{key}' is not an IANA time zone name")
     try:
         return ZoneInfo(key)
     except (ZoneInfoNotFoundError, ValueError, OSError) as error:
