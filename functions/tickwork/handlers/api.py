@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from datetime import datetime
 from http import HTTPStatus
@@ -414,6 +415,8 @@ def openapi_json() -> str:
 
 # --- the Lambda entry point --------------------------------------------------------------------------------
 
+_RESOLVING = threading.Lock()
+
 
 @metrics.log_metrics
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
@@ -422,7 +425,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = problems.precheck(event)
     if refused is not None:
         return refused
-    response = app.resolve(event, context)
+    # Powertools keeps the event being resolved on the resolver itself (app.current_event, the route, the
+    # context), shared by every thread. Lambda sends one request at a time to an environment, but the local
+    # server runs requests on threads: two at once would read each other's identity. One at a time, then.
+    with _RESOLVING:
+        response = app.resolve(event, context)
     if response.get("body") is None:
         # A 204 has no body. API Gateway takes `null` or "", but MiniStack's gateway fails on `null`.
         response["body"] = ""

@@ -158,6 +158,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: a burst of parallel clients got connection resets.
+    request_queue_size = 256
 
 
 def make_api_server(app: HttpApiApp, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
