@@ -225,6 +225,13 @@ def test_a_cursor_this_api_did_not_issue_is_400(call: Api) -> None:
             "policies.retry.backoff_base_seconds",
             id="bool_is_not_a_float",
         ),
+        # Control characters in text shown in terminals and consoles.
+        pytest.param({"name": "bad\x00name"}, "name", id="nul_in_name"),
+        pytest.param({"name": "ding\x07"}, "name", id="bel_in_name"),
+        pytest.param({"name": "\x1b[31mred"}, "name", id="ansi_escape_in_name"),
+        pytest.param({"name": "abc\u202edcb"}, "name", id="bidi_override_in_name"),
+        pytest.param({"description": "x\u2066y"}, "description", id="bidi_isolate_in_description"),
+        pytest.param({"tags": {"team": "a\x1bb"}}, "tags.team", id="escape_in_tag_value"),
         # The server's own zone is not a zone: a schedule must mean the same on every machine.
         pytest.param(
             {"schedule": {"expression": "* * * * *", "timezone": "localtime"}},
@@ -288,3 +295,11 @@ def test_unknown_ids_and_routes_are_404(call: Api) -> None:
     for path in ("/jobs/nope", f"/jobs/{job['id']}/runs/garbage", "/jobs/" + "x" * 3000, "/nowhere"):
         reply = call("GET", path)
         assert reply.status == 404 and reply.content_type == PROBLEM, path
+
+
+def test_line_breaks_and_emoji_joiners_are_fine_where_they_belong(call: Api) -> None:
+    reply = call(
+        "POST", "/jobs", body=job_body(name="nightly 👩\u200d💻 build", description="line one\n\tline two")
+    )
+    assert reply.status == 201, reply.body
+    assert call("POST", "/jobs", body=job_body(name="two\nlines")).status == 422

@@ -43,6 +43,7 @@ from tickwork.domain.schedule import (
     parse_schedule,
 )
 from tickwork.domain.targets import validate_target
+from tickwork.domain.text import forbidden_characters
 from tickwork.services.jobs import (
     UNSET,
     JobPatch,
@@ -64,9 +65,26 @@ MAX_BACKOFF_SECONDS = 900.0  # a retry is a delayed queue message; SQS delays at
 _MIN_YEAR, _MAX_YEAR = 1970, 9000
 
 TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/+\-@]+$")]
-TagValue = Annotated[str, StringConstraints(max_length=256)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-Description = Annotated[str, StringConstraints(max_length=2000)]
+
+
+def _single_line_text(value: str) -> str:
+    return _checked_text(value, allow_line_breaks=False)
+
+
+def _multi_line_text(value: str) -> str:
+    return _checked_text(value, allow_line_breaks=True)
+
+
+def _checked_text(value: str, *, allow_line_breaks: bool) -> str:
+    bad = forbidden_characters(value, allow_line_breaks=allow_line_breaks)
+    if bad:
+        raise ValueError(f"control characters are not allowed ({', '.join(bad[:5])})")
+    return value
+
+
+TagValue = Annotated[str, StringConstraints(max_length=256), AfterValidator(_single_line_text)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_single_line_text)]
+Description = Annotated[str, StringConstraints(max_length=2000), AfterValidator(_multi_line_text)]
 TargetKind = Literal["http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions"]
 
 
