@@ -303,3 +303,12 @@ def test_line_breaks_and_emoji_joiners_are_fine_where_they_belong(call: Api) -> 
     )
     assert reply.status == 201, reply.body
     assert call("POST", "/jobs", body=job_body(name="two\nlines")).status == 422
+
+
+@pytest.mark.parametrize("method", ["PATCH", "DELETE", "POST pause", "POST resume"])
+def test_if_match_garbage_on_a_missing_job_is_404_not_412(call: Api, method: str) -> None:
+    verb, _, action = method.partition(" ")
+    path = "/jobs/job_00000000000000000000" + (f"/{action}" if action else "")
+    body = {"description": "x"} if verb == "PATCH" else None
+    reply = call(verb, path, body=body, headers={"If-Match": "garbage"})
+    assert reply.status == 404 and reply.content_type == PROBLEM, reply.body

@@ -141,12 +141,15 @@ IfMatch = Annotated[
 ]
 
 
-def expected_version(if_match: str | None) -> int | None:
-    """The version an If-Match header names (None: no condition; `*` matches any existing job)."""
+def expected_version(if_match: str | None, owner: str, job_id: str) -> int | None:
+    """The version an If-Match header names (None: no condition; `*` matches any existing job). A header
+    that names no version fails the precondition, but only for a job that exists: a missing job is 404
+    whatever the header says."""
     if if_match is None or if_match.strip() == "*":
         return None
     match = _ETAG.match(if_match)
     if match is None:
+        jobs().get(owner, job_id)  # NotFoundError (404) first
         raise ApiProblem(
             HTTPStatus.PRECONDITION_FAILED, f"If-Match {if_match!r} matches no version of the job"
         )
@@ -286,7 +289,7 @@ def get_job(job_id: str, owner: Owner) -> Response[JobOut]:
     },
 )
 def update_job(job_id: str, body: JobPatchIn, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
-    job = jobs().update(owner, job_id, body.to_patch(), expected_version(if_match))
+    job = jobs().update(owner, job_id, body.to_patch(), expected_version(if_match, owner, job_id))
     return job_response(JobOut.of(job), job)
 
 
@@ -298,7 +301,7 @@ def update_job(job_id: str, body: JobPatchIn, owner: Owner, if_match: IfMatch = 
     responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 412)},
 )
 def delete_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[None]:
-    jobs().delete(owner, job_id, expected_version(if_match))
+    jobs().delete(owner, job_id, expected_version(if_match, owner, job_id))
     return Response(status_code=204, body=None)
 
 
@@ -310,7 +313,7 @@ def delete_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[
     responses={**ok(JobOut, "The paused job.", etag_header=True), **problems.problem_responses(404, 412)},
 )
 def pause_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
-    job = jobs().pause(owner, job_id, expected_version(if_match))
+    job = jobs().pause(owner, job_id, expected_version(if_match, owner, job_id))
     return job_response(JobOut.of(job), job)
 
 
@@ -328,7 +331,7 @@ def pause_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[J
     },
 )
 def resume_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[ResumedJobOut]:
-    result = jobs().resume(owner, job_id, expected_version(if_match))
+    result = jobs().resume(owner, job_id, expected_version(if_match, owner, job_id))
     return job_response(ResumedJobOut.of_resume(result.job, result.paused_fires), result.job)
 
 
