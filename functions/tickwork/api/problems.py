@@ -189,8 +189,26 @@ def register(app: APIGatewayHttpResolver) -> None:
     _on(app, Exception, unexpected)
 
 
+# The methods the API answers; anything else (TRACE, CONNECT, made-up verbs) is 405, never a 404.
+ALLOWED_METHODS = ("GET", "HEAD", "POST", "PATCH", "PUT", "DELETE", "OPTIONS")
+
+
 def precheck(event: Mapping[str, Any]) -> dict[str, Any] | None:
-    """An API Gateway response refusing the request's body before routing, or None to proceed."""
+    """An API Gateway response refusing the request (its method or its body) before routing, or None to
+    proceed."""
+    context = event.get("requestContext")
+    http = context.get("http") if isinstance(context, Mapping) else None
+    method = str(http.get("method", "")).upper() if isinstance(http, Mapping) else ""
+    if method and method not in ALLOWED_METHODS:
+        refused = _gateway(
+            problem(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"{method} is not supported",
+                instance=str(event.get("rawPath") or ""),
+            )
+        )
+        refused["headers"]["Allow"] = ", ".join(ALLOWED_METHODS)
+        return refused
     body = event.get("body")
     if not body:
         return None
@@ -226,8 +244,15 @@ def precheck(event: Mapping[str, Any]) -> dict[str, Any] | None:
         parsed = json.loads(text)
     except RecursionError:
         return _gateway(problem(HTTPStatus.BAD_REQUEST, "the body is nested too deeply", instance=path))
-    except ValueError:
+    except json.JSONDecodeError:
         return None  # not JSON: the resolver answers (400, or 415 for another content type)
+    except ValueError as error:
+        # JSON, but Python refuses to read it: an integer of more than 4,300 digits (int_max_str_digits).
+        return _gateway(
+            problem(
+                HTTPStatus.BAD_REQUEST, f"the body holds a number that cannot be read: {error}", instance=path
+            )
+        )
     try:
         json.dumps(parsed).encode("utf-8")
         json.dumps(parsed, ensure_ascii=False).encode("utf-8")

@@ -431,12 +431,29 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # Powertools keeps the event being resolved on the resolver itself (app.current_event, the route, the
     # context), shared by every thread. Lambda sends one request at a time to an environment, but the local
     # server runs requests on threads: two at once would read each other's identity. One at a time, then.
+    head = _method(event) == "HEAD"
+    if head:  # HEAD is GET without the body (HTTP semantics); the routes declare GET only
+        event = {
+            **event,
+            "requestContext": {
+                **event["requestContext"],
+                "http": {**event["requestContext"]["http"], "method": "GET"},
+            },
+        }
     with _RESOLVING:
         response = app.resolve(event, context)
+    if head:
+        response["body"] = ""
     if response.get("body") is None:
         # A 204 has no body. API Gateway takes `null` or "", but MiniStack's gateway fails on `null`.
         response["body"] = ""
     return response
+
+
+def _method(event: Mapping[str, Any]) -> str:
+    context = event.get("requestContext")
+    http = context.get("http") if isinstance(context, Mapping) else None
+    return str(http.get("method", "")).upper() if isinstance(http, Mapping) else ""
 
 
 def main(argv: list[str]) -> int:

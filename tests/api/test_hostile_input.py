@@ -1,0 +1,50 @@
+"""Hostile input gets a clear 4xx in problem+json, never a 500 (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import Api, job_body
+
+PROBLEM = "application/problem+json"
+HUGE = "9" * 5000  # past Python's 4,300-digit limit for reading an int
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/jobs"),
+        ("PATCH", "/jobs/{id}"),
+        ("POST", "/schedules/preview"),
+    ],
+)
+def test_an_integer_too_long_to_read_is_400_not_500(call: Api, method: str, path: str) -> None:
+    job = call("POST", "/jobs", body=job_body()).body
+    raw = '{"name": "x", "timeout_seconds": ' + HUGE + "}"
+    reply = call(method, path.format(id=job["id"]), body=raw)
+    assert reply.status == 400 and reply.content_type == PROBLEM, reply.body
+    assert "number" in reply.body["detail"]
+
+
+def test_a_huge_integer_nested_anywhere_is_400(call: Api) -> None:
+    raw = '{"name": "x", "tags": {"a": [1, {"b": ' + HUGE + "}]}}"
+    reply = call("POST", "/jobs", body=raw)
+    assert reply.status == 400 and reply.content_type == PROBLEM
+
+
+def test_text_that_is_not_json_is_still_the_resolvers_400(call: Api) -> None:
+    reply = call("POST", "/jobs", body="{not json")
+    assert 400 <= reply.status < 500 and reply.status != 500
+
+
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "BREW"])
+def test_an_unknown_method_is_405_with_allow(call: Api, method: str) -> None:
+    reply = call(method, "/jobs")
+    assert reply.status == 405 and reply.content_type == PROBLEM
+    assert "GET" in reply.headers["Allow"] and "TRACE" not in reply.headers["Allow"]
+
+
+def test_head_health_is_200_without_a_body(call: Api) -> None:
+    reply = call("HEAD", "/health")
+    assert reply.status == 200 and reply.body == ""
+    assert call("HEAD", "/jobs/job_00000000000000000000").status == 404
