@@ -48,3 +48,19 @@ def test_head_health_is_200_without_a_body(call: Api) -> None:
     reply = call("HEAD", "/health")
     assert reply.status == 200 and reply.body == ""
     assert call("HEAD", "/jobs/job_00000000000000000000").status == 404
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "from=0999-01-01T00:00:00Z",
+        "to=0999-01-01T00:00:00Z",
+        "from=0001-01-01T00:00:00Z&to=0999-01-01T00:00:00Z",
+        "from=9999-01-01T00:00:00Z",
+    ],
+)
+def test_run_history_bounds_outside_the_body_range_are_422(call: Api, query: str) -> None:
+    job = call("POST", "/jobs", body=job_body()).body
+    reply = call("GET", f"/jobs/{job['id']}/runs", query=query)
+    assert reply.status == 422 and reply.content_type == PROBLEM, reply.body
+    assert reply.body["errors"][0]["field"] in ("from", "to")

@@ -62,7 +62,8 @@ MAX_RETENTION_DAYS = 365
 MAX_TAGS = 50
 MAX_ATTEMPTS = 10
 MAX_BACKOFF_SECONDS = 900.0  # a retry is a delayed queue message; SQS delays at most 900 s
-_MIN_YEAR, _MAX_YEAR = 1970, 9000
+MIN_YEAR, MAX_YEAR = 1970, 9000  # instants the API accepts, in bodies and queries
+_MIN_YEAR, _MAX_YEAR = MIN_YEAR, MAX_YEAR
 
 TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/+\-@]+$")]
 

@@ -30,6 +30,8 @@ from pydantic import BaseModel
 
 from tickwork.api import problems
 from tickwork.api.models import (
+    MAX_YEAR,
+    MIN_YEAR,
     HealthOut,
     JobCreate,
     JobListOut,
@@ -42,6 +44,7 @@ from tickwork.api.models import (
     SchedulePreviewIn,
 )
 from tickwork.api.problems import ApiProblem
+from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers.runtime import components, logger, metrics, tracer
@@ -154,6 +157,13 @@ def expected_version(if_match: str | None, owner: str, job_id: str) -> int | Non
             HTTPStatus.PRECONDITION_FAILED, f"If-Match {if_match!r} matches no version of the job"
         )
     return int(match.group(1))
+
+
+def _check_query_instant(name: str, value: datetime | None) -> None:
+    """Query bounds take the range the bodies take: a year outside it cannot be a stored key (keys are
+    written without zero padding below year 1000), so it would be a 500 or a silently wrong page."""
+    if value is not None and not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise ValidationError(name, f"year must be {MIN_YEAR}-{MAX_YEAR}")
 
 
 def jobs() -> JobService:
@@ -368,7 +378,7 @@ def preview_schedule(body: SchedulePreviewIn, owner: Owner) -> Response[PreviewO
     "fire time (inclusive). A page may hold fewer than `limit` runs when `state` filters; continue while "
     "`next_cursor` is not null.",
     tags=["runs"],
-    responses={**ok(RunListOut, "A page of runs."), **problems.problem_responses(400, 404)},
+    responses={**ok(RunListOut, "A page of runs."), **problems.problem_responses(400, 404, 422)},
 )
 def list_runs(
     job_id: str,
@@ -383,6 +393,8 @@ def list_runs(
     ] = None,
     end: Annotated[datetime | None, Query(alias="to", description="Latest scheduled fire time.")] = None,
 ) -> Response[RunListOut]:
+    for name, bound in (("from", start), ("to", end)):
+        _check_query_instant(name, bound)
     query = RunQuery(limit=limit, cursor=cursor, state=state, start=start, end=end)
     page = runs().list(owner, job_id, query)
     return json_response(RunListOut(items=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
