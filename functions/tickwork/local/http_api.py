@@ -10,6 +10,7 @@ itself at /docs.
 from __future__ import annotations
 
 import base64
+import json
 import socketserver
 import threading
 import uuid
@@ -138,22 +139,63 @@ class HttpApiApp:
 
     @staticmethod
     def _body(environ: WSGIEnvironment) -> tuple[str | None, bool]:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length <= 0:
-            return None, False
-        raw = environ["wsgi.input"].read(min(length, MAX_READ_BYTES))
+        if "chunked" in str(environ.get("HTTP_TRANSFER_ENCODING", "")).lower():
+            raw = _read_chunked(environ["wsgi.input"], MAX_READ_BYTES)
+            if not raw:
+                return None, False
+        else:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                length = 0
+            if length <= 0:
+                return None, False
+            raw = environ["wsgi.input"].read(min(length, MAX_READ_BYTES))
         try:
             return raw.decode("utf-8"), False
         except UnicodeDecodeError:
             return base64.b64encode(raw).decode("ascii"), True
 
 
+def _read_chunked(stream: Any, limit: int) -> bytes:
+    """A `Transfer-Encoding: chunked` body (wsgiref hands it over still chunked), at most `limit` bytes
+    (one past the API's cap is enough for it to answer 413). A malformed chunk size ends the body."""
+    body = bytearray()
+    while len(body) < limit:
+        line = stream.readline(1024)
+        try:
+            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        except ValueError:
+            break
+        if size <= 0:
+            break
+        body += stream.read(min(size, limit - len(body)))
+        stream.readline(8)  # the CRLF after the chunk
+    return bytes(body)
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The server's own refusals (414 URI too long, 431 headers too large, 400 bad request line) in
+        problem+json like every answer of the API, not http.server's HTML page."""
+        try:
+            status = HTTPStatus(code)
+            title, detail = status.phrase, explain or status.description
+        except ValueError:
+            title, detail = "Error", explain or ""
+        body = json.dumps(
+            {"type": "about:blank", "title": title, "status": code, "detail": message or detail}
+        ).encode("utf-8")
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Connection", "close")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
