@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.api.conftest import Api, job_body
@@ -64,3 +66,15 @@ def test_run_history_bounds_outside_the_body_range_are_422(call: Api, query: str
     reply = call("GET", f"/jobs/{job['id']}/runs", query=query)
     assert reply.status == 422 and reply.content_type == PROBLEM, reply.body
     assert reply.body["errors"][0]["field"] in ("from", "to")
+
+
+def test_the_openapi_document_declares_how_to_authenticate(call: Api) -> None:
+    """Swagger UI's Authorize button comes from these: bearer locally (or JWT), SigV4 with IAM in AWS."""
+    body = call("GET", "/openapi.json", owner=None).body
+    document = json.loads(body) if isinstance(body, str) else body
+    schemes = document["components"]["securitySchemes"]
+    assert (
+        schemes["bearer"]["scheme"] == "bearer"
+        and schemes["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+    )
+    assert {"bearer": []} in document["security"]

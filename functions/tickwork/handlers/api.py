@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.depends import Depends
-from aws_lambda_powertools.event_handler.openapi.models import Tag
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, HTTPBearer, Tag
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.logging import correlation_paths
@@ -90,6 +90,26 @@ app.configure_openapi(
         Tag(name="schedules", description="Preview fire times of an expression."),
         Tag(name="service", description="Health and documentation."),
     ],
+    # Declared so that Swagger UI at /docs has an Authorize button: a bearer token locally (or a JWT when the
+    # stack uses a JWT authorizer), SigV4-signed requests with IAM auth in AWS (sign them with the AWS SDK or
+    # `awscurl`; Swagger UI cannot).
+    security_schemes={
+        "bearer": HTTPBearer(
+            description="Locally: a token from `tickwork local --token TOKEN=OWNER` (default "
+            "`local-dev-token`). In AWS with a JWT authorizer: an access token from the configured issuer."
+        ),
+        "sigv4": APIKey.model_validate(
+            {
+                "type": "apiKey",
+                "in": "header",
+                "name": "Authorization",
+                "description": "In AWS with IAM auth (the default): an AWS Signature Version 4 "
+                "`Authorization` header for the service `execute-api`.",
+                "x-amazon-apigateway-authtype": "awsSigv4",
+            }
+        ),
+    },
+    security=[{"bearer": []}, {"sigv4": []}],
 )
 app.enable_swagger(path="/docs")
 
