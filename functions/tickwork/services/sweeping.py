@@ -82,20 +82,23 @@ class Sweeper:
         """Repair every overdue run of every shard, within `budget` (default: the config's). Shards are
         visited from a start that moves every minute, and each gets an equal share of what is left, so a
         backlog in one shard cannot starve the others; what does not fit is repaired by the next sweep.
-        One run or shard that fails unexpectedly is logged, counted (SweepFailures) and skipped."""
+        The dead-letter drain comes last and has a share too (one more slot), plus what the shards left.
+        One run, shard, batch or dead letter that fails unexpectedly is logged with its traceback,
+        counted (SweepFailures) and skipped."""
         now = now or self._clock.now()
         report = SweepReport()
         started = self._clock.now()
-        deadline = started + min(budget or self._config.budget, self._config.budget)
+        allowed = self._config.budget if budget is None else min(budget, self._config.budget)
+        deadline = started + max(allowed, timedelta(0))
         report.first_shard = int(now.timestamp() // 60) % self._shard_count
         order = [(report.first_shard + i) % self._shard_count for i in range(self._shard_count)]
         outbox = _RepairOutbox(self._dispatcher, self._clock, self._config.repair_batch, report)
         for position, shard in enumerate(order):
-            left = (deadline - self._clock.now()) / (self._shard_count - position)
+            left = (deadline - self._clock.now()) / (self._shard_count - position + 1)  # +1: the drain
             self._sweep_shard(shard, now, self._clock.now() + left, report, outbox)
         outbox.flush()
         try:
-            self._drain_dead_letters(now, report)
+            self._drain_dead_letters(now, deadline, report)
         except (DispatchError, TransientStoreError) as error:
             report.errors.append(f"dead letters: {error}")
             logger.error("sweeper could not drain the DLQ (next sweep retries): %s", error)
@@ -180,35 +183,46 @@ class Sweeper:
         live_lease = run.lease_expires_at is not None and run.lease_expires_at > now
         return not (run.state is RunState.RUNNING and live_lease)
 
-    def _drain_dead_letters(self, now: datetime, report: SweepReport) -> None:
-        while True:
+    def _drain_dead_letters(self, now: datetime, deadline: datetime, report: SweepReport) -> None:
+        """Until the DLQ is empty or the sweep's time is up. A letter that fails unexpectedly is logged,
+        counted and left in the DLQ: it comes back to a later sweep after its visibility timeout."""
+        while self._clock.now() < deadline:
             letters = self._dead_letters.receive(10)
             if not letters:
                 return
             for letter in letters:
-                if letter.message is None:
-                    logger.error(
-                        "dead letter that is not a run message, dropped after logging: %r", letter.body
-                    )
-                    self._dead_letters.delete(letter.receipt)
-                    continue
-                run = self._store.get_run(letter.message.job_id, letter.message.scheduled_for)
-                if run is not None and self._dead_letter_ends(run, letter, now):
-                    reason = f"dead-lettered after {letter.receive_count} deliveries (attempt {run.attempt})"
-                    try:
-                        self._store.transition_run(run, terminal(run, RunState.FAILED, reason, now))
-                        report.dead_lettered += 1
-                        report.failed += 1
-                        self._metrics.count("RunsFailed")
-                    except StaleRunError:
-                        report.lost_races += 1
-                        continue  # it moved while we looked; the letter stays for the next sweep
-                self._dead_letters.delete(letter.receipt)
+                try:
+                    self._end_dead_letter(letter, now, report)
+                except (DispatchError, TransientStoreError):
+                    raise  # the DLQ or the table is in trouble, not this letter: stop, the next sweep retries
+                except Exception as error:
+                    logger.exception("sweeper: dead letter %r failed; the drain goes on", letter.receipt)
+                    self._isolated(report, f"dead letter {letter.receipt}", error)
+
+    def _end_dead_letter(self, letter: DeadLetter, now: datetime, report: SweepReport) -> None:
+        if letter.message is None:
+            logger.error("dead letter that is not a run message, dropped after logging: %r", letter.body)
+            self._dead_letters.delete(letter.receipt)
+            return
+        run = self._store.get_run(letter.message.job_id, letter.message.scheduled_for)
+        if run is not None and self._dead_letter_ends(run, letter, now):
+            reason = f"dead-lettered after {letter.receive_count} deliveries (attempt {run.attempt})"
+            try:
+                self._store.transition_run(run, terminal(run, RunState.FAILED, reason, now))
+                report.dead_lettered += 1
+                report.failed += 1
+                self._metrics.count("RunsFailed")
+            except StaleRunError:
+                report.lost_races += 1
+                return  # it moved while we looked; the letter stays for the next sweep
+        self._dead_letters.delete(letter.receipt)
 
 
 class _RepairOutbox:
     """Re-sends collected into batches. A batch that fails is logged and left: its runs keep their
-    `redispatched_at`, so the next sweeps look at them again after the grace period."""
+    `redispatched_at`, so the next sweeps look at them again after the grace period. A batch that fails
+    unexpectedly is also counted (SweepFailures) here, where all of its runs are known, not blamed on the
+    run whose repair happened to fill it."""
 
     def __init__(self, dispatcher: Dispatcher, clock: Clock, batch: int, report: SweepReport) -> None:
         self._dispatcher = dispatcher
@@ -231,3 +245,7 @@ class _RepairOutbox:
         except DispatchError as error:
             self._report.errors.append(f"re-send: {error}")
             logger.error("sweeper could not re-send %d run(s) (next sweeps retry): %s", len(sending), error)
+        except Exception as error:
+            runs = ", ".join(m.run_id for m in sending)
+            logger.exception("sweeper: re-sending %s failed; the sweep goes on", runs)
+            Sweeper._isolated(self._report, f"re-send of {runs}", error)
