@@ -34,7 +34,7 @@ def test_a_job_through_its_life_with_the_sample_events(call: Api) -> None:
     assert preview.status == 200
     assert [f["at"] for f in preview.body["fires"]][:2] == ["2026-12-02T12:05:00Z", "2026-12-02T12:10:00Z"]
     assert preview.body["fires"][0]["local"] == "2026-12-02T13:05:00+01:00"
-    assert preview.body["description"] == "every 5 minutes"
+    assert preview.body["description"] == "every 5 minutes, Europe/Berlin"
 
     unsaved = call.send(load("api_preview_schedule.json"))
     assert unsaved.status == 200

@@ -16,6 +16,7 @@ from tickwork.domain.schedule import (
     DstRepeatPolicy,
     Schedule,
     describe,
+    describe_schedule,
     jitter_offset,
     next_fire_after,
     parse_schedule,
@@ -201,3 +202,17 @@ def test_describe(expression: str, expected: str) -> None:
 def test_describe_invalid_raises_validation_error() -> None:
     with pytest.raises(ValidationError):
         describe("61 * * * *")
+
+
+@pytest.mark.parametrize(
+    ("expression", "timezone", "expected"),
+    [
+        pytest.param("30 2 * * *", "Europe/Berlin", "every day at 02:30, Europe/Berlin", id="daily"),
+        pytest.param("30 9 * * 1-5", "UTC", "at 09:30 on Monday through Friday, UTC", id="weekdays"),
+        pytest.param("*/15 * * * *", "America/New_York", "every 15 minutes, America/New_York", id="step"),
+    ],
+)
+def test_describe_schedule_says_the_day_pattern_and_the_zone(
+    expression: str, timezone: str, expected: str
+) -> None:
+    assert describe_schedule(parse_schedule(expression, timezone)) == expected

@@ -39,7 +39,7 @@ from tickwork.domain.schedule import (
     DstRepeatPolicy,
     FireTime,
     Schedule,
-    describe,
+    describe_schedule,
     parse_schedule,
 )
 from tickwork.domain.targets import validate_target
@@ -340,7 +340,7 @@ class ScheduleOut(BaseModel):
             jitter_seconds=schedule.jitter_seconds,
             dst_gap=schedule.dst_gap,
             dst_repeat=schedule.dst_repeat,
-            description=describe(schedule.expression),
+            description=describe_schedule(schedule),
         )
 
 

@@ -866,3 +866,11 @@ def describe(expression: str) -> str:
     except (ValidationError, KeyError, IndexError, ValueError):
         return f"cron '{normalized}'"
     return text.replace("every every", "every")
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """The schedule in words with its day pattern and zone, e.g. 'every day at 02:30, Europe/Berlin'."""
+    text = describe(schedule.expression)
+    if text.startswith("at ") and not _describe_days(_compile(" ".join(schedule.expression.split()))):
+        text = f"every day {text}"
+    return f"{text}, {schedule.timezone}"

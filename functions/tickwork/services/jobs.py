@@ -39,7 +39,7 @@ from tickwork.domain.schedule import (
     DstRepeatPolicy,
     FireTime,
     Schedule,
-    describe,
+    describe_schedule,
     next_fire_after,
     parse_schedule,
     preview,
@@ -465,7 +465,7 @@ class JobService:
             twin = preview(replace(schedule, dst_gap=DstGapPolicy.SHIFT), start, _PREVIEW_SHIFT_WINDOW)
             last = fires[-1].at if len(fires) == count else None
             skipped = tuple(f for f in twin if f.dst == "shifted" and (last is None or f.at <= last))
-        return SchedulePreview(schedule, describe(schedule.expression), fires, skipped)
+        return SchedulePreview(schedule, describe_schedule(schedule), fires, skipped)
 
     # --- edit --------------------------------------------------------------------------------------
 
