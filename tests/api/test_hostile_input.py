@@ -78,3 +78,29 @@ def test_the_openapi_document_declares_how_to_authenticate(call: Api) -> None:
         and schemes["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
     )
     assert {"bearer": []} in document["security"]
+
+
+def _forge(position: dict[str, str]) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/jobs/{id}/runs"])
+def test_a_forged_or_borrowed_cursor_is_400(call: Api, path: str) -> None:
+    from tests.api.conftest import BOB
+
+    jobs = [
+        call("POST", "/jobs", body=job_body(name=f"j{n}", schedule={"expression": "*/10 * * * * *"})).body
+        for n in range(3)
+    ]
+    url = path.format(id=jobs[0]["id"])
+    page = call("GET", url, query="limit=1").body
+    assert page["next_cursor"]  # a real cursor works
+    assert call("GET", url, query=f"limit=1&cursor={page['next_cursor']}").status == 200
+    key = "job_id" if path == "/jobs" else "scheduled_for"
+    forged = _forge({key: "job_zzzzzzzzzzzzzzzzzzzz" if key == "job_id" else "20991231T000000Z"})
+    reply = call("GET", url, query=f"cursor={forged}")
+    assert reply.status == 400 and reply.content_type == PROBLEM, reply.body
+    if path == "/jobs":  # another owner's listing does not take it
+        assert call("GET", url, query=f"cursor={page['next_cursor']}", owner=BOB).status == 400

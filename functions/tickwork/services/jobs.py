@@ -432,7 +432,8 @@ class JobService:
         """The owner's jobs in id order, optionally only those in `state` or carrying `tag`."""
         if not 1 <= query.limit <= MAX_PAGE_SIZE:
             raise ValidationError("limit", f"must be 1-{MAX_PAGE_SIZE}")
-        after = None if query.cursor is None else decode_cursor(query.cursor, ["job_id"])["job_id"]
+        scope = f"jobs\0{owner}"
+        after = None if query.cursor is None else decode_cursor(query.cursor, ["job_id"], scope)["job_id"]
         jobs: list[Job] = []
         more = True
         for _ in range(MAX_PAGES_PER_REQUEST):
@@ -448,7 +449,7 @@ class JobService:
                 )
             if not more or len(jobs) >= query.limit:
                 break
-        next_cursor = encode_cursor({"job_id": after}) if more and after is not None else None
+        next_cursor = encode_cursor({"job_id": after}, scope) if more and after is not None else None
         return JobPage(tuple(jobs), next_cursor)
 
     def preview(self, owner: str, job_id: str, count: int) -> SchedulePreview:

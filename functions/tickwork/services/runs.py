@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,26 +42,39 @@ class InvalidCursorError(ValidationError):
         super().__init__("cursor", message)
 
 
-def encode_cursor(position: dict[str, str]) -> str:
-    raw = json.dumps(position, separators=(",", ":"), sort_keys=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _check(position: dict[str, str], scope: str) -> str:
+    canonical = json.dumps(position, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(f"{scope}\0{canonical}".encode()).hexdigest()[:16]
 
 
-def decode_cursor(cursor: str, keys: Sequence[str]) -> dict[str, str]:
-    """The position a cursor names; InvalidCursorError unless it is exactly an object of these string keys."""
+def encode_cursor(position: dict[str, str], scope: str) -> str:
+    """`scope` names the listing (its owner, its job): a cursor carries a check of its position within it,
+    so an edited, invented or borrowed cursor is refused (400) instead of answering an empty page. It is an
+    integrity check, not a signature: the position is the caller's own data either way."""
+    raw = json.dumps({**position, "c": _check(position, scope)}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, keys: Sequence[str], scope: str) -> dict[str, str]:
+    """The position a cursor names; InvalidCursorError unless this API issued it for this listing."""
     if not cursor or len(cursor) > _MAX_CURSOR_CHARS:
         raise InvalidCursorError("is empty or too long")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        position: Any = json.loads(raw.decode())
+        decoded: Any = json.loads(raw.decode())
     except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidCursorError("is not a cursor returned by this API") from None
-    if (
-        not isinstance(position, dict)
-        or sorted(position) != sorted(keys)
-        or not all(isinstance(value, str) and value for value in position.values())
-    ):
+    if not isinstance(decoded, dict) or "c" not in decoded:
         raise InvalidCursorError("is not a cursor returned by this API")
+    check = decoded.pop("c")
+    position: dict[str, str] = decoded
+    if (
+        sorted(position) != sorted(keys)
+        or not all(isinstance(value, str) and value for value in position.values())
+        or not isinstance(check, str)
+        or not hmac.compare_digest(check, _check(position, scope))
+    ):
+        raise InvalidCursorError("is not a cursor returned by this API for this listing")
     return position
 
 
@@ -128,7 +143,8 @@ class RunService:
         end = _aware_utc(query.end, "to")
         if start is not None and end is not None and end < start:
             raise ValidationError("to", "is before from")
-        after = None if query.cursor is None else self._cursor_position(query.cursor, start, end)
+        scope = f"runs\0{owner}\0{job_id}"
+        after = None if query.cursor is None else self._cursor_position(query.cursor, start, end, scope)
         self._owned_job(owner, job_id)
         states = () if query.state is None else (query.state,)
         runs: list[Run] = []
@@ -139,7 +155,9 @@ class RunService:
             runs.extend(page)
             if after is None or len(runs) >= query.limit:
                 break
-        next_cursor = None if after is None else encode_cursor({"scheduled_for": compact_instant(after)})
+        next_cursor = (
+            None if after is None else encode_cursor({"scheduled_for": compact_instant(after)}, scope)
+        )
         return RunPage(tuple(runs), next_cursor)
 
     def get(self, owner: str, job_id: str, run_id: str) -> Run:
@@ -156,8 +174,8 @@ class RunService:
         return run
 
     @staticmethod
-    def _cursor_position(cursor: str, start: datetime | None, end: datetime | None) -> datetime:
-        text = decode_cursor(cursor, ["scheduled_for"])["scheduled_for"]
+    def _cursor_position(cursor: str, start: datetime | None, end: datetime | None, scope: str) -> datetime:
+        text = decode_cursor(cursor, ["scheduled_for"], scope)["scheduled_for"]
         try:
             position = parse_compact_instant(text)
         except ValueError:
