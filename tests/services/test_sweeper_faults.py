@@ -7,16 +7,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from tests.fakes import RecordingDispatcher, RecordingMetrics
 from tests.services.test_executing import NoDeadLetters
 from tests.services.test_sweeper_isolation import NOW, SHARDS, Backlog
+from tickwork.adapters.sqs import SqsDispatcher
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.models import Run
-from tickwork.services.sweeping import Sweeper, SweeperConfig
+from tickwork.services.sweeping import REPAIR_BATCH, Sweeper, SweeperConfig
 
 
 class BrokenBatches(RecordingDispatcher):
@@ -64,6 +66,7 @@ def make(
     metrics: RecordingMetrics,
     dead: NoDeadLetters | None = None,
     budget: timedelta = timedelta(seconds=50),
+    repair_batch: int = REPAIR_BATCH,
 ) -> Sweeper:
     return Sweeper(
         store,  # type: ignore[arg-type]
@@ -72,7 +75,7 @@ def make(
         store.clock,
         metrics,
         SHARDS,
-        config=SweeperConfig(budget=budget),
+        config=SweeperConfig(budget=budget, repair_batch=repair_batch),
     )
 
 
@@ -103,14 +106,14 @@ def test_a_re_send_batch_that_fails_unexpectedly_is_counted_and_the_sweep_goes_o
     assert report.failures == 1 and "TypeError" in report.errors[0] and "re-send of" in report.errors[0]
     assert len(store.writes) == 5 and dispatcher.messages == []
     assert dead.deleted == ["r0", "r1", "r2"]  # the drain after the failed flush still ran
-    assert metrics.counts["SweepFailures"] == 1 and metrics.counts["SweeperRedispatched"] == 5
+    assert metrics.counts["SweepFailures"] == 1
 
 
 def test_a_failing_batch_in_the_middle_does_not_stop_the_next_ones(clock: FakeClock) -> None:
     store = Backlog(clock, {0: 25})
     dispatcher = BrokenBatches()
 
-    report = make(store, dispatcher, RecordingMetrics()).sweep(NOW)
+    report = make(store, dispatcher, RecordingMetrics(), repair_batch=10).sweep(NOW)
 
     assert report.failures == 1 and dispatcher.batches == [10, 5]  # the first 10 failed, as one failure
     assert sorted(m.run_id for m in dispatcher.messages) == sorted(r.run_id for r in store.by_shard[0][10:])
@@ -177,3 +180,34 @@ def test_the_dead_letter_drain_keeps_a_share_under_a_backlog(clock: FakeClock) -
     make(store, RecordingDispatcher(), RecordingMetrics(), dead, budget=timedelta(seconds=20)).sweep(NOW)
 
     assert len(dead.deleted) >= 30  # about a fifth of 20 s at 0.1 s a letter
+
+
+class CountingSqs:
+    """SendMessageBatch requests per queue, every entry accepted."""
+
+    def __init__(self) -> None:
+        self.requests: list[int] = []  # entries per request
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.requests.append(len(Entries))
+        return {"Successful": [{"Id": entry["Id"]} for entry in Entries], "Failed": []}
+
+
+def test_re_sends_fill_sqs_batches_across_the_dispatch_queues(clock: FakeClock) -> None:
+    """200 repairs over 4 queues: full batches of 10 (about 20 requests), not a flush of 10 split into one
+    small request per queue (about 80)."""
+    store = Backlog(clock, {0: 200})
+    sqs = CountingSqs()
+    dispatcher = SqsDispatcher(sqs, [f"https://sqs.example/q{i}" for i in range(4)])  # type: ignore[arg-type]
+
+    report = Sweeper(
+        store,  # type: ignore[arg-type]
+        dispatcher,
+        NoDeadLetters(),
+        clock,
+        RecordingMetrics(),
+        SHARDS,
+    ).sweep(NOW)
+
+    assert report.redispatched == 200 and sum(sqs.requests) == 200
+    assert len(sqs.requests) <= 28, sqs.requests  # 2 flushes x 4 queues x ceil(~25 / 10)

@@ -99,7 +99,7 @@ def test_repairs_are_sent_in_batches(clock: FakeClock) -> None:
     store = Backlog(clock, {0: 25})
     dispatcher = RecordingDispatcher()
 
-    report = sweeper(store, dispatcher, RecordingMetrics()).sweep(NOW)
+    report = sweeper(store, dispatcher, RecordingMetrics(), repair_batch=10).sweep(NOW)
 
     assert report.redispatched == 25 and dispatcher.batches == [10, 10, 5]
 

@@ -20,8 +20,11 @@ logger = logging.getLogger(__name__)
 # A sweep stops taking new repairs after this long: the next one starts a minute later (the Lambda's own
 # timeout is above it, see infra; the handler passes its remaining time when shorter).
 DEFAULT_SWEEP_BUDGET = timedelta(seconds=50)
-# Re-sends go out in SQS batches of this many (one request per message would cap the repair rate).
-REPAIR_BATCH = 10
+# Re-sends are handed to the dispatcher this many at a time; it sends them in SQS batches of 10 per queue.
+# Runs spread over the queues by run id, so a flush of only 10 would go out as one small request per queue
+# (4 queues: ~2.5 messages a request); 100 fills the batches for up to 10 queues. A run is recorded as
+# re-sent before its message goes: a crash before the flush only delays it to its next check.
+REPAIR_BATCH = 100
 
 
 @dataclass(frozen=True, slots=True)
