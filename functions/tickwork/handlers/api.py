@@ -10,17 +10,18 @@ the API Gateway authorizer context and owns what it creates; another owner's job
 from __future__ import annotations
 
 import json
+import queue
 import re
 import sys
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.event_handler.depends import Depends
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Request, Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, HTTPBearer, Tag
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
@@ -78,40 +79,90 @@ the caller's IAM principal ARN (or the JWT `sub`) owns the jobs it creates. Loca
 **Planned runs.** {RUN_RULE}
 """
 
-app = APIGatewayHttpResolver(enable_validation=True)
-problems.register(app)
-app.configure_openapi(
-    title="Tickwork API",
-    version=API_VERSION,
-    description=DESCRIPTION,
-    tags=[
-        Tag(name="jobs", description="Create, list, edit, pause, resume and delete jobs."),
-        Tag(name="runs", description="Run history: one record per scheduled fire."),
-        Tag(name="schedules", description="Preview fire times of an expression."),
-        Tag(name="service", description="Health and documentation."),
-    ],
-    # Declared so that Swagger UI at /docs has an Authorize button: a bearer token locally (or a JWT when the
-    # stack uses a JWT authorizer), SigV4-signed requests with IAM auth in AWS (sign them with the AWS SDK or
-    # `awscurl`; Swagger UI cannot).
-    security_schemes={
-        "bearer": HTTPBearer(
-            description="Locally: a token from `tickwork local --token TOKEN=OWNER` (default "
-            "`local-dev-token`). In AWS with a JWT authorizer: an access token from the configured issuer."
-        ),
-        "sigv4": APIKey.model_validate(
-            {
-                "type": "apiKey",
-                "in": "header",
-                "name": "Authorization",
-                "description": "In AWS with IAM auth (the default): an AWS Signature Version 4 "
-                "`Authorization` header for the service `execute-api`.",
-                "x-amazon-apigateway-authtype": "awsSigv4",
-            }
-        ),
-    },
-    security=[{"bearer": []}, {"sigv4": []}],
-)
-app.enable_swagger(path="/docs")
+# Routes are declared on a Router and installed on each resolver `build_app` makes. Powertools keeps the
+# request being resolved on the resolver (its context: route, path arguments, validated body) and the event
+# on the BaseRouter *class*: a resolver serves one request at a time, so concurrent requests (the local
+# server's threads) each lease their own (`_RESOLVERS`), and `_Resolver` keeps its event on itself.
+router = Router()  # type: ignore[no-untyped-call]  # Powertools: __init__ has no annotations
+
+
+class _Resolver(APIGatewayHttpResolver):
+    """A resolver whose current event and Lambda context are its own, not the BaseRouter class's (Powertools
+    assigns `BaseRouter.current_event` on every resolve, shared by every resolver in the process)."""
+
+    def _to_proxy_event(self, event: dict[str, Any]) -> Any:
+        proxy = super()._to_proxy_event(event)
+        self.current_event = cast(Any, proxy)  # an instance attribute: shadows the class-wide one
+        return proxy
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+        self.lambda_context = context
+        return super().resolve(event, context)
+
+
+def build_app() -> APIGatewayHttpResolver:
+    """One resolver with every route, the error mapping and the OpenAPI description."""
+    app = _Resolver(enable_validation=True)
+    problems.register(app)
+    app.configure_openapi(
+        title="Tickwork API",
+        version=API_VERSION,
+        description=DESCRIPTION,
+        tags=[
+            Tag(name="jobs", description="Create, list, edit, pause, resume and delete jobs."),
+            Tag(name="runs", description="Run history: one record per scheduled fire."),
+            Tag(name="schedules", description="Preview fire times of an expression."),
+            Tag(name="service", description="Health and documentation."),
+        ],
+        # Declared so that Swagger UI at /docs has an Authorize button: a bearer token locally (or a JWT when
+        # the stack uses a JWT authorizer), SigV4-signed requests with IAM auth in AWS (sign them with the AWS
+        # SDK or `awscurl`; Swagger UI cannot).
+        security_schemes={
+            "bearer": HTTPBearer(
+                description="Locally: a token from `tickwork local --token TOKEN=OWNER` (default "
+                "`local-dev-token`). In AWS with a JWT authorizer: an access token from the configured "
+                "issuer."
+            ),
+            "sigv4": APIKey.model_validate(
+                {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "In AWS with IAM auth (the default): an AWS Signature Version 4 "
+                    "`Authorization` header for the service `execute-api`.",
+                    "x-amazon-apigateway-authtype": "awsSigv4",
+                }
+            ),
+        },
+        security=[{"bearer": []}, {"sigv4": []}],
+    )
+    app.enable_swagger(path="/docs")
+    app.include_router(router)
+    return app
+
+
+class _Pool:
+    """Resolvers, each lent to one request at a time; a new one is built when all are busy (so the pool is
+    as large as the most requests ever served at once: one in Lambda, the server's threads locally)."""
+
+    def __init__(self) -> None:
+        self._free: queue.SimpleQueue[APIGatewayHttpResolver] = queue.SimpleQueue()
+        self.built = 0
+
+    @contextmanager
+    def lease(self) -> Iterator[APIGatewayHttpResolver]:
+        try:
+            resolver = self._free.get_nowait()
+        except queue.Empty:
+            resolver = build_app()
+            self.built += 1  # only ever grows from a request thread; a count, not a decision
+        try:
+            yield resolver
+        finally:
+            self._free.put(resolver)
+
+
+_RESOLVERS = _Pool()
 
 
 # --- request context -------------------------------------------------------------------------------------
@@ -144,8 +195,10 @@ def owner_of(event: Mapping[str, Any]) -> str | None:
     return None
 
 
-def current_owner() -> str:
-    owner = owner_of(app.current_event.raw_event)
+def current_owner(request: Request) -> str:
+    """The owner of the request being served. Every route takes its `Request` (Powertools passes the one
+    it is resolving) and asks it: the identity never comes from state shared between requests."""
+    owner = owner_of(request.resolved_event.raw_event)
     if owner is None:
         raise ApiProblem(HTTPStatus.UNAUTHORIZED, "no caller identity in the request")
     if len(owner) > MAX_OWNER_CHARS:
@@ -153,7 +206,6 @@ def current_owner() -> str:
     return owner
 
 
-Owner = Annotated[str, Depends(current_owner)]
 IfMatch = Annotated[
     str | None,
     Header(
@@ -235,7 +287,7 @@ def ok(
 # --- routes ------------------------------------------------------------------------------------------------
 
 
-@app.post(
+@router.post(
     "/jobs",
     summary="Create a job",
     description="With an `Idempotency-Key`, a retried create returns the job the first attempt created (200, "
@@ -250,7 +302,7 @@ def ok(
 )
 def create_job(
     body: JobCreate,
-    owner: Owner,
+    request: Request,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -261,6 +313,7 @@ def create_job(
         ),
     ] = None,
 ) -> Response[JobOut]:
+    owner = current_owner(request)
     spec = body.to_spec()
     if idempotency_key is None:
         job = jobs().create(owner, spec)
@@ -271,7 +324,7 @@ def create_job(
     return job_response(JobOut.of(result.job), result.job, 201)
 
 
-@app.get(
+@router.get(
     "/jobs",
     summary="List jobs",
     description="The caller's jobs in id order, a page at a time. A page may hold fewer than `limit` jobs "
@@ -280,7 +333,7 @@ def create_job(
     responses={**ok(JobListOut, "A page of jobs."), **problems.problem_responses(400)},
 )
 def list_jobs(
-    owner: Owner,
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     cursor: Annotated[
         str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
@@ -290,23 +343,25 @@ def list_jobs(
         str | None, Query(pattern=r"^[^=]+=.*$", max_length=400, description="`key=value`.")
     ] = None,
 ) -> Response[JobListOut]:
+    owner = current_owner(request)
     wanted_tag = None if tag is None else tuple(tag.split("=", 1))
     page = jobs().list(owner, JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag))  # type: ignore[arg-type]
     return json_response(JobListOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_cursor))
 
 
-@app.get(
+@router.get(
     "/jobs/<job_id>",
     summary="Get a job",
     tags=["jobs"],
     responses={**ok(JobOut, "The job.", etag_header=True), **problems.problem_responses(404)},
 )
-def get_job(job_id: str, owner: Owner) -> Response[JobOut]:
+def get_job(job_id: str, request: Request) -> Response[JobOut]:
+    owner = current_owner(request)
     job = jobs().get(owner, job_id)
     return job_response(JobOut.of(job), job)
 
 
-@app.patch(
+@router.patch(
     "/jobs/<job_id>",
     summary="Update a job",
     description="Partial update: omitted fields keep their value; `target` and `tags` are replaced whole. A "
@@ -318,36 +373,39 @@ def get_job(job_id: str, owner: Owner) -> Response[JobOut]:
         **problems.problem_responses(400, 404, 412, 413, 415),
     },
 )
-def update_job(job_id: str, body: JobPatchIn, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
+def update_job(job_id: str, body: JobPatchIn, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
+    owner = current_owner(request)
     job = jobs().update(owner, job_id, body.to_patch(), expected_version(if_match, owner, job_id))
     return job_response(JobOut.of(job), job)
 
 
-@app.delete(
+@router.delete(
     "/jobs/<job_id>",
     summary="Delete a job",
     description=f"Run history stays until its retention expires. {RUN_RULE}",
     tags=["jobs"],
     responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 412)},
 )
-def delete_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[None]:
+def delete_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[None]:
+    owner = current_owner(request)
     jobs().delete(owner, job_id, expected_version(if_match, owner, job_id))
     return Response(status_code=204, body=None)
 
 
-@app.post(
+@router.post(
     "/jobs/<job_id>/pause",
     summary="Pause a job",
     description=f"No new runs are planned while paused. {RUN_RULE} Pausing a paused job changes nothing.",
     tags=["jobs"],
     responses={**ok(JobOut, "The paused job.", etag_header=True), **problems.problem_responses(404, 412)},
 )
-def pause_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[JobOut]:
+def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
+    owner = current_owner(request)
     job = jobs().pause(owner, job_id, expected_version(if_match, owner, job_id))
     return job_response(JobOut.of(job), job)
 
 
-@app.post(
+@router.post(
     "/jobs/<job_id>/resume",
     summary="Resume a job",
     description="The fires that fell inside the pause follow the job's `missed_fire` policy, exactly as "
@@ -360,12 +418,13 @@ def pause_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[J
         **problems.problem_responses(404, 412),
     },
 )
-def resume_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[ResumedJobOut]:
+def resume_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[ResumedJobOut]:
+    owner = current_owner(request)
     result = jobs().resume(owner, job_id, expected_version(if_match, owner, job_id))
     return job_response(ResumedJobOut.of_resume(result.job, result.paused_fires), result.job)
 
 
-@app.get(
+@router.get(
     "/jobs/<job_id>/preview",
     summary="Preview a job's next fires",
     description="The next `count` fires after now, in UTC and in the schedule's time zone, with DST marks.",
@@ -373,12 +432,13 @@ def resume_job(job_id: str, owner: Owner, if_match: IfMatch = None) -> Response[
     responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(404)},
 )
 def preview_job(
-    job_id: str, owner: Owner, count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10
+    job_id: str, request: Request, count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10
 ) -> Response[PreviewOut]:
+    owner = current_owner(request)
     return json_response(PreviewOut.of(jobs().preview(owner, job_id, count)))
 
 
-@app.post(
+@router.post(
     "/schedules/preview",
     summary="Preview an unsaved schedule",
     description="Validates a schedule exactly as a create would, and lists its next `count` fires after "
@@ -386,12 +446,13 @@ def preview_job(
     tags=["schedules"],
     responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(400, 413, 415)},
 )
-def preview_schedule(body: SchedulePreviewIn, owner: Owner) -> Response[PreviewOut]:
+def preview_schedule(body: SchedulePreviewIn, request: Request) -> Response[PreviewOut]:
+    current_owner(request)  # no identity, no preview (401)
     result = jobs().preview_schedule(body.to_schedule(), body.count, body.after)
     return json_response(PreviewOut.of(result))
 
 
-@app.get(
+@router.get(
     "/jobs/<job_id>/runs",
     summary="List a job's runs",
     description="Newest first (by scheduled fire time), a page at a time. `from`/`to` bound the scheduled "
@@ -402,7 +463,7 @@ def preview_schedule(body: SchedulePreviewIn, owner: Owner) -> Response[PreviewO
 )
 def list_runs(
     job_id: str,
-    owner: Owner,
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     cursor: Annotated[
         str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
@@ -413,6 +474,7 @@ def list_runs(
     ] = None,
     end: Annotated[datetime | None, Query(alias="to", description="Latest scheduled fire time.")] = None,
 ) -> Response[RunListOut]:
+    owner = current_owner(request)
     for name, bound in (("from", start), ("to", end)):
         _check_query_instant(name, bound)
     query = RunQuery(limit=limit, cursor=cursor, state=state, start=start, end=end)
@@ -420,7 +482,7 @@ def list_runs(
     return json_response(RunListOut(items=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
 
 
-@app.get(
+@router.get(
     "/jobs/<job_id>/runs/<run_id>",
     summary="Get a run",
     description="One run with its attempts, timings and outcome. The run id is `<job_id>:<YYYYMMDDTHHMMSSZ>` "
@@ -428,29 +490,28 @@ def list_runs(
     tags=["runs"],
     responses={**ok(RunOut, "The run."), **problems.problem_responses(404)},
 )
-def get_run(job_id: str, run_id: str, owner: Owner) -> Response[RunOut]:
+def get_run(job_id: str, run_id: str, request: Request) -> Response[RunOut]:
+    owner = current_owner(request)
     return json_response(RunOut.of(runs().get(owner, job_id, run_id)))
 
 
-@app.get("/health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving."))
+@router.get("/health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving."))
 def health() -> Response[HealthOut]:
     return json_response(HealthOut())
 
 
-@app.get("/openapi.json", include_in_schema=False)
+@router.get("/openapi.json", include_in_schema=False)
 def openapi_document() -> Response[Any]:
     return Response(status_code=200, content_type="application/json", body=openapi_json())
 
 
 def openapi_json() -> str:
     """The OpenAPI document of this API, as committed in docs/openapi.json."""
-    document = json.loads(app.get_openapi_json_schema())
+    document = json.loads(build_app().get_openapi_json_schema())
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 # --- the Lambda entry point --------------------------------------------------------------------------------
-
-_RESOLVING = threading.Lock()
 
 
 @metrics.log_metrics
@@ -460,9 +521,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = problems.precheck(event)
     if refused is not None:
         return refused
-    # Powertools keeps the event being resolved on the resolver itself (app.current_event, the route, the
-    # context), shared by every thread. Lambda sends one request at a time to an environment, but the local
-    # server runs requests on threads: two at once would read each other's identity. One at a time, then.
     head = _method(event) == "HEAD"
     if head:  # HEAD is GET without the body (HTTP semantics); the routes declare GET only
         event = {
@@ -472,8 +530,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                 "http": {**event["requestContext"]["http"], "method": "GET"},
             },
         }
-    with _RESOLVING:
-        response = app.resolve(event, context)
+    with _RESOLVERS.lease() as resolver:  # this request's own: see `build_app`
+        response = resolver.resolve(event, context)
     if head:
         response["body"] = ""
     if response.get("body") is None:
