@@ -7,6 +7,9 @@ purpose: CI installs it, and a silently skipped race test would hide a broken ha
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,6 +23,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from tests.local.harness import alive, become_subreaper, wait_until
 from tickwork.local.emulator import (
     DEFAULT_REGION,
     Emulator,
@@ -250,3 +254,46 @@ def test_kill_is_immediate_and_loses_unsaved_state(tmp_path: Path) -> None:
         assert "lost" not in _client(again, "dynamodb").list_tables()["TableNames"]
     finally:
         again.stop()
+
+
+OWNER = """
+import sys, time
+from pathlib import Path
+from tickwork.local.emulator import Emulator, EmulatorConfig
+emulator = Emulator(EmulatorConfig(state_dir=Path(sys.argv[1])))
+emulator.start()
+print(emulator.pid, emulator.endpoint_url, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_emulator_stops_and_saves_its_state_when_its_owner_is_sigkilled(tmp_path: Path) -> None:
+    become_subreaper()  # the orphaned emulator is re-parented to this process, which reaps it
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "state")], stdout=subprocess.PIPE, start_new_session=True
+    )
+    emulator_pid = 0
+    try:
+        assert owner.stdout is not None
+        pid_text, endpoint = owner.stdout.readline().decode().split()
+        emulator_pid = int(pid_text)
+        sqs = boto3.session.Session().client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name=DEFAULT_REGION,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        sqs.create_queue(QueueName="kept")
+        owner.kill()
+        owner.wait()
+
+        took = wait_until("the emulator to exit", lambda: not alive(emulator_pid), timeout=15)
+        assert took < 10, took
+        assert any(p.is_file() for p in (tmp_path / "state").rglob("*")), "no state written"
+    finally:
+        owner.kill()
+        owner.wait()
+        if emulator_pid and alive(emulator_pid):
+            os.killpg(emulator_pid, signal.SIGKILL)
+            wait_until("the emulator to be reaped", lambda: not alive(emulator_pid), timeout=5)
