@@ -197,26 +197,44 @@ class Supervisor:
             wait_until("the killed processes to be reaped", lambda: not self.children_alive(), 5)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-        request = Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-        )
-        try:
-            with urlopen(request, timeout=10) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
+        return api_call(self.port, TOKEN, method, path, body)
 
     def create(self, name: str, url: str, expression: str = "*/10 * * * * *", **extra: Any) -> str:
-        body = {
-            "name": name,
-            "schedule": {"expression": expression},
-            "target": {"kind": "http", "config": {"url": url, "method": "POST"}},
-            **extra,
-        }
-        status, job = self.call("POST", "/jobs", body)
-        assert status == 201, job
-        return str(job["id"])
+        return create_http_job(self.call, name, url, expression, **extra)
+
+
+def api_call(
+    port: int, token: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """One request to a local API on loopback as `token`'s owner: (status, parsed JSON body or None)."""
+    request = Request(
+        f"http://127.0.0.1:{port}{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def create_http_job(
+    call: Callable[[str, str, dict[str, Any] | None], tuple[int, Any]],
+    name: str,
+    url: str,
+    expression: str = "*/10 * * * * *",
+    **extra: Any,
+) -> str:
+    """Create a job that POSTs to `url` through `call`; its id."""
+    body = {
+        "name": name,
+        "schedule": {"expression": expression},
+        "target": {"kind": "http", "config": {"url": url, "method": "POST"}},
+        **extra,
+    }
+    status, job = call("POST", "/jobs", body)
+    assert status == 201, job
+    return str(job["id"])

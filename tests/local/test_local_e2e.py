@@ -19,11 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
-from urllib.error import HTTPError
 from urllib.parse import parse_qs, urlsplit
-from urllib.request import Request, urlopen
 
 import pytest
+
+from tests.local.harness import api_call, create_http_job
 
 pytestmark = [pytest.mark.ministack]
 
@@ -160,29 +160,10 @@ class Local:
             self.process.wait(timeout=30)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-        request = Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-        )
-        try:
-            with urlopen(request, timeout=10) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
+        return api_call(self.port, TOKEN, method, path, body)
 
     def create(self, name: str, url: str, **extra: Any) -> str:
-        body = {
-            "name": name,
-            "schedule": {"expression": "*/10 * * * * *"},
-            "target": {"kind": "http", "config": {"url": url, "method": "POST"}},
-            **extra,
-        }
-        status, job = self.call("POST", "/jobs", body)
-        assert status == 201, job
-        return str(job["id"])
+        return create_http_job(self.call, name, url, **extra)
 
     def runs(self, job_id: str) -> list[dict[str, Any]]:
         status, page = self.call("GET", f"/jobs/{job_id}/runs?limit=100")
