@@ -313,22 +313,19 @@ class Observability(Construct):
             1,
             "Runs ended failed (retries exhausted).",
         )
-        self._alarm(
-            "PlanFailures",
-            self.metric("PlanFailures", period=MINUTE),
-            1,
-            "Jobs or shards could not be planned (isolated, the rest went on) in 2 of 3 minutes.",
-            periods=3,
-            datapoints=2,
-        )
-        self._alarm(
-            "SweepFailures",
-            self.metric("SweepFailures", period=MINUTE),
-            1,
-            "Runs or shards could not be repaired (isolated, the rest went on) in 2 of 3 minutes.",
-            periods=3,
-            datapoints=2,
-        )
+        # Failures the ticker and the sweeper isolated (the rest of their work went on), sustained.
+        for name, what in (
+            ("PlanFailures", "Jobs or shards could not be planned"),
+            ("SweepFailures", "Runs or shards could not be repaired"),
+        ):
+            self._alarm(
+                name,
+                self.metric(name, period=MINUTE),
+                1,
+                f"{what} (isolated, the rest went on) in 2 of 3 minutes.",
+                periods=3,
+                datapoints=2,
+            )
         self._alarm(
             "TickerLag",
             self.metric("TickerLag", statistic="Maximum"),
