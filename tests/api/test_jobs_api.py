@@ -167,12 +167,16 @@ def test_a_cursor_this_api_did_not_issue_is_400(call: Api) -> None:
     job = create(call)
     forged = base64.urlsafe_b64encode(b'{"owner":"bob"}').decode().rstrip("=")
     for path in ("/jobs", f"/jobs/{job['id']}/runs"):
-        for cursor in ("not-a-cursor!", forged, "e30"):
+        for cursor in (forged, "e30", "bm90LWEtY3Vyc29y"):
             reply = call("GET", path, query=f"cursor={cursor}")
             assert reply.status == 400 and reply.content_type == PROBLEM, (path, cursor, reply.body)
             assert reply.body["errors"] == [
                 {"field": "cursor", "message": reply.body["errors"][0]["message"]}
             ]
+        # Not even base64url: the document's pattern refuses it, like any other schema violation.
+        reply = call("GET", path, query="cursor=not-a-cursor!")
+        assert reply.status == 422 and reply.content_type == PROBLEM, (path, reply.body)
+        assert "cursor" in reply.body["detail"]
 
 
 # --- bad input ----------------------------------------------------------------------------------------------

@@ -71,7 +71,8 @@ def body(i: int) -> str:
 def test_a_message_being_handled_is_kept_invisible_by_the_heartbeat_until_it_is_done() -> None:
     sqs = FakeSqs([body(0)])
 
-    run_pool(sqs, SlowExecutor(0.5), seconds=0.3)  # stops while the run executes: the pool waits for it
+    # Beats every 0.1 s over a 1.5 s run: at least 3 even on a loaded machine (0.5 s saw one beat under load).
+    run_pool(sqs, SlowExecutor(1.5), seconds=0.3)  # stops while the run executes: the pool waits for it
 
     assert sqs.receives[0]["VisibilityTimeout"] == 2  # not the queue's 960 s
     assert sum(beat == ["r0"] for beat in sqs.beats) >= 3, sqs.beats

@@ -13,12 +13,14 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictFloat,
-    StrictInt,
     StringConstraints,
 )
+from pydantic.config import JsonDict
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import (
@@ -40,10 +42,11 @@ from tickwork.domain.schedule import (
     FireTime,
     Schedule,
     describe_schedule,
+    expression_pattern,
     parse_schedule,
 )
-from tickwork.domain.targets import validate_target
-from tickwork.domain.text import forbidden_characters
+from tickwork.domain.targets import TARGET_KINDS, config_json_schemas, validate_target
+from tickwork.domain.text import forbidden_characters, text_pattern
 from tickwork.services.jobs import (
     UNSET,
     JobPatch,
@@ -65,7 +68,14 @@ MAX_BACKOFF_SECONDS = 900.0  # a retry is a delayed queue message; SQS delays at
 MIN_YEAR, MAX_YEAR = 1970, 9000  # instants the API accepts, in bodies and queries
 _MIN_YEAR, _MAX_YEAR = MIN_YEAR, MAX_YEAR
 
-TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/+\-@]+$")]
+TAG_KEY_PATTERN = r"^[A-Za-z0-9_.:/+\-@]+$"
+TagKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=TAG_KEY_PATTERN)]
+# The document states the key rule for every key (pydantic's patternProperties alone would leave other keys
+# open, and generated clients would send them).
+_TAGS_SCHEMA: JsonDict = {
+    "additionalProperties": False,
+    "propertyNames": {"minLength": 1, "maxLength": 128, "pattern": TAG_KEY_PATTERN},
+}
 
 
 def _single_line_text(value: str) -> str:
@@ -83,10 +93,36 @@ def _checked_text(value: str, *, allow_line_breaks: bool) -> str:
     return value
 
 
-TagValue = Annotated[str, StringConstraints(max_length=256), AfterValidator(_single_line_text)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_single_line_text)]
-Description = Annotated[str, StringConstraints(max_length=2000), AfterValidator(_multi_line_text)]
+# The text rules go into the document as patterns; the validators keep their clearer message.
+_SINGLE_LINE = Field(json_schema_extra={"pattern": text_pattern()})
+_MULTI_LINE = Field(json_schema_extra={"pattern": text_pattern(allow_line_breaks=True)})
+TagValue = Annotated[str, StringConstraints(max_length=256), AfterValidator(_single_line_text), _SINGLE_LINE]
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_single_line_text), _SINGLE_LINE
+]
+Description = Annotated[
+    str, StringConstraints(max_length=2000), AfterValidator(_multi_line_text), _MULTI_LINE
+]
 TargetKind = Literal["http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions"]
+
+
+def _integral(value: Any) -> Any:
+    """JSON has one number type: 60.0 is the integer 60 (as JSON Schema says). Booleans and strings stay
+    refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_INTEGRAL = BeforeValidator(_integral)
+JsonInt = Annotated[int, Strict(), _INTEGRAL]
+# An optional bounded one is spelled out, `Annotated[int, Strict(), Field(...), _INTEGRAL] | None`: bounds
+# put on `JsonInt | None` reach the document as pydantic's own `ge`/`le` keys, not minimum/maximum.
+
+# Instants in 1970-9000 (the key format's range); RFC 3339 with an offset.
+INSTANT_PATTERN = r"^(?:19[7-9][0-9]|[2-8][0-9]{3}|9000)-"
+# The shape of an IANA name; whether the zone exists is up to the tz database (an unknown one is a 422).
+TIMEZONE_PATTERN = r"^(?:UTC|[A-Z][A-Za-z_-]*(?:/[A-Za-z0-9_+-]+){0,2})$"
 
 
 def _bounded_utc(value: datetime) -> datetime:
@@ -95,7 +131,9 @@ def _bounded_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-Instant = Annotated[AwareDatetime, AfterValidator(_bounded_utc)]
+Instant = Annotated[
+    AwareDatetime, AfterValidator(_bounded_utc), Field(json_schema_extra={"pattern": INSTANT_PATTERN})
+]
 
 
 class RequestModel(BaseModel):
@@ -109,13 +147,23 @@ class ScheduleIn(RequestModel):
     expression: str = Field(
         min_length=1,
         max_length=256,
-        description="Cron: 5 fields (minute first), 6 fields (seconds first), or a macro such as @daily.",
+        description="Cron: 5 fields (minute first), 6 fields (seconds first), or a macro such as @daily. "
+        "The pattern is the shape always accepted; names in any case and other second lists are accepted "
+        "too (see docs/schedules.md), and an expression that can never fire (`0 0 31 2 *`) is a 422.",
         examples=["*/5 * * * *", "0 30 9 * * MON-FRI", "@daily"],
+        json_schema_extra={"pattern": expression_pattern()},
     )
-    timezone: str = Field(default="UTC", min_length=1, max_length=64, description="IANA time zone name.")
+    timezone: str = Field(
+        default="UTC",
+        min_length=1,
+        max_length=64,
+        description="IANA time zone name; an unknown name is a 422.",
+        examples=["UTC", "Europe/Berlin", "America/New_York"],
+        json_schema_extra={"pattern": TIMEZONE_PATTERN},
+    )
     start_at: Instant | None = Field(default=None, description="No fire before this instant.")
     end_at: Instant | None = Field(default=None, description="No fire after this instant.")
-    jitter_seconds: StrictInt = Field(
+    jitter_seconds: JsonInt = Field(
         default=0,
         ge=0,
         le=MAX_JITTER_SECONDS,
@@ -141,7 +189,20 @@ class ScheduleIn(RequestModel):
         )
 
 
+def _target_json_schema(schema: dict[str, Any]) -> None:
+    """One branch per kind in the document, each with that kind's config (the domain's rules as JSON
+    Schema), so a client sees which keys each kind takes."""
+    schema["required"] = ["kind", "config"]
+    schema["oneOf"] = [
+        {"properties": {"kind": {"const": kind}, "config": configs[kind]}}
+        for configs in (config_json_schemas(),)
+        for kind in TARGET_KINDS
+    ]
+
+
 class TargetIn(RequestModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_target_json_schema)
+
     kind: TargetKind = Field(description="Which adapter calls the target.")
     config: dict[str, Any] = Field(
         default_factory=dict,
@@ -168,6 +229,9 @@ def _check_storable(value: Any, field: str, depth: int) -> None:
         raise ValidationError(field, f"is nested deeper than {MAX_CONFIG_DEPTH} levels")
     if isinstance(value, dict):
         for key, item in value.items():
+            if key == "":
+                # DynamoDB map keys are at least one character (moto fails on reading one back).
+                raise ValidationError(field, "has an empty key; object keys must be at least one character")
             _check_storable(item, f"{field}.{key}", depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -182,7 +246,7 @@ def _check_storable(value: Any, field: str, depth: int) -> None:
 
 
 class RetryIn(RequestModel):
-    max_attempts: StrictInt = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+    max_attempts: JsonInt = Field(default=3, ge=1, le=MAX_ATTEMPTS)
     backoff_base_seconds: StrictFloat = Field(default=10.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
     backoff_max_seconds: StrictFloat = Field(default=600.0, ge=0.1, le=MAX_BACKOFF_SECONDS)
 
@@ -207,12 +271,14 @@ class PoliciesIn(RequestModel):
 class JobCreate(RequestModel):
     name: Name
     description: Description = ""
-    tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=MAX_TAGS)
+    tags: dict[TagKey, TagValue] = Field(
+        default_factory=dict, max_length=MAX_TAGS, json_schema_extra=_TAGS_SCHEMA
+    )
     schedule: ScheduleIn
     target: TargetIn
     policies: PoliciesIn = Field(default_factory=lambda: PoliciesIn())
-    timeout_seconds: StrictInt = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
-    retention_days: StrictInt = Field(
+    timeout_seconds: JsonInt = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retention_days: JsonInt = Field(
         default=30, ge=1, le=MAX_RETENTION_DAYS, description="How long run history is kept."
     )
 
@@ -237,11 +303,15 @@ class JobCreate(RequestModel):
 
 
 class SchedulePatchIn(RequestModel):
-    expression: str | None = Field(default=None, min_length=1, max_length=256)
-    timezone: str | None = Field(default=None, min_length=1, max_length=64)
+    expression: str | None = Field(
+        default=None, min_length=1, max_length=256, json_schema_extra={"pattern": expression_pattern()}
+    )
+    timezone: str | None = Field(
+        default=None, min_length=1, max_length=64, json_schema_extra={"pattern": TIMEZONE_PATTERN}
+    )
     start_at: Instant | None = Field(default=None, description="null removes the bound.")
     end_at: Instant | None = Field(default=None, description="null removes the bound.")
-    jitter_seconds: StrictInt | None = Field(default=None, ge=0, le=MAX_JITTER_SECONDS)
+    jitter_seconds: Annotated[int, Strict(), Field(ge=0, le=MAX_JITTER_SECONDS), _INTEGRAL] | None = None
     dst_gap: DstGapPolicy | None = None
     dst_repeat: DstRepeatPolicy | None = None
 
@@ -259,7 +329,7 @@ class SchedulePatchIn(RequestModel):
 
 
 class RetryPatchIn(RequestModel):
-    max_attempts: StrictInt | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=MAX_ATTEMPTS), _INTEGRAL] | None = None
     backoff_base_seconds: StrictFloat | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
     backoff_max_seconds: StrictFloat | None = Field(default=None, ge=0.1, le=MAX_BACKOFF_SECONDS)
 
@@ -277,13 +347,13 @@ class JobPatchIn(RequestModel):
     name: Name | None = None
     description: Description | None = None
     tags: dict[TagKey, TagValue] | None = Field(
-        default=None, max_length=MAX_TAGS, description="Replaces all tags."
+        default=None, max_length=MAX_TAGS, description="Replaces all tags.", json_schema_extra=_TAGS_SCHEMA
     )
     schedule: SchedulePatchIn | None = None
     target: TargetIn | None = None
     policies: PoliciesPatchIn | None = None
-    timeout_seconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
-    retention_days: StrictInt | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
+    timeout_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_TIMEOUT_SECONDS), _INTEGRAL] | None = None
+    retention_days: Annotated[int, Strict(), Field(ge=1, le=MAX_RETENTION_DAYS), _INTEGRAL] | None = None
 
     def to_patch(self) -> JobPatch:
         policies = self.policies or PoliciesPatchIn()
@@ -313,7 +383,7 @@ def _given(value: Any) -> Any:
 
 
 class SchedulePreviewIn(ScheduleIn):
-    count: StrictInt = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
+    count: JsonInt = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
     after: Instant | None = Field(default=None, description="List fires after this instant (default: now).")
 
 

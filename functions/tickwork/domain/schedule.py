@@ -143,6 +143,42 @@ _NTH_WEEKDAY_RE: Final = re.compile(r"([0-9A-Za-z]+)#([0-9]+)")
 _LAST_WEEKDAY_RE: Final = re.compile(r"([0-9]+|[A-Za-z]{3})L|L([0-9]+)", re.IGNORECASE)
 
 
+def _value_pattern(field: _Field) -> str:
+    """The field's values as a regular expression: numbers without leading zeros, names in upper case."""
+    numbers = "|".join(str(n) for n in range(field.high, field.low - 1, -1))
+    names = "|".join(name.upper() for name in field.names)
+    return f"(?:{numbers}{'|' + names if names else ''})"
+
+
+def _list_pattern(field: _Field, *specials: str) -> str:
+    value = _value_pattern(field)
+    item = rf"(?:\*|{value}(?:-{value})?)(?:/[1-9][0-9]?)?"
+    if specials:
+        item = f"(?:{'|'.join(specials)}|{item})"
+    return f"{item}(?:,{item})*"
+
+
+def expression_pattern() -> str:
+    """A regular expression for the expressions every schedule accepts (for the API document): a macro, or
+    five fields, or six whose seconds field fires at least 10 s apart (one second, or a step dividing a
+    minute). `parse_schedule` takes more (names in any case, other second lists) and refuses what no
+    expression of this shape can show: a day that never occurs in the months given (31 in February)."""
+    macros = "|".join(_MACROS)
+    day_of_week = _value_pattern(_DAY_OF_WEEK_FIELD)
+    day_of_month = _value_pattern(_DAY_OF_MONTH_FIELD)
+    five = " ".join(
+        (
+            _list_pattern(_MINUTE_FIELD),
+            _list_pattern(_HOUR_FIELD),
+            _list_pattern(_DAY_OF_MONTH_FIELD, "LW", "L", f"{day_of_month}W"),
+            _list_pattern(_MONTH_FIELD),
+            _list_pattern(_DAY_OF_WEEK_FIELD, f"{day_of_week}#[1-5]", f"{day_of_week}L"),
+        )
+    )
+    seconds = rf"(?:{_value_pattern(_SECOND_FIELD)}|\*/(?:10|12|15|20|30))"
+    return f"^(?:{macros}|(?:{seconds} )?{five})$"
+
+
 def _expression_error(message: str) -> ValidationError:
     return ValidationError("schedule.expression", message)
 

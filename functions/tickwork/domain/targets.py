@@ -63,7 +63,8 @@ _ACCOUNT = r"\d{12}"
 _SNS_TOPIC_ARN = re.compile(
     rf"^arn:{_PARTITION}:sns:{_REGION}:{_ACCOUNT}:([A-Za-z0-9_-]{{1,251}}(?:\.fifo)?)$"
 )
-_SFN_NAME = r"[^\s<>{}\[\]?*\"#%\\^|~`$&,;:/]{1,80}"
+# Step Functions' rule: no whitespace, brackets, wildcards, these specials, or control characters.
+_SFN_NAME = r"[^\s\x00-\x1f\x7f-\x9f<>{}\[\]?*\"#%\\^|~`$&,;:/]{1,80}"
 _SFN_ARN = re.compile(
     rf"^arn:{_PARTITION}:states:{_REGION}:{_ACCOUNT}:stateMachine:{_SFN_NAME}(?::{_SFN_NAME})?$"
 )
@@ -474,3 +475,160 @@ _VALIDATORS: Mapping[str, Callable[[_Config], dict[str, Any]]] = {
     "lambda": _validate_lambda,
     "stepfunctions": _validate_stepfunctions,
 }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The same rules as JSON Schema, for the API document
+# ----------------------------------------------------------------------------------------------------------
+
+# A JSON value the job store holds (numbers DynamoDB can store, nesting it allows), as the document states it:
+# integers within 38 digits, strings, booleans, null, and objects / lists of them. The validators also take
+# floats within 1e-130..9.9e125; the document states the simpler rule.
+_JSON_SCALAR: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "maxLength": 1024},
+        {"type": "integer", "minimum": -(10**38) + 1, "maximum": 10**38 - 1},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+}
+_JSON_OBJECT: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": 64,
+    "propertyNames": {"minLength": 1},
+    "additionalProperties": {
+        "anyOf": [_JSON_SCALAR, {"type": "array", "maxItems": 64, "items": _JSON_SCALAR}]
+    },
+}
+# A message of up to 16,384 characters is at most 64 KiB in UTF-8 whatever it holds.
+_MAX_PAYLOAD_CHARS = MAX_PAYLOAD_BYTES // 4
+
+
+def _either_case(word: str) -> str:
+    return "".join(f"[{ch.lower()}{ch.upper()}]" if ch.isalpha() else re.escape(ch) for ch in word)
+
+
+def _fifo_rule(url_key: str, fifo_suffix: str) -> dict[str, Any]:
+    """`message_group_id` only where the queue or topic is FIFO."""
+    return {
+        "if": {"properties": {url_key: {"pattern": fifo_suffix}}, "required": [url_key]},
+        "then": {},
+        "else": {"not": {"required": ["message_group_id"]}},
+    }
+
+
+def config_json_schemas() -> dict[str, dict[str, Any]]:
+    """For each target kind, the JSON Schema of its `config`: the keys `validate_target` takes, which are
+    required, and the patterns it checks, built from the same constants and expressions. What a schema
+    cannot say (a header name given twice in different case) is still refused by the validators."""
+    message = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": _MAX_PAYLOAD_CHARS,
+        # (lone surrogates are refused too; a regular expression cannot name them)
+        "pattern": r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]+$",
+    }
+    fifo_group = {"type": "string", "pattern": _FIFO_ID.pattern}
+    reserved = "|".join(_either_case(name) for name in sorted(RESERVED_HEADERS))
+    header_names = {
+        "pattern": _TOKEN.pattern,
+        "not": {"pattern": rf"^(?:{reserved})$|^{_either_case(RESERVED_HEADER_PREFIX)}"},
+    }
+    return {
+        "http": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["url"],
+            "properties": {
+                "url": {
+                    "type": "string",
+                    "maxLength": MAX_URL_LENGTH,
+                    # scheme, host, an optional port 1-65535, a path without spaces: no credentials
+                    "pattern": r"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+                    r"(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+                    r"(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$",
+                },
+                "method": {"type": "string", "enum": list(HTTP_METHODS), "default": "POST"},
+                "headers": {
+                    "type": "object",
+                    "maxProperties": MAX_HEADERS,
+                    "propertyNames": header_names,
+                    "additionalProperties": {
+                        "type": "string",
+                        "maxLength": MAX_HEADER_VALUE_BYTES // 4,
+                        "pattern": r"^[^\r\n\u0000]*$",
+                    },
+                },
+                "body": {"type": "string", "maxLength": _MAX_PAYLOAD_CHARS},
+            },
+            # A GET carries no body.
+            "if": {"properties": {"method": {"const": "GET"}}, "required": ["method"]},
+            "then": {"properties": {"body": {"maxLength": 0}}},
+        },
+        "sqs": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["queue_url", "message"],
+            "properties": {
+                "queue_url": {
+                    "type": "string",
+                    "pattern": r"^https?://[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[1-9][0-9]{0,3})?"
+                    + _SQS_QUEUE_PATH.pattern[1:],
+                },
+                "message": message,
+                "message_group_id": fifo_group,
+            },
+            **_fifo_rule("queue_url", r"\.fifo$"),
+        },
+        "sns": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["topic_arn", "message"],
+            "properties": {
+                "topic_arn": {"type": "string", "pattern": _SNS_TOPIC_ARN.pattern},
+                "message": message,
+                "subject": {"type": "string", "pattern": r"^[ -~]{1,100}$"},
+                "message_group_id": fifo_group,
+            },
+            **_fifo_rule("topic_arn", r"\.fifo$"),
+        },
+        "eventbridge": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["source", "detail_type"],
+            "properties": {
+                "event_bus_name": {"type": "string", "pattern": _EVENT_BUS.pattern, "default": "default"},
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 256,
+                    "not": {"pattern": rf"^{_either_case('aws.')}"},
+                },
+                "detail_type": {"type": "string", "minLength": 1, "maxLength": 128},
+                "detail": {**_JSON_OBJECT, "not": {"required": [CONTEXT_KEY]}},
+            },
+        },
+        "lambda": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["function_name"],
+            "properties": {
+                "function_name": {"type": "string", "maxLength": 170, "pattern": _LAMBDA_FUNCTION.pattern},
+                "invocation_type": {
+                    "type": "string",
+                    "enum": list(LAMBDA_INVOCATION_TYPES),
+                    "default": "RequestResponse",
+                },
+                "payload": _JSON_OBJECT,
+            },
+        },
+        "stepfunctions": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["state_machine_arn"],
+            "properties": {
+                "state_machine_arn": {"type": "string", "pattern": _SFN_ARN.pattern},
+                "input": _JSON_OBJECT,
+            },
+        },
+    }

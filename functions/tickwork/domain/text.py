@@ -19,3 +19,11 @@ def forbidden_characters(text: str, *, allow_line_breaks: bool = False) -> list[
         ch for ch in text if ch not in allowed and (unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS)
     ]
     return [f"U+{ord(ch):04X}" for ch in dict.fromkeys(found)]
+
+
+def text_pattern(*, allow_line_breaks: bool = False) -> str:
+    """The rule of `forbidden_characters` as a regular expression (for the API document): C0/C1 controls
+    and bidi controls excluded, tab and newline kept where line breaks are allowed."""
+    controls = r"\u0000-\u0008\u000b-\u001f" if allow_line_breaks else r"\u0000-\u001f"
+    bidi = "".join(f"\\u{ord(ch):04x}" for ch in sorted(BIDI_CONTROLS))
+    return rf"^[^{controls}\u007f-\u009f{bidi}]*$"

@@ -13,7 +13,7 @@ import json
 import queue
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from http import HTTPStatus
@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from tickwork.api import problems
 from tickwork.api.models import (
+    INSTANT_PATTERN,
     MAX_YEAR,
     MIN_YEAR,
     HealthOut,
@@ -206,6 +207,16 @@ def current_owner(request: Request) -> str:
     return owner
 
 
+Cursor = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="`next_cursor` of the previous page, as given. Cursors carry a check: one this API did "
+        "not issue for this listing (edited, invented, or another listing's) is a 400.",
+    ),
+]
 IfMatch = Annotated[
     str | None,
     Header(
@@ -273,7 +284,11 @@ _ETAG_HEADER: dict[str, Any] = {
 
 
 def ok(
-    model: type[BaseModel], description: str, status: int = 200, etag_header: bool = False
+    model: type[BaseModel],
+    description: str,
+    status: int = 200,
+    etag_header: bool = False,
+    links: Mapping[str, Any] | None = None,
 ) -> dict[int, OpenAPIResponse]:
     response: OpenAPIResponse = {
         "description": description,
@@ -281,7 +296,53 @@ def ok(
     }
     if etag_header:
         response["headers"] = _ETAG_HEADER
+    if links:
+        response["links"] = dict(links)
     return {status: response}
+
+
+def _links(
+    parameters: Mapping[str, str], *targets: tuple[str, str], fenced: Sequence[str] = ()
+) -> dict[str, Any]:
+    """OpenAPI links: how a value in this answer feeds the next call (clients and stateful testers follow
+    them). `fenced` operations also take the answer's ETag as If-Match."""
+    links: dict[str, Any] = {}
+    for name, operation_id in targets:
+        linked = dict(parameters)
+        if operation_id in fenced:
+            linked["header.if-match"] = "$response.header.ETag"
+        links[name] = {"operationId": operation_id, "parameters": linked}
+    return links
+
+
+# A job in the answer -> every operation on that job.
+JOB_LINKS = _links(
+    {"job_id": "$response.body#/id"},
+    ("GetJob", "getJob"),
+    ("UpdateJob", "updateJob"),
+    ("PauseJob", "pauseJob"),
+    ("ResumeJob", "resumeJob"),
+    ("PreviewJob", "previewJob"),
+    ("ListRuns", "listRuns"),
+    ("DeleteJob", "deleteJob"),
+    fenced=("updateJob", "pauseJob", "resumeJob", "deleteJob"),
+)
+# A page of runs -> the first run on it, and the next page.
+RUN_PAGE_LINKS = {
+    **_links(
+        {"job_id": "$response.body#/items/0/job_id", "run_id": "$response.body#/items/0/id"},
+        ("GetFirstRun", "getRun"),
+    ),
+    **_links(
+        {"job_id": "$request.path.job_id", "cursor": "$response.body#/next_cursor"}, ("NextPage", "listRuns")
+    ),
+}
+JOB_PAGE_LINKS = {
+    **_links(
+        {"job_id": "$response.body#/items/0/id"}, ("GetFirstJob", "getJob"), ("ListFirstJobRuns", "listRuns")
+    ),
+    **_links({"cursor": "$response.body#/next_cursor"}, ("NextPage", "listJobs")),
+}
 
 
 # --- routes ------------------------------------------------------------------------------------------------
@@ -289,14 +350,21 @@ def ok(
 
 @router.post(
     "/jobs",
+    operation_id="createJob",
     summary="Create a job",
     description="With an `Idempotency-Key`, a retried create returns the job the first attempt created (200, "
     "`Idempotent-Replayed: true`) instead of a second job; the same key with a different body is a 409. "
     "Fires that fall within the ticker's lookahead are planned in the same transaction.",
     tags=["jobs"],
     responses={
-        **ok(JobOut, "Created.", 201, etag_header=True),
-        **ok(JobOut, "Replayed: the job an earlier request with this Idempotency-Key created.", 200, True),
+        **ok(JobOut, "Created.", 201, etag_header=True, links=JOB_LINKS),
+        **ok(
+            JobOut,
+            "Replayed: the job an earlier request with this Idempotency-Key created.",
+            200,
+            etag_header=True,
+            links=JOB_LINKS,
+        ),
         **problems.problem_responses(400, 409, 413, 415),
     },
 )
@@ -309,7 +377,8 @@ def create_job(
             alias="idempotency-key",
             min_length=1,
             max_length=255,
-            description="Any unique string (a UUID); the same key always names the same job.",
+            pattern=r"^[!-~]+$",
+            description="Any unique visible-ASCII string (a UUID); the same key always names the same job.",
         ),
     ] = None,
 ) -> Response[JobOut]:
@@ -326,18 +395,17 @@ def create_job(
 
 @router.get(
     "/jobs",
+    operation_id="listJobs",
     summary="List jobs",
     description="The caller's jobs in id order, a page at a time. A page may hold fewer than `limit` jobs "
     "when filters apply; continue while `next_cursor` is not null.",
     tags=["jobs"],
-    responses={**ok(JobListOut, "A page of jobs."), **problems.problem_responses(400)},
+    responses={**ok(JobListOut, "A page of jobs.", links=JOB_PAGE_LINKS), **problems.problem_responses(400)},
 )
 def list_jobs(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-    cursor: Annotated[
-        str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
     state: Annotated[JobState | None, Query()] = None,
     tag: Annotated[
         str | None, Query(pattern=r"^[^=]+=.*$", max_length=400, description="`key=value`.")
@@ -351,9 +419,13 @@ def list_jobs(
 
 @router.get(
     "/jobs/<job_id>",
+    operation_id="getJob",
     summary="Get a job",
     tags=["jobs"],
-    responses={**ok(JobOut, "The job.", etag_header=True), **problems.problem_responses(404)},
+    responses={
+        **ok(JobOut, "The job.", etag_header=True, links=JOB_LINKS),
+        **problems.problem_responses(404),
+    },
 )
 def get_job(job_id: str, request: Request) -> Response[JobOut]:
     owner = current_owner(request)
@@ -363,13 +435,14 @@ def get_job(job_id: str, request: Request) -> Response[JobOut]:
 
 @router.patch(
     "/jobs/<job_id>",
+    operation_id="updateJob",
     summary="Update a job",
     description="Partial update: omitted fields keep their value; `target` and `tags` are replaced whole. A "
     "schedule change computes the next fire from now and plans fires within the lookahead at once. "
     f"{RUN_RULE}",
     tags=["jobs"],
     responses={
-        **ok(JobOut, "The updated job.", etag_header=True),
+        **ok(JobOut, "The updated job.", etag_header=True, links=JOB_LINKS),
         **problems.problem_responses(400, 404, 412, 413, 415),
     },
 )
@@ -381,6 +454,7 @@ def update_job(job_id: str, body: JobPatchIn, request: Request, if_match: IfMatc
 
 @router.delete(
     "/jobs/<job_id>",
+    operation_id="deleteJob",
     summary="Delete a job",
     description=f"Run history stays until its retention expires. {RUN_RULE}",
     tags=["jobs"],
@@ -394,10 +468,14 @@ def delete_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respo
 
 @router.post(
     "/jobs/<job_id>/pause",
+    operation_id="pauseJob",
     summary="Pause a job",
     description=f"No new runs are planned while paused. {RUN_RULE} Pausing a paused job changes nothing.",
     tags=["jobs"],
-    responses={**ok(JobOut, "The paused job.", etag_header=True), **problems.problem_responses(404, 412)},
+    responses={
+        **ok(JobOut, "The paused job.", etag_header=True, links=JOB_LINKS),
+        **problems.problem_responses(404, 412),
+    },
 )
 def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
     owner = current_owner(request)
@@ -407,6 +485,7 @@ def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respon
 
 @router.post(
     "/jobs/<job_id>/resume",
+    operation_id="resumeJob",
     summary="Resume a job",
     description="The fires that fell inside the pause follow the job's `missed_fire` policy, exactly as "
     "after an outage: `run_all` runs every one of them late (catch-up runs), `coalesce` runs only the "
@@ -414,7 +493,7 @@ def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respon
     "many there were and what happens to them. Resuming an active job changes nothing.",
     tags=["jobs"],
     responses={
-        **ok(ResumedJobOut, "The resumed job.", etag_header=True),
+        **ok(ResumedJobOut, "The resumed job.", etag_header=True, links=JOB_LINKS),
         **problems.problem_responses(404, 412),
     },
 )
@@ -426,6 +505,7 @@ def resume_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respo
 
 @router.get(
     "/jobs/<job_id>/preview",
+    operation_id="previewJob",
     summary="Preview a job's next fires",
     description="The next `count` fires after now, in UTC and in the schedule's time zone, with DST marks.",
     tags=["schedules"],
@@ -440,6 +520,7 @@ def preview_job(
 
 @router.post(
     "/schedules/preview",
+    operation_id="previewSchedule",
     summary="Preview an unsaved schedule",
     description="Validates a schedule exactly as a create would, and lists its next `count` fires after "
     "`after` (default now): UTC and local times, DST marks, and the expression in words.",
@@ -454,25 +535,39 @@ def preview_schedule(body: SchedulePreviewIn, request: Request) -> Response[Prev
 
 @router.get(
     "/jobs/<job_id>/runs",
+    operation_id="listRuns",
     summary="List a job's runs",
     description="Newest first (by scheduled fire time), a page at a time. `from`/`to` bound the scheduled "
     "fire time (inclusive). A page may hold fewer than `limit` runs when `state` filters; continue while "
     "`next_cursor` is not null.",
     tags=["runs"],
-    responses={**ok(RunListOut, "A page of runs."), **problems.problem_responses(400, 404, 422)},
+    responses={
+        **ok(RunListOut, "A page of runs.", links=RUN_PAGE_LINKS),
+        **problems.problem_responses(400, 404, 422),
+    },
 )
 def list_runs(
     job_id: str,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
-    cursor: Annotated[
-        str | None, Query(max_length=1024, description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
     state: Annotated[RunState | None, Query()] = None,
     start: Annotated[
-        datetime | None, Query(alias="from", description="Earliest scheduled fire time.")
+        datetime | None,
+        Query(
+            alias="from",
+            description="Earliest scheduled fire time (RFC 3339, year 1970-9000).",
+            json_schema_extra={"pattern": INSTANT_PATTERN},
+        ),
     ] = None,
-    end: Annotated[datetime | None, Query(alias="to", description="Latest scheduled fire time.")] = None,
+    end: Annotated[
+        datetime | None,
+        Query(
+            alias="to",
+            description="Latest scheduled fire time (RFC 3339, year 1970-9000); before `from` is a 422.",
+            json_schema_extra={"pattern": INSTANT_PATTERN},
+        ),
+    ] = None,
 ) -> Response[RunListOut]:
     owner = current_owner(request)
     for name, bound in (("from", start), ("to", end)):
@@ -484,6 +579,7 @@ def list_runs(
 
 @router.get(
     "/jobs/<job_id>/runs/<run_id>",
+    operation_id="getRun",
     summary="Get a run",
     description="One run with its attempts, timings and outcome. The run id is `<job_id>:<YYYYMMDDTHHMMSSZ>` "
     "(the scheduled fire time).",
@@ -495,7 +591,9 @@ def get_run(job_id: str, run_id: str, request: Request) -> Response[RunOut]:
     return json_response(RunOut.of(runs().get(owner, job_id, run_id)))
 
 
-@router.get("/health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving."))
+@router.get(
+    "/health", operation_id="health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving.")
+)
 def health() -> Response[HealthOut]:
     return json_response(HealthOut())
 
