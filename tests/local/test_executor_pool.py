@@ -1,66 +1,157 @@
 """The local executor pool's own rules, with a fake SQS: messages are held for a short visibility that a
-heartbeat extends while they are handled, and a failing receive backs off instead of crashing the process."""
+heartbeat extends while they are handled, a failing receive backs off instead of crashing the process,
+handled messages are deleted in batches, and every queue has its own receive loop under one cap."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from tickwork.domain.dispatch import RunMessage
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.services.executing import Outcome
 
+# A deadline for what takes milliseconds: only reached when the behaviour under test is missing.
+GENEROUS_SECONDS = 30.0
+
 
 class FakeSqs:
-    def __init__(self, bodies: list[str], receive_failures: int = 0) -> None:
-        self.bodies = bodies
+    """Queues of message bodies by url. Receipts and message ids are unique across queues and receives."""
+
+    def __init__(
+        self,
+        queues: dict[str, list[str]],
+        receive_failures: int = 0,
+        failing_deletes: frozenset[str] = frozenset(),
+        rendezvous: threading.Barrier | None = None,
+    ) -> None:
+        self.queues = {url: list(bodies) for url, bodies in queues.items()}
         self.receive_failures = receive_failures
+        self.failing_deletes = failing_deletes
+        # When given, the first receive on each queue waits there for the first receive on the others.
+        self.rendezvous = rendezvous
+        self.rendezvous_broken = False
         self.receives: list[dict[str, Any]] = []
         self.beats: list[list[str]] = []
+        self.delete_batches: list[tuple[str, list[str]]] = []  # (queue url, receipts) per call
         self.deleted: list[str] = []
+        self.queue_of: dict[str, str] = {}  # receipt -> queue url
         self.lock = threading.Lock()
+        self._next = 0
 
     def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        url = kwargs["QueueUrl"]
         with self.lock:
+            first = all(r["QueueUrl"] != url for r in self.receives)
             self.receives.append({**kwargs, "at": time.monotonic()})
             if self.receive_failures:
                 self.receive_failures -= 1
                 raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+        if first and self.rendezvous is not None:
+            try:
+                self.rendezvous.wait()
+            except threading.BrokenBarrierError:
+                self.rendezvous_broken = True
+        with self.lock:
             count = kwargs["MaxNumberOfMessages"]
-            batch, self.bodies = self.bodies[:count], self.bodies[count:]
-        return {
-            "Messages": [
-                {"Body": b, "ReceiptHandle": f"r{i}", "MessageId": str(i)} for i, b in enumerate(batch)
-            ]
-        }
+            batch, self.queues[url] = self.queues[url][:count], self.queues[url][count:]
+            messages = []
+            for b in batch:
+                receipt = f"r{self._next}"
+                self.queue_of[receipt] = url
+                messages.append({"Body": b, "ReceiptHandle": receipt, "MessageId": f"m{self._next}"})
+                self._next += 1
+        if not messages:
+            time.sleep(0.01)  # a long poll's stand-in: an empty queue does not answer at once
+        return {"Messages": messages}
 
     def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> None:
         with self.lock:
             self.beats.append([e["ReceiptHandle"] for e in Entries if e["VisibilityTimeout"] == 2])
 
-    def delete_message(self, QueueUrl: str, ReceiptHandle: str) -> None:
+    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        ok = [e for e in Entries if e["ReceiptHandle"] not in self.failing_deletes]
+        failed = [e for e in Entries if e["ReceiptHandle"] in self.failing_deletes]
         with self.lock:
-            self.deleted.append(ReceiptHandle)
+            self.delete_batches.append((QueueUrl, [e["ReceiptHandle"] for e in Entries]))
+            self.deleted.extend(e["ReceiptHandle"] for e in ok)
+        return {
+            "Successful": [{"Id": e["Id"]} for e in ok],
+            "Failed": [
+                {"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "gone"}
+                for e in failed
+            ],
+        }
 
 
 class SlowExecutor:
-    def __init__(self, seconds: float) -> None:
+    """Takes `seconds` per run and counts the runs executing at once. With `gather`, the first runs wait
+    there for each other (the barrier's size of them executing at once)."""
+
+    def __init__(self, seconds: float, gather: threading.Barrier | None = None) -> None:
         self.seconds = seconds
+        self.gather = gather
+        self.gather_broken = False
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+        self.lock = threading.Lock()
 
     def execute(self, message: RunMessage) -> Outcome:
+        with self.lock:
+            self.running += 1
+            self.started += 1
+            self.peak = max(self.peak, self.running)
+            gathering = self.gather is not None and self.started <= self.gather.parties
+        if gathering and self.gather is not None:
+            try:
+                self.gather.wait()
+            except threading.BrokenBarrierError:
+                self.gather_broken = True
         time.sleep(self.seconds)
+        with self.lock:
+            self.running -= 1
         return Outcome.SUCCEEDED
 
 
+def make_pool(sqs: FakeSqs, executor: SlowExecutor, cap: int, **options: Any) -> ExecutorPool:
+    return ExecutorPool(
+        sqs,
+        list(sqs.queues),
+        lambda: executor,  # type: ignore[arg-type,return-value]
+        cap=cap,
+        visibility_seconds=2,
+        heartbeat_seconds=0.1,
+        **options,
+    )
+
+
 def run_pool(sqs: FakeSqs, executor: SlowExecutor, seconds: float) -> None:
-    pool = ExecutorPool(sqs, ["q"], lambda: executor, cap=2, visibility_seconds=2, heartbeat_seconds=0.1)  # type: ignore[arg-type,return-value]
+    pool = make_pool(sqs, executor, cap=2)
     stop = threading.Event()
     threading.Timer(seconds, stop.set).start()
     pool.run(stop)
+
+
+def run_pool_until(pool: ExecutorPool, done: Callable[[], bool]) -> None:
+    """Run the pool until `done` (checked while it runs), then stop it and wait until it has stopped."""
+    stop = threading.Event()
+    worker = threading.Thread(target=pool.run, args=(stop,))
+    worker.start()
+    deadline = time.monotonic() + GENEROUS_SECONDS
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    worker.join(GENEROUS_SECONDS)
+    assert not worker.is_alive(), "the pool did not stop"
+    assert done(), "timed out"
 
 
 def body(i: int) -> str:
@@ -68,8 +159,12 @@ def body(i: int) -> str:
     return RunMessage(job_id=f"job_{i}", scheduled_for=at, attempt=1, not_before=at).to_json()
 
 
+def bodies(count: int) -> list[str]:
+    return [body(i) for i in range(count)]
+
+
 def test_a_message_being_handled_is_kept_invisible_by_the_heartbeat_until_it_is_done() -> None:
-    sqs = FakeSqs([body(0)])
+    sqs = FakeSqs({"q": [body(0)]})
 
     # Beats every 0.1 s over a 1.5 s run: at least 3 even on a loaded machine (0.5 s saw one beat under load).
     run_pool(sqs, SlowExecutor(1.5), seconds=0.3)  # stops while the run executes: the pool waits for it
@@ -80,10 +175,93 @@ def test_a_message_being_handled_is_kept_invisible_by_the_heartbeat_until_it_is_
 
 
 def test_a_failing_receive_backs_off_instead_of_crashing_the_executor() -> None:
-    sqs = FakeSqs([body(0)], receive_failures=2)
+    sqs = FakeSqs({"q": [body(0)]}, receive_failures=2)
 
     run_pool(sqs, SlowExecutor(0.0), seconds=2.5)  # backoff 0.5 s then 1 s, then the message
 
     assert sqs.deleted == ["r0"]
     gaps = [b["at"] - a["at"] for a, b in zip(sqs.receives, sqs.receives[1:], strict=False)][:2]
     assert gaps[0] >= 0.45 and gaps[1] >= 0.95, gaps
+
+
+def test_handled_messages_are_deleted_in_batches_of_at_most_ten() -> None:
+    sqs = FakeSqs({"q": bodies(25)})
+    # A linger longer than the test: only full batches go out while it runs, the rest on stop.
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=10, delete_linger_seconds=600)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 25)
+
+    assert sorted(len(receipts) for _, receipts in sqs.delete_batches) == [5, 10, 10]
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(25))
+
+
+def test_a_lone_handled_message_is_deleted_after_the_linger_without_waiting_for_a_full_batch() -> None:
+    sqs = FakeSqs({"q": bodies(3)})
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=10)  # the default linger, well under a second
+
+    run_pool_until(pool, lambda: len(sqs.deleted) == 3)  # deleted while the pool still runs
+
+    assert all(len(receipts) <= 3 for _, receipts in sqs.delete_batches)
+
+
+def test_a_pool_stopped_right_after_handling_messages_has_deleted_all_of_them() -> None:
+    sqs = FakeSqs({"a": bodies(7), "b": bodies(4)})
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=4, delete_linger_seconds=600)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 11)
+
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(11))
+    for url, receipts in sqs.delete_batches:  # each from the queue it was received from
+        assert {sqs.queue_of[r] for r in receipts} == {url}
+
+
+def test_a_failed_delete_is_logged_and_not_retried(caplog: pytest.LogCaptureFixture) -> None:
+    sqs = FakeSqs({"q": bodies(3)}, failing_deletes=frozenset({"r1"}))
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=3)
+
+    with caplog.at_level(logging.WARNING, logger="tickwork.local.executor_pool"):
+        run_pool_until(pool, lambda: pool.stats.processed == 3)
+
+    # It comes back after its visibility timeout instead (a duplicate, recognised by the fenced claim).
+    assert sum("r1" in receipts for _, receipts in sqs.delete_batches) == 1
+    assert sorted(sqs.deleted) == ["r0", "r2"]
+    [record] = [r for r in caplog.records if "deleting handled message" in r.getMessage()]
+    assert "m1" in record.getMessage() and "ReceiptHandleIsInvalid" in record.getMessage()
+
+
+def test_every_queue_has_its_own_receive_loop() -> None:
+    # The first receive on each queue waits for the first on the other: one loop for both would stall.
+    sqs = FakeSqs({"a": bodies(3), "b": bodies(3)}, rendezvous=threading.Barrier(2, timeout=GENEROUS_SECONDS))
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=4)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 6)
+
+    assert not sqs.rendezvous_broken
+    assert len(sqs.deleted) == 6
+
+
+def test_two_queues_together_run_exactly_the_cap_at_once_and_never_more() -> None:
+    cap = 3
+    sqs = FakeSqs({"a": bodies(15), "b": bodies(15)})
+    # The first `cap` runs wait for each other: the pool must let that many execute at once.
+    executor = SlowExecutor(0.01, gather=threading.Barrier(cap, timeout=GENEROUS_SECONDS))
+    pool = make_pool(sqs, executor, cap=cap)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 30)
+
+    assert not executor.gather_broken
+    assert executor.peak == cap
+    assert pool.stats.peak_in_flight == cap
+    assert all(r["MaxNumberOfMessages"] <= cap for r in sqs.receives)
+    assert len(sqs.deleted) == 30
+
+
+def test_a_cap_smaller_than_the_number_of_queues_still_serves_every_queue() -> None:
+    # Two idle queues keep giving their one slot back and asking again: the busy queue gets its turn.
+    sqs = FakeSqs({"idle-1": [], "busy": bodies(5), "idle-2": []})
+    pool = make_pool(sqs, SlowExecutor(0.0), cap=1)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 5)
+
+    assert pool.stats.peak_in_flight == 1
+    assert len(sqs.deleted) == 5

@@ -1,15 +1,20 @@
 """The local executor: consumes the dispatch queues with a bounded pool. The pool size IS the concurrency
-cap: a message is received only when a slot is free, so the excess waits in the queue as queue depth.
+cap: a message is received only when a slot is free, so the excess waits in the queue as queue depth. Each
+queue has its own receive loop; the loops share the cap's slots and take them in turn.
 
 Visibility follows the work, not the queue: a message is received invisible for only
 LOCAL_VISIBILITY_SECONDS and a heartbeat extends every message still being handled (held for its fire
 time, or its run executing). So a message held by an executor that dies, even by SIGKILL, is visible again
-within seconds, instead of after the queue's 960 s visibility timeout (sized for the Lambda's 900 s)."""
+within seconds, instead of after the queue's 960 s visibility timeout (sized for the Lambda's 900 s).
+
+A handled message is deleted in a batch with the others handled around the same time (see _BatchDeleter)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +35,14 @@ HEARTBEAT_SECONDS = 2.0
 # After a failed receive (the endpoint is down or refusing): wait, doubling up to the maximum.
 RECEIVE_BACKOFF_SECONDS = 0.5
 RECEIVE_BACKOFF_MAX_SECONDS = 8.0
+# SQS takes at most 10 messages per receive, per delete batch and per visibility batch.
+SQS_BATCH = 10
+# A handled message waits at most this long for others to fill its delete batch.
+DELETE_LINGER_SECONDS = 0.05
+# On stop, how long the last deletes may take before the pool gives up on them (they then come back).
+DELETE_CLOSE_TIMEOUT_SECONDS = 10.0
+# How often run() checks whether a receive loop crashed (a stop is seen at once).
+CRASH_CHECK_SECONDS = 0.25
 
 
 @dataclass
@@ -38,6 +51,124 @@ class PoolStats:
     peak_in_flight: int = 0
     processed: int = 0
     errors: int = 0
+
+
+@dataclass(frozen=True)
+class _Handled:
+    receipt: str
+    message_id: str
+    at: float  # time.monotonic() when it was handed to the deleter
+
+
+class _BatchDeleter:
+    """Deletes handled messages in batches of up to 10 per queue, from one thread: a batch goes out when it is
+    full or when its oldest message has waited `linger_seconds`, and everything pending goes out on close.
+
+    A delete that fails is logged and not retried: the message comes back after its visibility timeout, and
+    the run's fenced claim recognises that second delivery as a duplicate."""
+
+    def __init__(self, sqs: Any, linger_seconds: float) -> None:
+        self._sqs = sqs
+        self._linger = linger_seconds
+        self._pending: dict[str, list[_Handled]] = {}  # queue url -> handled messages, oldest first
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="tickwork-delete", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, url: str, receipt: str, message_id: str) -> None:
+        with self._cond:
+            self._pending.setdefault(url, []).append(_Handled(receipt, message_id, time.monotonic()))
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Send everything pending and stop; waits for the last batches (bounded: they are safe to lose)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(DELETE_CLOSE_TIMEOUT_SECONDS)
+        if self._thread.is_alive():
+            logger.warning(
+                "deletes still pending after %.0f s; those messages come back and count as duplicates",
+                DELETE_CLOSE_TIMEOUT_SECONDS,
+            )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due, wake_in = self._take_due()
+                while not due:
+                    if self._closed:  # closed takes everything: nothing was left
+                        return
+                    self._cond.wait(wake_in)
+                    due, wake_in = self._take_due()
+            for url, batch in due:  # outside the lock: the workers keep handing messages over
+                self._send(url, batch)
+
+    def _take_due(self) -> tuple[list[tuple[str, list[_Handled]]], float | None]:
+        """The batches to send now (full, lingered long enough, or all once closed), and the seconds until
+        the next one is due (None: nothing pending)."""
+        now = time.monotonic()
+        due: list[tuple[str, list[_Handled]]] = []
+        wake_in: float | None = None
+        for url, pending in self._pending.items():
+            while len(pending) >= SQS_BATCH or (
+                pending and (self._closed or now - pending[0].at >= self._linger)
+            ):
+                due.append((url, pending[:SQS_BATCH]))
+                del pending[:SQS_BATCH]
+            if pending:
+                left = pending[0].at + self._linger - now
+                wake_in = left if wake_in is None else min(wake_in, left)
+        return due, wake_in
+
+    def _send(self, url: str, batch: list[_Handled]) -> None:
+        entries = [{"Id": str(i), "ReceiptHandle": h.receipt} for i, h in enumerate(batch)]
+        try:
+            response = self._sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+        except (BotoCoreError, ClientError) as error:  # left alone: they come back, fenced as duplicates
+            logger.warning(
+                "deleting %d handled messages from %s failed (%s); they come back and count as duplicates",
+                len(batch),
+                url,
+                error,
+            )
+            return
+        by_id = {entry["Id"]: handled for entry, handled in zip(entries, batch, strict=True)}
+        for failed in response.get("Failed", []):
+            handled = by_id.get(str(failed.get("Id")))
+            logger.warning(
+                "deleting handled message %s from %s failed (%s: %s); it comes back, counted as a duplicate",
+                handled.message_id if handled else f"with entry id {failed.get('Id')}",
+                url,
+                failed.get("Code"),
+                failed.get("Message"),
+            )
+
+
+class _Turns:
+    """A lock granted in the order it was asked for. The receive loops take their slots in turn: with the
+    semaphore alone, a loop that just gave its slots back (after an empty receive) takes them straight back,
+    and with a cap smaller than the number of queues the other queues would starve."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._line: deque[object] = deque()
+
+    def __enter__(self) -> None:
+        me = object()
+        with self._cond:
+            self._line.append(me)
+            self._cond.wait_for(lambda: self._line[0] is me)
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._cond:
+            self._line.popleft()
+            self._cond.notify_all()
 
 
 class ExecutorPool:
@@ -50,9 +181,12 @@ class ExecutorPool:
         poll_wait_seconds: int = 1,
         visibility_seconds: int = LOCAL_VISIBILITY_SECONDS,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        delete_linger_seconds: float = DELETE_LINGER_SECONDS,
     ) -> None:
         if cap < 1:
             raise ValueError("the concurrency cap must be at least 1")
+        if not queue_urls:
+            raise ValueError("the pool needs at least one dispatch queue")
         self._sqs = sqs
         self._queue_urls = list(queue_urls)
         self._executor_factory = executor_factory
@@ -62,6 +196,8 @@ class ExecutorPool:
         self._heartbeat_every = heartbeat_seconds
         self._held: dict[str, str] = {}  # receipt handle -> queue url, for every message being handled
         self._slots = threading.BoundedSemaphore(cap)
+        self._turns = _Turns()
+        self._deleter = _BatchDeleter(sqs, delete_linger_seconds)
         self._lock = threading.Lock()
         self.stats = PoolStats()
 
@@ -72,26 +208,45 @@ class ExecutorPool:
             target=self._heartbeat, args=(heartbeat_stop,), name="tickwork-visibility", daemon=True
         )
         heartbeat.start()
+        self._deleter.start()
         try:
             with ThreadPoolExecutor(max_workers=self._cap, thread_name_prefix="tickwork-run") as pool:
-                self._receive_loop(stop, executor, pool)
+                self._receive_all(stop, executor, pool)
         finally:  # after the runs in flight finished: they keep their messages hidden until then
+            self._deleter.close()
             heartbeat_stop.set()
             heartbeat.join(timeout=5)
 
-    def _receive_loop(self, stop: threading.Event, executor: Executor, pool: ThreadPoolExecutor) -> None:
-        queue_index = 0
+    def _receive_all(self, stop: threading.Event, executor: Executor, pool: ThreadPoolExecutor) -> None:
+        """One receive loop per queue until `stop`. A loop that crashed stops the others and its error is
+        raised (the process exits and is restarted, as when the single loop crashed)."""
+        halt = threading.Event()  # the loops' own stop: set on `stop`, or when one of them crashed
+        urls = self._queue_urls
+        with ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="tickwork-receive") as receivers:
+            loops = [receivers.submit(self._receive_loop, url, halt, executor, pool) for url in urls]
+            # A loop returns only once halted: one that is done before, crashed.
+            while not stop.wait(CRASH_CHECK_SECONDS) and not any(loop.done() for loop in loops):
+                pass
+            halt.set()
+        # Every loop has returned here, before the run pool shuts down: a loop may have been submitting.
+        for loop in loops:
+            loop.result()
+
+    def _receive_loop(
+        self, url: str, halt: threading.Event, executor: Executor, pool: ThreadPoolExecutor
+    ) -> None:
         backoff = 0.0
-        while not stop.is_set():
-            free = self._acquire_free_slots(stop)
+        # A queue that was empty is polled for one message, so an idle queue holds one slot, not ten,
+        # while it waits.
+        wanted = 1
+        while not halt.is_set():
+            free = self._reserve_slots(halt, wanted)
             if free == 0:
                 continue
-            url = self._queue_urls[queue_index % len(self._queue_urls)]
-            queue_index += 1
             try:
                 response = self._sqs.receive_message(
                     QueueUrl=url,
-                    MaxNumberOfMessages=min(10, free),
+                    MaxNumberOfMessages=free,
                     WaitTimeSeconds=self._poll_wait,
                     VisibilityTimeout=self._visibility,
                     MessageSystemAttributeNames=["SentTimestamp"],
@@ -99,14 +254,13 @@ class ExecutorPool:
             except (BotoCoreError, ClientError) as error:  # endpoint down or refusing: back off, no crash
                 backoff = min(RECEIVE_BACKOFF_MAX_SECONDS, max(RECEIVE_BACKOFF_SECONDS, backoff * 2))
                 logger.error("receive from %s failed (%s); retrying in %.1f s", url, error, backoff)
-                for _ in range(free):
-                    self._slots.release()
-                stop.wait(backoff)
+                self._release_slots(free)
+                halt.wait(backoff)
                 continue
             backoff = 0.0
             messages = response.get("Messages", [])
-            for _ in range(free - len(messages)):
-                self._slots.release()  # slots reserved for messages that did not come
+            wanted = SQS_BATCH if messages else 1
+            self._release_slots(free - len(messages))  # slots reserved for messages that did not come
             for message in messages:
                 self._enter()
                 with self._lock:
@@ -122,28 +276,33 @@ class ExecutorPool:
             for receipt, url in held:
                 by_queue.setdefault(url, []).append(receipt)
             for url, receipts in by_queue.items():
-                for start in range(0, len(receipts), 10):
+                for start in range(0, len(receipts), SQS_BATCH):
                     entries = [
                         {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": self._visibility}
-                        for i, r in enumerate(receipts[start : start + 10])
+                        for i, r in enumerate(receipts[start : start + SQS_BATCH])
                     ]
                     try:
                         self._sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
                     except (BotoCoreError, ClientError) as error:  # a missed beat: it comes back early
                         logger.warning("visibility heartbeat for %s failed: %s", url, error)
 
-    def _acquire_free_slots(self, stop: threading.Event) -> int:
-        """Block for one slot, then take every other free one without waiting (up to a batch of 10)."""
-        if not self._slots.acquire(timeout=0.5):
-            return 0
-        taken = 1
-        while taken < 10 and self._slots.acquire(blocking=False):
-            taken += 1
-        if stop.is_set():
-            for _ in range(taken):
-                self._slots.release()
+    def _reserve_slots(self, halt: threading.Event, wanted: int) -> int:
+        """In turn with the other loops: block for one slot, then take up to `wanted` in all of those free
+        without waiting. 0 when none came free within 0.5 s or the pool is stopping."""
+        with self._turns:
+            if halt.is_set() or not self._slots.acquire(timeout=0.5):
+                return 0
+            taken = 1
+            while taken < wanted and self._slots.acquire(blocking=False):
+                taken += 1
+        if halt.is_set():
+            self._release_slots(taken)
             return 0
         return taken
+
+    def _release_slots(self, count: int) -> None:
+        for _ in range(count):
+            self._slots.release()
 
     def _enter(self) -> None:
         with self._lock:
@@ -151,32 +310,38 @@ class ExecutorPool:
             self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
 
     def _process(self, executor: Executor, url: str, message: dict[str, Any]) -> None:
+        receipt = message["ReceiptHandle"]
         try:
             received = RunMessage.from_json(message["Body"])
             sent_at = message.get("Attributes", {}).get("SentTimestamp")
             outcome: Outcome = executor.execute(received.with_sent_at_ms(sent_at))
-            self._release_hold(message)
-            self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-            logger.debug("message %s: %s", message.get("MessageId"), outcome)
         except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
             # Left on the queue: it comes back, and after max_receive_count goes to the DLQ (sweeper).
             logger.exception("run message failed, will be redelivered")
-            self._release_hold(message)
+            self._release_hold(receipt)  # first: a beat must not undo the shorter visibility set below
             with self._lock:
                 self.stats.errors += 1
-            self._sqs.change_message_visibility(
-                QueueUrl=url,
-                ReceiptHandle=message["ReceiptHandle"],
-                VisibilityTimeout=LOCAL_RETRY_VISIBILITY_SECONDS,
-            )
+            self._hand_back(url, receipt)
+        else:
+            self._release_hold(receipt)  # first: the heartbeat stops extending it once it goes to the deleter
+            self._deleter.add(url, receipt, str(message.get("MessageId")))
+            logger.debug("message %s: %s", message.get("MessageId"), outcome)
         finally:
-            self._release_hold(message)
             with self._lock:
                 self.stats.in_flight -= 1
                 self.stats.processed += 1
             self._slots.release()
 
-    def _release_hold(self, message: dict[str, Any]) -> None:
+    def _hand_back(self, url: str, receipt: str) -> None:
+        """Make a message whose processing raised visible again soon."""
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=LOCAL_RETRY_VISIBILITY_SECONDS
+            )
+        except (BotoCoreError, ClientError) as error:  # it still comes back, after LOCAL_VISIBILITY_SECONDS
+            logger.warning("handing back message %s on %s failed: %s", receipt, url, error)
+
+    def _release_hold(self, receipt: str) -> None:
         """The heartbeat stops extending this message (before it is deleted or handed back)."""
         with self._lock:
-            self._held.pop(message["ReceiptHandle"], None)
+            self._held.pop(receipt, None)
