@@ -2,7 +2,7 @@
 
 Each job has a 6-field expression fixing one second (`S M H * * *`) far enough ahead that the ticker, not the
 create call, plans it (the create plans only fires inside its own lookahead). Reports start delay from the
-run records (start_delay_ms = claim time - due time) and from the target (arrival - the scheduled second),
+run records (start delay = first claim time - due time) and from the target (arrival - the scheduled second),
 the time until the last run started, runs not succeeded, and where the time went: planning (ticker commits +
 dispatch sends) vs execution (receive, claim, call, finish), with the CPU of every process per phase and the
 emulator's answer time to a tiny GetItem in each phase.
@@ -202,7 +202,11 @@ def _analyse(
 ) -> None:
     due = result.due
     result.states = dict(collections.Counter(str(r["state"]) for r in runs))
-    result.delays_record = [int(r["start_delay_ms"]) / 1000 for r in runs if "start_delay_ms" in r]
+    result.delays_record = [
+        (parse_ms(str(r["started_at"])) or 0.0) - (parse_ms(str(r["due_at"])) or 0.0)
+        for r in runs
+        if "started_at" in r
+    ]
     burst_keys = {str(r["run_id"]) for r in runs}
     arrivals = [a for a in target.arrivals if a.key in burst_keys]
     result.arrivals = len(arrivals)

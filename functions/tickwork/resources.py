@@ -60,8 +60,10 @@ RUNS = TableDef(
     partition=KeyAttr("job_id"),
     sort=KeyAttr("scheduled_for"),  # fixed-width UTC: sort order is time order
     indexes=(
-        # Sparse: only unfinished runs carry `open_key`; `check_at` is when the sweeper should look.
-        IndexDef("open_runs", KeyAttr("open_key"), KeyAttr("check_at")),
+        # Sparse: only unfinished runs carry `open_key` (shard x write shard); `check_at` is when the sweeper
+        # should look, and a claim does not move it. Keys only, so a claim writes nothing to the index:
+        # planning adds the run's entry, finishing drops it, and the sweeper reads the runs it lists.
+        IndexDef("open_runs", KeyAttr("open_key"), KeyAttr("check_at"), projection="KEYS_ONLY"),
     ),
     ttl_attribute="expires_at",
     purpose="one record per scheduled fire: state, attempts, timings, outcome",

@@ -29,7 +29,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 from infra.constructs.dispatch import Dispatch
-from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
+from infra.constructs.functions import DYNAMODB_READ, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
 from infra.constructs.targets import target_statements
 from tickwork.resources import DISPATCH, JOBS, RUNS
@@ -134,7 +134,9 @@ class ExecutorFunction(Construct):
             self.function.add_event_source(source)
             self.mappings.append(source)
         jobs, runs = storage.table(JOBS), storage.table(RUNS)
-        allow(self.function, (*DYNAMODB_READ, *DYNAMODB_WRITE), [jobs.table_arn, runs.table_arn])
+        # Runs are claimed and finished by conditional updates (alone, or in a transaction with the job's
+        # overlap slot); the executor never puts a whole item.
+        allow(self.function, (*DYNAMODB_READ, "dynamodb:UpdateItem"), [jobs.table_arn, runs.table_arn])
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # retries and queued overlap runs
         signing_secret.grant_read(self.function)
         for statement in target_statements(target_arns):

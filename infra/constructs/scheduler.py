@@ -114,8 +114,10 @@ class Scheduler(Construct):
         allow(self.ticker, ("dynamodb:PutItem",), [runs.table_arn])
         allow(self.ticker, ("dynamodb:GetItem", "dynamodb:PutItem"), [shards.table_arn])
         allow(self.ticker, ("sqs:SendMessage",), dispatch.queue_arns)
-        # Sweeper: open runs from the `open_runs` index, repairs, re-dispatch, and the DLQ.
+        # Sweeper: open runs from the keys-only `open_runs` index (the runs in batches), repairs,
+        # re-dispatch, and the DLQ.
         allow(self.sweeper, DYNAMODB_READ, [jobs.table_arn, runs.table_arn, *storage.index_arns(RUNS)])
+        allow(self.sweeper, ("dynamodb:BatchGetItem",), [runs.table_arn])
         allow(self.sweeper, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
         allow(self.sweeper, ("sqs:SendMessage",), dispatch.queue_arns)
         allow(

@@ -21,7 +21,7 @@ from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import ConflictError, PlanConflictError, StaleRunError, VersionMismatchError
-from tickwork.domain.execution import claimed, is_own_write
+from tickwork.domain.execution import Claim, claimed, is_own_write, lease_until
 from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
@@ -271,3 +271,69 @@ def test_a_stale_waiting_slot_is_taken_over(backend: Backend) -> None:
 
     raw = backend.clients["dynamodb"].get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})
     assert raw["Item"]["queued_run"]["S"] == runs[2].run_id
+
+
+def a_claim(job: Job, *, attempt: int = 0, worker: str = "w#1", now: datetime = FIRE) -> Claim:
+    return Claim(
+        job_id=job.job_id,
+        scheduled_for=FIRE,
+        expected_attempt=attempt,
+        worker=worker,
+        now=now,
+        lease_expires_at=lease_until(job, now),
+        dispatched_at=now - timedelta(seconds=2),
+    )
+
+
+def test_a_claim_is_one_conditional_write_that_returns_the_run(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    claim = a_claim(job, now=FIRE + timedelta(milliseconds=250))
+
+    mine = store.claim(claim)
+
+    assert (mine.state, mine.attempt, mine.lease_owner) == (RunState.RUNNING, 1, "w#1")
+    assert mine.started_at == claim.now and mine.start_delay_ms == 250
+    assert mine.dispatched_at == FIRE - timedelta(seconds=2) + timedelta(milliseconds=250)
+    assert store.get_run(job.job_id, FIRE) == mine
+    # The claim leaves the open-runs index alone: the run is listed at its first check, lease or not.
+    assert [r.run_id for r in store.open_runs(job.shard, FIRE + timedelta(minutes=2))] == [mine.run_id]
+
+
+def test_a_claim_is_refused_at_another_attempt_and_a_lost_response_is_recognised(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    claim = a_claim(job)
+    store.claim(claim)
+
+    with pytest.raises(StaleRunError) as again:  # the same claim sent again: its response was lost
+        store.claim(claim)
+    assert claim.is_own(again.value.current)
+    with pytest.raises(StaleRunError) as other:  # another delivery of the same message
+        store.claim(a_claim(job, worker="w#2"))
+    assert other.value.current is not None and not a_claim(job, worker="w#2").is_own(other.value.current)
+    with pytest.raises(StaleRunError) as missing:  # no run at all: the store says so with no current run
+        store.claim(replace(claim, scheduled_for=FIRE + timedelta(minutes=1)))
+    assert missing.value.current is None
+
+
+def test_a_retry_is_claimed_at_its_attempt_and_keeps_its_first_start(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    first = store.claim(a_claim(job))
+    waiting = replace(first, state=RunState.RETRY_WAIT, retry_at=FIRE + timedelta(seconds=30))
+    store.transition_run(first, waiting)
+
+    second = store.claim(a_claim(job, attempt=1, worker="w#3", now=FIRE + timedelta(seconds=31)))
+
+    assert (second.attempt, second.retry_at, second.started_at) == (2, None, first.started_at)
+
+
+def test_existing_run_times_reads_the_fires_range_once(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE + timedelta(minutes=5 * i) for i in range(4)]
+    store.create_job(job, [a_run(job, fires[0]), a_run(job, fires[2])])
+
+    assert store.existing_run_times(job.job_id, fires) == {fires[0], fires[2]}
+    assert store.existing_run_times(job.job_id, [fires[1], fires[3]]) == set()
+    assert store.existing_run_times(job.job_id, []) == set()

@@ -525,7 +525,7 @@ def test_the_executor_role_grants_every_operation_of_success_retry_and_every_tar
         *ACTION_OF_SERVICE.values(),
         "secretsmanager:GetSecretValue",
         "sqs:SendMessage",
-        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",  # the claim and the finish: conditional updates, never a whole-item put
     }, done
     assert missing_grants(default, "executor", recorder.calls) == []
 

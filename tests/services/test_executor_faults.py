@@ -14,7 +14,7 @@ from tests.services.test_executing import FIRE, World
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.errors import TransientStoreError
-from tickwork.domain.execution import claimed, is_own_write
+from tickwork.domain.execution import Claim, claimed, is_own_write
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 
@@ -38,8 +38,9 @@ class FlakyRunStore:
             raise TransientStoreError("ProvisionedThroughputExceededException: injected")
         return operation()
 
-    def _write(self, operation: Callable[[], Any], updated: Run) -> Any:
-        if updated.state is RunState.RUNNING and self.before_claim is not None:
+    def _write(self, operation: Callable[[], Any], updated: Run | None) -> Any:
+        claiming = updated is None or updated.state is RunState.RUNNING
+        if claiming and self.before_claim is not None:
             hook, self.before_claim = self.before_claim, None
             hook()
         result = operation()
@@ -56,6 +57,9 @@ class FlakyRunStore:
 
     def transition_run(self, expected: Run, updated: Run) -> None:
         self._write(lambda: self.inner.transition_run(expected, updated), updated)
+
+    def claim(self, claim: Claim) -> Run:
+        return self._write(lambda: self.inner.claim(claim), None)  # type: ignore[no-any-return]
 
     def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
         return self._write(lambda: self.inner.claim_exclusive(expected, updated, now), updated)  # type: ignore[no-any-return]

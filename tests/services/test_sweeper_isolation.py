@@ -26,7 +26,7 @@ class Backlog:
         self.write_seconds = write_seconds
         self.by_shard = {
             shard: [
-                an_open_run(f"job_{shard}_{n}", RunState.PLANNED, NOW - timedelta(minutes=5), shard=shard)
+                an_open_run(f"job_{shard}_{n}", RunState.PLANNED, NOW - timedelta(minutes=10), shard=shard)
                 for n in range(count)
             ]
             for shard, count in runs_per_shard.items()

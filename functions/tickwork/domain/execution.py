@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from random import Random
 from typing import Any
 
 from tickwork.domain.backoff import backoff_delay
-from tickwork.domain.models import Job, JobState, Run, RunState
+from tickwork.domain.models import Job, JobState, Run, RunState, make_run_id
 from tickwork.domain.schedule import is_fire_time
 from tickwork.domain.targets import TargetResult
 from tickwork.domain.timekeys import format_instant_ms, truncate_ms
@@ -16,9 +16,13 @@ from tickwork.domain.timekeys import format_instant_ms, truncate_ms
 # Time beyond the target's own timeout before a silent worker counts as dead.
 LEASE_MARGIN = timedelta(seconds=30)
 MAX_DETAIL_CHARS = 1024
+# How long after its due time an unstarted run waits before the sweeper re-sends it.
+DISPATCH_GRACE = timedelta(seconds=90)
+# Runs that can still be claimed by a delivery of their current attempt.
+CLAIMABLE_STATES = frozenset({RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED})
 
 
-def cancellation_reason(job: Job | None, run: Run) -> str | None:
+def cancellation_reason(job: Job | None, scheduled_for: datetime) -> str | None:
     """The job's state at claim time rules (recorded in docs/design.md): deleted or paused -> cancelled;
     the fire no longer on the (edited) schedule -> cancelled; anything else, including a changed target,
     runs with the job as it is now."""
@@ -26,9 +30,80 @@ def cancellation_reason(job: Job | None, run: Run) -> str | None:
         return "job deleted"
     if job.state is JobState.PAUSED:
         return "job paused"
-    if not is_fire_time(job.schedule, run.scheduled_for):
+    if not is_fire_time(job.schedule, scheduled_for):
         return "schedule changed: this fire time is no longer on it"
     return None
+
+
+def check_at(run: Run) -> datetime | None:
+    """When the sweeper should look at an unfinished run if nothing has moved it by then (the sort key of
+    the open-runs index): its due time, or when it was planned for a catch-up run, plus the grace for its
+    message to arrive; a retry's retry time plus the grace; later after each re-send. A claim moves it
+    only when the lease ends sooner (a timeout + margin under the grace, or a run claimed after a re-send):
+    the claim is the hot path and an index key that moves costs two index writes. The sweeper reads a
+    running run's lease itself (`needs_repair`)."""
+    if run.state.is_terminal:
+        return None
+    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
+        expected = run.retry_at
+    else:
+        expected = max(run.due_at, run.planned_at)
+    if run.state is RunState.RUNNING:
+        # Never later than the lease: a short lease must not wait for the grace to be noticed.
+        first_check = expected + DISPATCH_GRACE
+        lease = run.lease_expires_at
+        return first_check if lease is None else min(first_check, lease)
+    if run.redispatched_at is not None:
+        # Each re-send waits longer before the next (90 s, then doubling): a run waiting behind the
+        # concurrency cap is slow, not lost, and must not be re-sent every sweep.
+        return run.redispatched_at + max(DISPATCH_GRACE, run.redispatched_at - expected)
+    return expected + DISPATCH_GRACE
+
+
+def needs_repair(run: Run, now: datetime) -> bool:
+    """Whether the sweeper must act on an open run now: a running run once its lease has expired (a live
+    lease is a worker still at it), any other unfinished run once its check time has passed."""
+    if run.state.is_terminal:
+        return False
+    if run.state is RunState.RUNNING:
+        return run.lease_expires_at is None or run.lease_expires_at <= now
+    due = check_at(run)
+    return due is not None and due <= now
+
+
+def lease_until(job: Job, now: datetime, lease_margin: timedelta = LEASE_MARGIN) -> datetime:
+    """A claim's lease: the job's timeout plus the margin before a silent worker counts as dead."""
+    return truncate_ms(now + timedelta(seconds=job.timeout_seconds) + lease_margin)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What an executor asks of the store to start an attempt: the run (by key) at the attempt its message
+    was sent for, the delivery's lease owner and lease, and when the queue accepted the message."""
+
+    job_id: str
+    scheduled_for: datetime
+    expected_attempt: int
+    worker: str
+    now: datetime
+    lease_expires_at: datetime
+    dispatched_at: datetime | None = None
+
+    @property
+    def run_id(self) -> str:
+        return make_run_id(self.job_id, self.scheduled_for)
+
+    def is_own(self, current: Run | None) -> bool:
+        """The stored run is this claim (a retried claim whose first try landed is refused by its own
+        condition): running, at the next attempt, under this delivery's lease owner and lease."""
+        return (
+            current is not None
+            and current.state is RunState.RUNNING
+            and current.attempt == self.expected_attempt + 1
+            and current.lease_owner == self.worker
+            and current.lease_expires_at is not None
+            and truncate_ms(current.lease_expires_at) == truncate_ms(self.lease_expires_at)
+        )
 
 
 def claimed(
@@ -41,7 +116,7 @@ def claimed(
     dispatched_at: datetime | None = None,
 ) -> Run:
     """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
-    lease_expires_at = now + timedelta(seconds=job.timeout_seconds) + lease_margin
+    lease_expires_at = lease_until(job, now, lease_margin)
     first_start = run.started_at is None
     return replace(
         run,

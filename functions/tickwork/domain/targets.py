@@ -482,12 +482,14 @@ _VALIDATORS: Mapping[str, Callable[[_Config], dict[str, Any]]] = {
 # ----------------------------------------------------------------------------------------------------------
 
 # A JSON value the job store holds (numbers DynamoDB can store, nesting it allows), as the document states it:
-# integers within 38 digits, strings, booleans, null, and objects / lists of them. The validators also take
+# integers within 37 digits, strings, booleans, null, and objects / lists of them. The validators also take
 # floats within 1e-130..9.9e125; the document states the simpler rule.
 _JSON_SCALAR: dict[str, Any] = {
     "anyOf": [
         {"type": "string", "maxLength": 1024},
-        {"type": "integer", "minimum": -(10**38) + 1, "maximum": 10**38 - 1},
+        # The store takes 38 digits; the document says 37, because generators read these bounds as floats
+        # (10**38 - 1 becomes 1e38, and 10**38 itself is refused).
+        {"type": "integer", "minimum": -(10**37), "maximum": 10**37},
         {"type": "boolean"},
         {"type": "null"},
     ]

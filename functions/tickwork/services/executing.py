@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import partial
 from random import Random
@@ -16,11 +16,14 @@ from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import (
+    CLAIMABLE_STATES,
     LEASE_MARGIN,
+    Claim,
     after_attempt,
     cancellation_reason,
     claimed,
     is_own_write,
+    lease_until,
     terminal,
 )
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
@@ -93,58 +96,100 @@ class Executor:
             return self._send_back_throttled(message, error)
 
     def _execute(self, message: RunMessage) -> Outcome:
+        # The hot path reads the job and claims the run in one conditional write: the message carries the
+        # run's key, attempt and due time, so no read of the run comes first (docs/design.md).
         now = self._clock.now()
-        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
-        if run is None:
-            logger.warning("message for unknown run %s: dropped", message.dedupe_id)
-            self._metrics.count("OrphanMessages")
-            return Outcome.NOT_FOUND
-        if run.state.is_terminal or run.attempt != message.attempt:
-            return Outcome.DUPLICATE
-        if run.state is RunState.RUNNING and run.lease_expires_at is not None and run.lease_expires_at > now:
-            return Outcome.DUPLICATE
         if message.runaway:
-            return self._stop_runaway(run, message)
+            return self._stop_runaway(message)
         wait = (message.not_before - now).total_seconds()
         if wait > self._config.max_hold.total_seconds():
-            self._dispatcher.redispatch(message.resent(), run.shard, now)
+            self._dispatcher.redispatch(message.resent(), 0, now)
             return Outcome.DEFERRED
         if wait > 0:
             self._clock.sleep(wait)
-            now = self._clock.now()
-        job = self._retrying(partial(self._store.get_job, run.job_id))
-        now = self._clock.now()  # the start is measured after the reads, as close to the call as it gets
-        reason = cancellation_reason(job, run)
+        job = self._retrying(partial(self._store.get_job, message.job_id))
+        now = self._clock.now()  # the start is measured after the read, as close to the call as it gets
+        reason = cancellation_reason(job, message.scheduled_for)
         if reason is not None or job is None:
-            return self._end(run, RunState.CANCELLED, reason or "job deleted", Outcome.CANCELLED)
+            return self._cancel(message, reason or "job deleted")
+        if job.overlap is not OverlapPolicy.ALLOW:
+            return self._execute_exclusive(message, job, now)
+        claim = Claim(
+            job_id=message.job_id,
+            scheduled_for=message.scheduled_for,
+            expected_attempt=message.attempt,
+            worker=self._delivery_worker(),
+            now=now,
+            lease_expires_at=lease_until(job, now, self._config.lease_margin),
+            dispatched_at=message.sent_at,
+        )
+        try:
+            mine = self._retrying(partial(self._store.claim, claim))
+        except StaleRunError as error:
+            if error.current is None:
+                return self._orphan(message)
+            if not claim.is_own(error.current):
+                return Outcome.DUPLICATE  # another delivery claimed it first, or the run moved on
+            # Our claim landed and its response was lost; the retry was refused by its own condition.
+            logger.info("claim of %s recognised as our own after a lost response", claim.run_id)
+            self._metrics.count("LostResponsesRecognised")
+            mine = error.current
+        self._count_start(mine)
+        return self._run_target(mine, job, False, message.hops)
+
+    def _execute_exclusive(self, message: RunMessage, job: Job, now: datetime) -> Outcome:
+        """Overlap skip / queue: the claim also takes the job's single running slot, in a transaction that
+        writes the run from what was read, so these jobs read their run first (one read more than allow)."""
+        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+        if run is None:
+            return self._orphan(message)
+        if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
+            return Outcome.DUPLICATE
         mine = claimed(
             run,
             job,
-            # One lease owner per delivery, not per process: two deliveries of one run handled at once by
-            # the same worker must not take each other's claim for their own (is_own_write).
-            worker=f"{self._config.worker_id}#{self._rng.getrandbits(32):08x}",
+            worker=self._delivery_worker(),
             now=now,
             lease_margin=self._config.lease_margin,
             dispatched_at=message.sent_at,
         )
-        exclusive = job.overlap is not OverlapPolicy.ALLOW
         try:
-            if exclusive and not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
+            if not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
                 return self._blocked_by_overlap(run, job, message.hops)
-            if not exclusive:
-                self._retrying(partial(self._store.transition_run, run, mine))
         except StaleRunError as error:
             if not is_own_write(error.current, mine):
                 return Outcome.DUPLICATE  # another delivery claimed it first
-            # Our claim landed and its response was lost; the retry was refused by its own condition.
             logger.info("claim of %s recognised as our own after a lost response", run.run_id)
             self._metrics.count("LostResponsesRecognised")
-        if mine.attempt == 1 and mine.start_delay_ms is not None:
-            self._metrics.timing_ms("StartDelay", mine.start_delay_ms)
+        self._count_start(mine)
+        return self._run_target(mine, job, True, message.hops)
+
+    def _delivery_worker(self) -> str:
+        # One lease owner per delivery, not per process: two deliveries of one run handled at once by the
+        # same worker must not take each other's claim for their own.
+        return f"{self._config.worker_id}#{self._rng.getrandbits(32):08x}"
+
+    def _count_start(self, run: Run) -> None:
+        if run.attempt == 1 and run.start_delay_ms is not None:
+            self._metrics.timing_ms("StartDelay", run.start_delay_ms)
         self._metrics.count("RunsStarted")
-        if mine.attempt > 1:
+        if run.attempt > 1:
             self._metrics.count("Retries")
-        return self._run_target(mine, job, exclusive, message.hops)
+
+    def _orphan(self, message: RunMessage) -> Outcome:
+        logger.warning("message for unknown run %s: dropped", message.dedupe_id)
+        self._metrics.count("OrphanMessages")
+        return Outcome.NOT_FOUND
+
+    def _cancel(self, message: RunMessage, reason: str) -> Outcome:
+        """The job's state at claim time says no (deleted, paused, fire off the schedule): the run ends
+        cancelled, if this delivery's attempt still holds it."""
+        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+        if run is None:
+            return self._orphan(message)
+        if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
+            return Outcome.DUPLICATE
+        return self._end(run, RunState.CANCELLED, reason, Outcome.CANCELLED)
 
     def _send_back_throttled(self, message: RunMessage, error: TransientStoreError) -> Outcome:
         delay = THROTTLED_RETRY_BASE_SECONDS + backoff_delay(
@@ -163,10 +208,15 @@ class Executor:
             raise error from None  # nowhere to put it: the queue redelivers the original after its timeout
         return Outcome.DEFERRED
 
-    def _stop_runaway(self, run: Run, message: RunMessage) -> Outcome:
+    def _stop_runaway(self, message: RunMessage) -> Outcome:
         """A message re-sent more than MAX_HOPS times is a loop (Lambda's own cut-off is off on the
         executor): the run ends failed, with the reason on it and a metric, rather than cycling forever
         or vanishing."""
+        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+        if run is None:
+            return self._orphan(message)
+        if run.state.is_terminal or run.attempt != message.attempt:
+            return Outcome.DUPLICATE
         reason = f"stopped a runaway re-send loop: message re-sent {message.hops} times (limit {MAX_HOPS})"
         logger.error("run %s: %s", run.run_id, reason)
         self._metrics.count("RunawayLoops")

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage
+from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, Run
 
 
@@ -88,6 +89,12 @@ class RunStore(Protocol):
     def transition_run(self, expected: Run, updated: Run) -> None:
         """Write `updated` if the stored run still has `expected`'s state, attempt and lease.
         Raises StaleRunError otherwise."""
+        ...
+
+    def claim(self, claim: Claim) -> Run:
+        """Move the run to running at the claim's next attempt and lease, if it is still claimable at the
+        expected attempt, in one write without a read before it; returns the run as stored after it.
+        Raises StaleRunError (with the stored run, or None if there is none) otherwise."""
         ...
 
     def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:

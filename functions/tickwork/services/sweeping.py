@@ -10,7 +10,7 @@ from random import Random
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
-from tickwork.domain.execution import after_lease_expired, terminal
+from tickwork.domain.execution import after_lease_expired, needs_repair, terminal
 from tickwork.domain.models import Run, RunState
 from tickwork.services.ports import DeadLetterSource, Dispatcher, Metrics, RunStore
 
@@ -126,6 +126,8 @@ class Sweeper:
                 if self._clock.now() >= shard_deadline:
                     report.shards_cut_short.append(shard)
                     return
+                if not needs_repair(run, now):
+                    continue  # listed by its check time, but still healthy: a live lease, a retry to come
                 age = max(0.0, (now - overdue_since(run)).total_seconds())
                 report.oldest_overdue_seconds = max(report.oldest_overdue_seconds, age)
                 try:

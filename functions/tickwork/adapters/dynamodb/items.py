@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
+from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
     Job,
     JobState,
@@ -26,8 +28,8 @@ from tickwork.domain.timekeys import epoch_seconds, format_instant, format_insta
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
-# How long after its due time an unstarted run waits before the sweeper re-sends it.
-DISPATCH_GRACE = timedelta(seconds=90)
+# Write shards per shard in the open-runs index (see `open_key`).
+OPEN_KEY_SPREAD = 8
 
 
 def _to_dynamo(value: Any) -> Any:
@@ -158,26 +160,21 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
     )
 
 
-def run_check_at(run: Run) -> datetime | None:
-    """When the sweeper should look at an unfinished run if nothing has moved it by then."""
-    if run.state.is_terminal:
-        return None
-    if run.state is RunState.RUNNING:
-        return run.lease_expires_at
-    if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
-        expected = run.retry_at
-    else:
-        # A catch-up run is due in the past but was sent just now: count from when it was planned.
-        expected = max(run.due_at, run.planned_at)
-    if run.redispatched_at is not None:
-        # Each re-send waits longer before the next (90 s, then doubling): a run waiting behind the
-        # concurrency cap is slow, not lost, and must not be re-sent every sweep.
-        return run.redispatched_at + max(DISPATCH_GRACE, run.redispatched_at - expected)
-    return expected + DISPATCH_GRACE
+def open_key(shard: int, run_id: str) -> str:
+    """Partition key of a run in the open-runs index: its shard and one of OPEN_KEY_SPREAD write shards
+    (a stable hash of the run id), so a top-of-hour burst spreads its index writes over
+    shards x OPEN_KEY_SPREAD keys instead of one key per shard."""
+    digest = hashlib.blake2b(run_id.encode(), digest_size=4, person=b"tickwork-open").digest()
+    return f"{shard:04d}#{int.from_bytes(digest, 'big') % OPEN_KEY_SPREAD}"
+
+
+def open_keys(shard: int) -> list[str]:
+    """Every open-runs partition of a shard (what the sweeper reads)."""
+    return [f"{shard:04d}#{spread}" for spread in range(OPEN_KEY_SPREAD)]
 
 
 def run_to_item(run: Run) -> dict[str, Any]:
-    check_at = run_check_at(run)
+    sweep_at = check_at(run)
     item: dict[str, Any] = {
         "job_id": run.job_id,
         "scheduled_for": format_instant(run.scheduled_for),
@@ -193,7 +190,6 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "redispatched_at": _opt_instant_ms(run.redispatched_at),
         "started_at": _opt_instant_ms(run.started_at),
         "finished_at": _opt_instant_ms(run.finished_at),
-        "start_delay_ms": run.start_delay_ms,
         "lease_owner": run.lease_owner,
         "lease_expires_at": _opt_instant_ms(run.lease_expires_at),
         "retry_at": _opt_instant_ms(run.retry_at),
@@ -202,17 +198,19 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "attempts": [dict(a) for a in run.attempts] or None,
         "expires_at": epoch_seconds(run.expires_at),
         # Sparse index of unfinished runs: the sweeper's work list, never a scan of all runs.
-        "open_key": None if check_at is None else f"{run.shard:04d}",
-        "check_at": None if check_at is None else format_instant_ms(check_at),
+        "open_key": None if sweep_at is None else open_key(run.shard, run.run_id),
+        "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
     }
     return {k: v for k, v in item.items() if v is not None}
 
 
 def run_from_item(item: Mapping[str, Any]) -> Run:
+    due_at = parse_instant(item["due_at"])
+    started_at = _opt_parse(item.get("started_at"))
     return Run(
         job_id=item["job_id"],
         scheduled_for=parse_instant(item["scheduled_for"]),
-        due_at=parse_instant(item["due_at"]),
+        due_at=due_at,
         state=RunState(item["state"]),
         trigger=Trigger(item["trigger"]),
         job_version=int(item["job_version"]),
@@ -221,9 +219,11 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         planned_at=parse_instant(item["planned_at"]),
         dispatched_at=_opt_parse(item.get("dispatched_at")),
         redispatched_at=_opt_parse(item.get("redispatched_at")),
-        started_at=_opt_parse(item.get("started_at")),
+        started_at=started_at,
         finished_at=_opt_parse(item.get("finished_at")),
-        start_delay_ms=None if item.get("start_delay_ms") is None else int(item["start_delay_ms"]),
+        # Derived, not stored: the claim is one UpdateItem that cannot compute it (the first start minus the
+        # due time, which is what `claimed` records).
+        start_delay_ms=None if started_at is None else int((started_at - due_at).total_seconds() * 1000),
         lease_owner=item.get("lease_owner"),
         lease_expires_at=_opt_parse(item.get("lease_expires_at")),
         retry_at=_opt_parse(item.get("retry_at")),

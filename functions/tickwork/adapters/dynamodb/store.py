@@ -14,6 +14,7 @@ from tickwork.adapters.dynamodb.items import (
     deserialize,
     job_from_item,
     job_to_item,
+    open_keys,
     run_from_item,
     run_to_item,
     serialize,
@@ -26,6 +27,7 @@ from tickwork.domain.errors import (
     TransientStoreError,
     VersionMismatchError,
 )
+from tickwork.domain.execution import CLAIMABLE_STATES, Claim
 from tickwork.domain.models import Job, Run, RunState, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
@@ -75,6 +77,30 @@ def _cancellation_codes(error: ClientError) -> list[str]:
 
 def _transient(error: ClientError) -> TransientStoreError:
     return TransientStoreError(f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}")
+
+
+def _run_key(run: Run) -> dict[str, Any]:
+    return {"job_id": run.job_id, "scheduled_for": format_instant(run.scheduled_for)}
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """An UpdateExpression that turns item `before` into item `after`: SET what is new or different,
+    REMOVE what is gone; key attributes never change. Names and values are numbered placeholders."""
+    keys = {"job_id", "scheduled_for"}
+    changed = [k for k, v in after.items() if k not in keys and before.get(k) != v]
+    gone = [k for k in before if k not in keys and k not in after]
+    names = {f"#u{i}": k for i, k in enumerate(changed)}
+    names.update({f"#r{i}": k for i, k in enumerate(gone)})
+    values = {f":u{i}": after[k] for i, k in enumerate(changed)}
+    clauses = []
+    if changed:
+        clauses.append("SET " + ", ".join(f"#u{i} = :u{i}" for i in range(len(changed))))
+    if gone:
+        clauses.append("REMOVE " + ", ".join(f"#r{i}" for i in range(len(gone))))
+    if not clauses:
+        # Nothing differs: still a conditional write, so the caller learns whether the run moved.
+        clauses.append("SET #s = #s")
+    return " ".join(clauses), names, values
 
 
 def _stored_run(item: Any) -> Run | None:
@@ -128,11 +154,19 @@ class DynamoStore:
             yield job_from_item(item)
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
-        found: set[datetime] = set()
-        for fire in scheduled_fors:
-            if self._get(self.tables.runs, {"job_id": job_id, "scheduled_for": format_instant(fire)}):
-                found.add(fire)
-        return found
+        """One strongly consistent Query over the fires' range (keys only), not one read per fire."""
+        if not scheduled_fors:
+            return set()
+        wanted = {format_instant(fire): fire for fire in scheduled_fors}
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
+            "ExpressionAttributeValues": serialize({":j": job_id, ":a": min(wanted), ":b": max(wanted)}),
+            "ProjectionExpression": "scheduled_for",
+            "ConsistentRead": True,
+        }
+        found = (str(item["scheduled_for"]) for item in self._query_items(request))
+        return {wanted[key] for key in found if key in wanted}
 
     def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None:
         item = self._get(self.tables.runs, {"job_id": job_id, "scheduled_for": format_instant(scheduled_for)})
@@ -175,24 +209,26 @@ class DynamoStore:
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         """The jobs that exist among `job_ids` (BatchGetItem, strongly consistent), by id."""
-        found: dict[str, Job] = {}
-        pending = list(dict.fromkeys(job_ids))
+        keys = [{"job_id": job_id} for job_id in dict.fromkeys(job_ids)]
+        jobs = (job_from_item(item) for item in self._batch_get(self.tables.jobs, keys))
+        return {job.job_id: job for job in jobs}
+
+    def _batch_get(self, table: str, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items that exist among `keys` (BatchGetItem, strongly consistent, 100 keys a request;
+        unprocessed keys are asked again a few times), deserialized, in no particular order."""
+        found: list[dict[str, Any]] = []
+        pending = list(keys)
         while pending:
             chunk, pending = pending[:100], pending[100:]
             request: dict[str, Any] = {
-                self.tables.jobs: {
-                    "Keys": [serialize({"job_id": job_id}) for job_id in chunk],
-                    "ConsistentRead": True,
-                }
+                table: {"Keys": [serialize(key) for key in chunk], "ConsistentRead": True}
             }
             for _ in range(_MAX_BATCH_ROUNDS):
                 try:
                     response = self._client.batch_get_item(RequestItems=request)
                 except ClientError as error:
                     raise self._translate(error) from error
-                for item in response.get("Responses", {}).get(self.tables.jobs, []):
-                    job = job_from_item(deserialize(item))
-                    found[job.job_id] = job
+                found.extend(deserialize(item) for item in response.get("Responses", {}).get(table, []))
                 request = dict(response.get("UnprocessedKeys") or {})
                 if not request:
                     break
@@ -434,14 +470,17 @@ class DynamoStore:
     # --- execution ---------------------------------------------------------------------------------
 
     def transition_run(self, expected: Run, updated: Run) -> None:
+        """One conditional UpdateItem of the attributes that change (never a whole-item put)."""
         condition, values = self._run_condition(expected)
+        update, names, update_values = _changes(run_to_item(expected), run_to_item(updated))
         try:
-            self._client.put_item(
+            self._client.update_item(
                 TableName=self.tables.runs,
-                Item=serialize(run_to_item(updated)),
+                Key=serialize(_run_key(expected)),
+                UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames={"#s": "state"},
-                ExpressionAttributeValues=serialize(values),
+                ExpressionAttributeNames={"#s": "state", **names},
+                ExpressionAttributeValues=serialize({**values, **update_values}),
                 # The refusal carries the stored run: a retry whose first try landed recognises itself.
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
@@ -451,6 +490,77 @@ class DynamoStore:
                     f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
                     current=_stored_run(error.response.get("Item")),
                 ) from error
+            raise self._translate(error) from error
+
+    def claim(self, claim: Claim) -> Run:
+        """The executor's claim: one conditional UpdateItem (no read before it) that moves a claimable run
+        at the expected attempt to running under a new lease, and returns the run as it now is. The index
+        sort key is left alone (see domain.execution.check_at). StaleRunError, carrying the stored run (None
+        if there is none), when the run is not claimable at that attempt."""
+        update = (
+            "SET #s = :running, attempt = :attempt, lease_owner = :worker, lease_expires_at = :lease, "
+            "started_at = if_not_exists(started_at, :now)"
+        )
+        values: dict[str, Any] = {
+            ":running": str(RunState.RUNNING),
+            ":attempt": claim.expected_attempt + 1,
+            ":worker": claim.worker,
+            ":lease": format_instant_ms(claim.lease_expires_at),
+            ":now": format_instant_ms(claim.now),
+            ":expected_attempt": claim.expected_attempt,
+            **{f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))},
+        }
+        if claim.dispatched_at is not None:
+            update += ", dispatched_at = if_not_exists(dispatched_at, :sent)"
+            values[":sent"] = format_instant_ms(claim.dispatched_at)
+        claimable = ", ".join(f":c{i}" for i in range(len(CLAIMABLE_STATES)))
+        try:
+            response = self._client.update_item(
+                TableName=self.tables.runs,
+                Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
+                UpdateExpression=update + " REMOVE retry_at",
+                ConditionExpression=f"#s IN ({claimable}) AND attempt = :expected_attempt",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=serialize(values),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                raise StaleRunError(
+                    f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
+                    current=_stored_run(error.response.get("Item")),
+                ) from error
+            raise self._translate(error) from error
+        stored = deserialize(response["Attributes"])
+        lease = format_instant_ms(claim.lease_expires_at)
+        if "check_at" in stored and str(stored["check_at"]) > lease:
+            # The run's check time is later than this lease (a short timeout, or a re-sent run): bring it
+            # forward, or a dead worker would go unnoticed until then. The common claim skips this write.
+            self._tighten_check(claim, lease)
+            stored["check_at"] = lease
+        return run_from_item(stored)
+
+    def _tighten_check(self, claim: Claim, lease: str) -> None:
+        try:
+            self._client.update_item(
+                TableName=self.tables.runs,
+                Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
+                UpdateExpression="SET check_at = :lease",
+                ConditionExpression="#s = :running AND attempt = :attempt AND lease_owner = :worker",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=serialize(
+                    {
+                        ":lease": lease,
+                        ":running": str(RunState.RUNNING),
+                        ":attempt": claim.expected_attempt + 1,
+                        ":worker": claim.worker,
+                    }
+                ),
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return  # the run already moved on (finished, or taken over): its check time moved with it
             raise self._translate(error) from error
 
     def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
@@ -502,14 +612,33 @@ class DynamoStore:
         return None if raw is None else raw.get("queued_run")
 
     def open_runs(self, shard: int, through: datetime) -> Iterator[Run]:
-        request: dict[str, Any] = {
-            "TableName": self.tables.runs,
-            "IndexName": "open_runs",
-            "KeyConditionExpression": "open_key = :k AND check_at <= :t",
-            "ExpressionAttributeValues": serialize({":k": f"{shard:04d}", ":t": format_instant_ms(through)}),
-        }
-        for item in self._query_items(request):
-            yield run_from_item(item)
+        """The shard's open runs whose check time is at or before `through`, oldest check first: the keys
+        from each write shard of the keys-only index, then the runs themselves (strongly consistent batch
+        reads, 100 at a time; a run finished in between is simply not returned)."""
+        listed: list[tuple[str, str, str]] = []
+        for key in open_keys(shard):
+            request: dict[str, Any] = {
+                "TableName": self.tables.runs,
+                "IndexName": "open_runs",
+                "KeyConditionExpression": "open_key = :k AND check_at <= :t",
+                "ExpressionAttributeValues": serialize({":k": key, ":t": format_instant_ms(through)}),
+            }
+            listed.extend(
+                (str(item["check_at"]), str(item["job_id"]), str(item["scheduled_for"]))
+                for item in self._query_items(request)
+            )
+        listed.sort()
+        for start in range(0, len(listed), 100):
+            chunk = listed[start : start + 100]
+            keys = [{"job_id": job_id, "scheduled_for": fire} for _, job_id, fire in chunk]
+            found = {
+                (str(item["job_id"]), str(item["scheduled_for"])): item
+                for item in self._batch_get(self.tables.runs, keys)
+            }
+            for _, job_id, fire in chunk:
+                item = found.get((job_id, fire))
+                if item is not None and "open_key" in item:
+                    yield run_from_item(item)
 
     def _query_items(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Every item of a Query, page after page, deserialized; AWS errors translated."""
@@ -541,14 +670,16 @@ class DynamoStore:
     ) -> bool:
         """Move the run and the job's overlap slot together; False when only the slot's condition failed."""
         run_condition, run_values = self._run_condition(expected)
+        update, names, update_values = _changes(run_to_item(expected), run_to_item(updated))
         items: list[dict[str, Any]] = [
             {
-                "Put": {
+                "Update": {
                     "TableName": self.tables.runs,
-                    "Item": serialize(run_to_item(updated)),
+                    "Key": serialize(_run_key(expected)),
+                    "UpdateExpression": update,
                     "ConditionExpression": run_condition,
-                    "ExpressionAttributeNames": {"#s": "state"},
-                    "ExpressionAttributeValues": serialize(run_values),
+                    "ExpressionAttributeNames": {"#s": "state", **names},
+                    "ExpressionAttributeValues": serialize({**run_values, **update_values}),
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
