@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,8 @@ from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.models import Job, Run, RunState, Target, shard_of
+from tickwork.domain.execution import Claim
+from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.echo import EchoServer
 from tickwork.local.emulator import Emulator, EmulatorConfig
@@ -80,6 +81,11 @@ MIX: tuple[tuple[float, str, float], ...] = (
 )
 TOTAL_JOBS = 100_000
 
+SQS_OPERATIONS = frozenset(
+    {"SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch"}
+)
+LARGE_BODY = 8 * 1024  # a large target config, reported on its own line
+
 SCHEDULE = parse_schedule("*/5 * * * *", "Europe/Berlin")
 FIRE = next_fire(SCHEDULE, NOW)
 
@@ -91,6 +97,7 @@ class RecordingStore(DynamoStore):
         super().__init__(dynamodb, tables)
         self.commits: list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
         self.transitions: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._planned: dict[str, dict[str, Any]] = {}  # run id -> item as planned (what a claim updates)
         self._lock = threading.Lock()
 
     def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
@@ -102,6 +109,13 @@ class RecordingStore(DynamoStore):
         )
         with self._lock:
             self.commits.append(record)
+            self._planned.update({r.run_id: run_to_item(r) for r in runs})
+
+    def claim(self, claim: Claim) -> Run:
+        run = super().claim(claim)
+        with self._lock:
+            self.transitions.append((self._planned[run.run_id], run_to_item(run)))
+        return run
 
     def transition_run(self, expected: Run, updated: Run) -> None:
         super().transition_run(expected, updated)
@@ -275,6 +289,24 @@ def measure(jobs_count: int) -> Measured:
     return m
 
 
+def large_item_units() -> tuple[int, float]:
+    """Planned run item size and write units per run for a job whose target config holds a large body."""
+    job = make_jobs(1, "http://127.0.0.1:1")[0]
+    config = {**job.target.config, "body": "x" * LARGE_BODY}
+    job = replace(job, target=Target(job.target.kind, config))
+    planned = Run.for_fire(job, FIRE, now=NOW, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    running = replace(planned, state=RunState.RUNNING, attempt=1, started_at=FIRE, lease_owner="w#1")
+    done = replace(running, state=RunState.SUCCEEDED, finished_at=FIRE, lease_owner=None)
+    after_job = job.advanced_to(FIRE + timedelta(minutes=5))
+    units_per_run = (
+        write(RUNS, None, run_to_item(planned), True)
+        + write(JOBS, job_to_item(job), job_to_item(after_job), True)
+        + write(RUNS, run_to_item(planned), run_to_item(running), False)
+        + write(RUNS, run_to_item(running), run_to_item(done), False)
+    )
+    return item_size(run_to_item(planned)), units_per_run
+
+
 def per_run(calls: dict[str, int], runs: int) -> str:
     return ", ".join(f"{op} {n / runs:.2f}" for op, n in sorted(calls.items()))
 
@@ -310,23 +342,25 @@ def main(jobs_count: int) -> None:
     wcu_rows = [(k, v) for k, v in m.wcu.items()]
     wcu_rows.append(("ticker watermarks (per min, amortised)", tick_fixed_wcu / runs_per_min))
     # Reads. GetItem consistent: 1 RCU per 4 KB. Query on a GSI (eventually consistent): 0.5 RCU per 4 KB of
-    # the items it returns, summed per query and rounded up; an empty query still costs 0.5.
+    # the items it returns, summed per query and rounded up; an empty query still costs 0.5. The executor's
+    # reads are the measured calls (every item read is under 4 KB); a claim's ReturnValues reads nothing.
     due_read = 0.5 * job_size / 4096  # large top-of-minute buckets: the rounding is amortised
-    run_get = 1.0 * math.ceil(run_size / 4096)  # consistent GetItem of the run
-    job_get = 1.0 * math.ceil(job_size / 4096)  # consistent GetItem of the job
+    job_get = 1.0 * math.ceil(job_size / 4096)  # consistent GetItem of the job (where a run needs one)
+    exec_gets = m.exec_calls.get("GetItem", 0) / m.batched_runs
+    exec_queries = (m.exec_calls.get("Query", 0) + m.exec_calls.get("BatchGetItem", 0)) / m.batched_runs
     tick_fixed_rcu = SHARDS * (1 + 0.5 * buckets_per_tick)  # watermark GetItem + due queries
-    sweep_fixed_rcu = SHARDS * 0.5  # one open_runs query per shard, empty when nothing stalled
+    sweep_fixed_rcu = 0.5 * m.sweep_calls.get("Query", 0)  # open_runs queries, empty when nothing stalled
     rcu_rows = [
         ("plan: due-index query (job item, eventual)", due_read),
-        ("claim: GetItem run (consistent)", run_get),
-        ("claim: GetItem job (consistent)", job_get),
+        ("execute: GetItem (consistent), measured", exec_gets * 1.0),
+        ("execute: Query / BatchGetItem, measured", exec_queries * 0.5),
         ("ticker: watermark + bucket queries (amortised)", tick_fixed_rcu / runs_per_min),
         ("sweeper: open_runs queries (amortised)", sweep_fixed_rcu / runs_per_min),
     ]
     wcu_total = sum(v for _, v in wcu_rows)
     rcu_total = sum(v for _, v in rcu_rows)
     wcu_min = 8.0  # write_units.py: txn put run 2, txn update job 2, claim 1, finish 1, due-index move 2
-    rcu_min = due_read + job_get  # the due read, and one consistent job read (pause/delete/edit) at claim
+    rcu_min = due_read  # the due read: the claim needs no read (the run carries its job view)
     print("\nDynamoDB write units per successful run (from the recorded items):")
     for name, value in wcu_rows:
         print(f"  {name:<48} {value:>7.3f} WCU")
@@ -339,7 +373,7 @@ def main(jobs_count: int) -> None:
         print(f"  {name:<48} {value:>7.3f} RCU")
     print(
         f"  {'total':<48} {rcu_total:>7.3f} RCU   design minimum {rcu_min:.2f} "
-        f"(due read + job read at claim; the run read could be the claim's condition), "
+        f"(the due read), "
         f"ratio {rcu_total / rcu_min:.2f}"
     )
     # overlap=skip|queue: claim and finish become transactions with the job's overlap slot.
@@ -347,10 +381,19 @@ def main(jobs_count: int) -> None:
     slot = {**job_item, "active_run": "x" * 43, "active_lease_expires_at": "2026-12-02T13:06:30.200Z"}
     # The job's slot is taken and released (transactional, and the `due` index projects ALL, so it moves
     # too); the run's own item writes (not its index writes) double inside the transactions.
-    exclusive_extra = write(JOBS, job_item, slot, True) + write(JOBS, slot, job_item, True) + m.run_base_wcu
+    # Plus the claim on the view, refused by its overlap condition (a refused write costs 1 unit).
+    exclusive_extra = (
+        write(JOBS, job_item, slot, True) + write(JOBS, slot, job_item, True) + m.run_base_wcu + 1
+    )
     print(
-        f"  overlap=skip/queue instead of allow: +{exclusive_extra:.1f} WCU (claim and finish become "
-        f"transactions with the job's slot) and +{job_get:.0f} RCU (finish reads the job)"
+        f"  overlap=skip/queue instead of allow: +{exclusive_extra:.1f} WCU (the refused claim on the view, "
+        f"then claim and finish as transactions with the job's slot) and +{job_get:.0f} RCU (finish reads "
+        "the job)"
+    )
+    large = large_item_units()
+    print(
+        f"  a job whose target carries a {LARGE_BODY // 1024} KiB body: run item {large[0]} B planned, "
+        f"{large[1]:.0f} WCU per run (every run item carries the target in its job view)"
     )
 
     # --- SQS --------------------------------------------------------------------------------------------
@@ -455,6 +498,16 @@ def main(jobs_count: int) -> None:
         f"{stored * (run_size + 1000 + PER_ITEM_OVERHEAD) / 1e9:.0f} GB at the worst"
     )
     print(f"\nother benchmarks running at the end: {concurrency_note()}")
+    dynamo_calls = sum(v for k, v in m.plan_calls.items() if k not in SQS_OPERATIONS) / n + sum(
+        v for k, v in m.exec_calls.items() if k not in SQS_OPERATIONS
+    ) / max(1, m.batched_runs)
+    sqs_calls = sum(v for k, v in m.plan_calls.items() if k in SQS_OPERATIONS) / n + sum(
+        v for k, v in m.exec_calls.items() if k in SQS_OPERATIONS
+    ) / max(1, m.batched_runs)
+    print(
+        f"per successful run: {wcu_total:.2f} WCU, {rcu_total:.2f} RCU, {dynamo_calls:.2f} DynamoDB calls, "
+        f"{sqs_calls:.2f} SQS calls (plan + execute in batches of {BATCH})"
+    )
 
 
 if __name__ == "__main__":

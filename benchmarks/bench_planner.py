@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import boto3
+from infra.config import DeploymentConfig
 from moto import mock_aws
 
 from _common import (
@@ -110,6 +112,7 @@ class Row:
     runs_in_table: int
     distinct_jobs: int
     dispatched: int
+    cpu_seconds: float  # this process's CPU (the ticker's side: planning, serialization, boto3)
 
     @property
     def fires_per_second(self) -> float:
@@ -118,6 +121,10 @@ class Row:
     @property
     def ms_per_commit(self) -> float:
         return self.seconds / max(1, self.commits) * 1000
+
+    @property
+    def cpu_ms_per_fire(self) -> float:
+        return self.cpu_seconds / max(1, self.fires) * 1000
 
 
 def seed(dynamodb: Any, tables: TableNames, jobs: int, shards: int) -> None:
@@ -153,9 +160,9 @@ def bench_ministack(dynamodb: Any, jobs: int, shards: int, threads: int, mode: s
         seed(dynamodb, tables, jobs, shards)
         store = TimedStore(dynamodb, tables)
         dispatcher = CountingDispatcher()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         reports = plan_all(store, dispatcher, shards, threads, mode)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         run_jobs = scan_values(dynamodb, tables.runs, "job_id")
         return Row(
             mode=mode,
@@ -170,6 +177,7 @@ def bench_ministack(dynamodb: Any, jobs: int, shards: int, threads: int, mode: s
             runs_in_table=len(run_jobs),
             distinct_jobs=len(Counter(run_jobs)),
             dispatched=dispatcher.sent,
+            cpu_seconds=cpu,
         )
     finally:
         delete_tables(dynamodb, [tables.jobs, tables.runs, tables.shards])
@@ -182,7 +190,8 @@ def print_table(jobs: int, rows: list[Row]) -> None:
     )
     header = (
         f"{'mode':<9}{'shards':>6}{'threads':>8}{'fires':>7}{'wall s':>8}{'fires/s':>9}"
-        f"{'ms/commit':>10}{'p50 ms':>8}{'p99 ms':>8}{'conflicts':>10}  exactly-once check (Scan of runs)"
+        f"{'ms/commit':>10}{'p50 ms':>8}{'p99 ms':>8}{'cpu ms/fire':>12}{'conflicts':>10}"
+        "  exactly-once check (Scan of runs)"
     )
     print(header)
     print("-" * len(header))
@@ -194,7 +203,8 @@ def print_table(jobs: int, rows: list[Row]) -> None:
         )
         print(
             f"{r.mode:<9}{r.shards:>6}{r.threads:>8}{r.fires:>7}{r.seconds:>8.2f}{r.fires_per_second:>9.0f}"
-            f"{r.ms_per_commit:>10.2f}{r.commit_p50_ms:>8.2f}{r.commit_p99_ms:>8.2f}{r.conflicts:>10}"
+            f"{r.ms_per_commit:>10.2f}{r.commit_p50_ms:>8.2f}{r.commit_p99_ms:>8.2f}{r.cpu_ms_per_fire:>12.2f}"
+            f"{r.conflicts:>10}"
             f"  {check}"
         )
     print(
@@ -222,7 +232,47 @@ def run_ministack(jobs: int, shard_counts: Sequence[int] = SHARD_COUNTS) -> None
                         flush=True,
                     )
     print_table(jobs, rows)
+    print_top_of_hour_fit([r for r in rows if r.mode == "single"])
     print(f"other benchmarks running at the end: {concurrency_note()}")
+
+
+# The deployment's ticker, as infra/config.py and infra/constructs/scheduler.py set it.
+TOP_OF_HOUR_FIRES = 60_000
+TICKER_MEMORY_MB = 1024
+TICKER_TIMEOUT_S = 50.0
+LAMBDA_MB_PER_VCPU = 1769  # Lambda gives one full vCPU at 1,769 MB, in proportion below it
+TICKER_THREADS = 16  # handlers/ticker.py MAX_THREADS: one thread per shard of the invocation
+
+
+def print_top_of_hour_fit(singles: list[Row]) -> None:
+    """Whether a 60,000-fire top-of-hour burst is planned inside the ticker's timeout and lookahead, from the
+    ticker's CPU per fire measured here (one thread, so the figure is the planner's own) and the commit
+    latency measured here (MiniStack on loopback; DynamoDB's is of the same order), for the fan-outs the
+    deployment can use. Needed = max(CPU at Lambda's share of a vCPU, commits in flight one per shard)."""
+    config = DeploymentConfig()
+    cpu_per_fire = max(r.cpu_ms_per_fire for r in singles) / 1000  # the worse of the measured rows
+    commit_s = max(r.commit_p50_ms for r in singles) / 1000
+    share = min(1.0, TICKER_MEMORY_MB / LAMBDA_MB_PER_VCPU)
+    print(
+        f"\ntop-of-hour fit: {TOP_OF_HOUR_FIRES:,} fires over {config.shard_count} shards; ticker CPU "
+        f"{cpu_per_fire * 1000:.2f} ms per fire (measured, 1 thread), commit p50 {commit_s * 1000:.2f} ms; "
+        f"Lambda at {TICKER_MEMORY_MB} MB has {share:.2f} vCPU; timeout {TICKER_TIMEOUT_S:.0f} s, "
+        f"lookahead {config.lookahead_seconds} s"
+    )
+    for per_invocation in sorted({config.ticker_shards_per_invocation, 1}, reverse=True):
+        invocations = config.shard_count // per_invocation
+        fires = TOP_OF_HOUR_FIRES / invocations
+        cpu_s = fires * cpu_per_fire / share
+        io_s = fires / min(per_invocation, TICKER_THREADS) * commit_s
+        needed = max(cpu_s, io_s)
+        verdict = "fits with 2x margin" if needed * 2 <= TICKER_TIMEOUT_S else "does NOT fit with 2x margin"
+        configured = " (configured)" if per_invocation == config.ticker_shards_per_invocation else ""
+        print(
+            f"  {per_invocation} shard(s) per invocation{configured}: {invocations} invocations x "
+            f"{fires:,.0f} fires: CPU {cpu_s:.1f} s, commits {io_s:.1f} s -> {needed:.1f} s; "
+            f"x{TICKER_TIMEOUT_S / needed:.1f} inside the timeout, "
+            f"x{config.lookahead_seconds / needed:.1f} inside the lookahead: {verdict}"
+        )
 
 
 def bench_moto(jobs: int) -> None:

@@ -103,7 +103,7 @@ def main() -> None:
     job_after = job.advanced_to(next_fire_after(schedule, job.next_fire_at))
     running = claimed(run, job, worker="executor-1f2e3d4c", now=run.due_at + timedelta(milliseconds=180))
     ok = TargetResult(ok=True, retryable=False, status="200", latency_ms=84, detail='{"status":"accepted"}')
-    finished = after_attempt(running, job, ok, now=running.started_at or NOW, rng=Random(1))
+    finished = after_attempt(running, job.retry, ok, now=running.started_at or NOW, rng=Random(1))
     assert finished.state is RunState.SUCCEEDED
 
     steps = [

@@ -20,9 +20,15 @@ from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.errors import ConflictError, PlanConflictError, StaleRunError, VersionMismatchError
-from tickwork.domain.execution import Claim, claimed, is_own_write, lease_until
-from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Target, Trigger
+from tickwork.domain.errors import (
+    ConflictError,
+    PlanConflictError,
+    RunsMovedError,
+    StaleRunError,
+    VersionMismatchError,
+)
+from tickwork.domain.execution import Claim, claimed, is_own_write, lease_until, rewritten_views, view_for
+from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Standing, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
 from tickwork.resources import ResourceNames
@@ -280,7 +286,8 @@ def a_claim(job: Job, *, attempt: int = 0, worker: str = "w#1", now: datetime = 
         expected_attempt=attempt,
         worker=worker,
         now=now,
-        lease_expires_at=lease_until(job, now),
+        timeout_seconds=job.timeout_seconds,
+        lease_expires_at=lease_until(job.timeout_seconds, now),
         dispatched_at=now - timedelta(seconds=2),
     )
 
@@ -337,3 +344,66 @@ def test_existing_run_times_reads_the_fires_range_once(backend: Backend) -> None
     assert store.existing_run_times(job.job_id, fires) == {fires[0], fires[2]}
     assert store.existing_run_times(job.job_id, [fires[1], fires[3]]) == set()
     assert store.existing_run_times(job.job_id, []) == set()
+
+
+def test_a_claim_on_the_view_is_refused_when_the_view_stops_the_run_and_says_why(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    run = a_run(job)
+    store.create_job(job, [run])
+    paused = replace(job, state=JobState.PAUSED, version=2)
+    store.replace_job(job, paused, (), [(run, view_for(paused, run))])
+
+    with pytest.raises(StaleRunError) as refused:
+        store.claim(replace(a_claim(job), trusting_view=True))
+
+    current = refused.value.current
+    assert current is not None and current.state is RunState.PLANNED
+    assert current.job_view is not None and current.job_view.standing is Standing.PAUSED
+    # The same claim without trusting the view (the executor read the job and decided) goes through.
+    assert store.claim(a_claim(job)).state is RunState.RUNNING
+
+
+def test_a_claim_on_the_view_checks_the_timeout_it_leased_for(backend: Backend) -> None:
+    store, job = backend.store, a_job(timeout_seconds=60)
+    store.create_job(job, [a_run(job)])
+    stale = replace(a_claim(job), trusting_view=True, timeout_seconds=30)
+
+    with pytest.raises(StaleRunError):
+        store.claim(stale)
+    assert store.claim(replace(a_claim(job), trusting_view=True)).attempt == 1
+
+
+def test_a_job_write_rewrites_the_views_of_unclaimed_runs_or_fails_if_one_was_claimed(
+    backend: Backend,
+) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE, FIRE + timedelta(minutes=5)]
+    store.create_job(job, [a_run(job, f) for f in fires])
+    unclaimed = store.claimable_runs(job.job_id, FIRE - timedelta(minutes=5))
+    assert [r.scheduled_for for r in unclaimed] == fires
+    store.claim(a_claim(job))  # the first run is claimed after the write read it
+    edited = replace(job, target=Target("http", {"url": "http://127.0.0.1:9/v2"}), version=2)
+
+    with pytest.raises(RunsMovedError):
+        store.replace_job(job, edited, (), [(r, view_for(edited, r)) for r in unclaimed])
+    stored_job = store.get_job(job.job_id)
+    assert stored_job is not None and stored_job.version == 1  # all or nothing
+
+    again = store.claimable_runs(job.job_id, FIRE - timedelta(minutes=5))
+    assert [r.scheduled_for for r in again] == fires[1:]
+    store.replace_job(job, edited, (), [(r, view_for(edited, r)) for r in again])
+    later = store.get_run(job.job_id, fires[1])
+    assert later is not None and later.job_view == view_for(edited, later)
+    assert later.job_view.target.config["url"].endswith("/v2")
+
+
+def test_a_delete_marks_the_views_deleted_with_it(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, [a_run(job)])
+    unclaimed = store.claimable_runs(job.job_id, FIRE - timedelta(minutes=5))
+
+    store.delete_job(job, rewritten_views(None, unclaimed))
+
+    run = store.get_run(job.job_id, FIRE)
+    assert store.get_job(job.job_id) is None
+    assert run is not None and run.job_view is not None and run.job_view.standing is Standing.DELETED

@@ -12,12 +12,12 @@ from tests.fakes import CrashError, RecordingDispatcher, RecordingMetrics, Scrip
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
-from tickwork.domain.execution import claimed
-from tickwork.domain.models import OverlapPolicy, RetryPolicy, Run, RunState, Target
+from tickwork.domain.execution import VIEW_TRUST_WINDOW, claimed
+from tickwork.domain.models import JobState, OverlapPolicy, RetryPolicy, Run, RunState, Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobPatch, JobService, JobServiceConfig, JobSpec, SchedulePatch
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
 
@@ -276,10 +276,8 @@ def test_the_jobs_state_at_claim_time_rules(world: World, change: str, reason: s
     elif change == "delete":
         world.jobs.delete("alice", world.job.job_id)
     else:
-        current = world.store.get_job(world.job.job_id)
-        assert current is not None
-        edited = replace(current, schedule=parse_schedule("*/7 * * * *"), version=current.version + 1)
-        world.store.replace_job(current, edited, ())
+        edit = JobPatch(schedule=SchedulePatch(expression="*/7 * * * *"))
+        world.jobs.update("alice", world.job.job_id, edit)
 
     assert world.executor().execute(world.first_message()) is Outcome.CANCELLED
 
@@ -289,13 +287,34 @@ def test_the_jobs_state_at_claim_time_rules(world: World, change: str, reason: s
 
 
 def test_a_changed_target_is_used_by_runs_planned_before_the_change(world: World) -> None:
-    current = world.store.get_job(world.job.job_id)
-    assert current is not None
     new_target = Target(kind="http", config={"url": "http://127.0.0.1:9/v2", "method": "POST"})
-    world.store.replace_job(current, replace(current, target=new_target, version=current.version + 1), ())
+    world.jobs.update("alice", world.job.job_id, JobPatch(target=new_target, timeout_seconds=30))
 
     assert world.executor().execute(world.first_message()) is Outcome.SUCCEEDED
     assert world.invoker.calls[0][0] == new_target
+    # The message was sent with the old timeout (60 s): the claim's condition refused it, and the second
+    # claim used the view's 30 s (for the lease and for the call).
+    assert world.first_message().timeout_seconds == 60
+    assert world.invoker.calls[0][1].timeout_seconds == 30.0
+
+
+def test_a_run_older_than_the_views_window_reads_the_job(world: World) -> None:
+    """Job writes rewrite the views of runs up to VIEW_REFRESH_WINDOW old; an older run (a late catch-up,
+    a slow retry) may carry a stale view, so its claim reads the job instead."""
+    current = world.store.get_job(world.job.job_id)
+    assert current is not None
+    # A pause that reached the job but not the run's view, as for a run older than the window.
+    world.store.replace_job(current, replace(current, state=JobState.PAUSED, version=current.version + 1), ())
+    message = world.first_message()
+
+    world.clock.set(message.scheduled_for + VIEW_TRUST_WINDOW - timedelta(seconds=1))
+    assert world.executor().execute(message) is Outcome.SUCCEEDED  # young: its view rules
+    stale = world.first_message()
+    world.store.transition_run(world.run(), replace(world.run(), state=RunState.PLANNED, attempt=1))
+
+    world.clock.set(stale.scheduled_for + VIEW_TRUST_WINDOW + timedelta(seconds=1))
+    assert world.executor().execute(replace(stale, attempt=1)) is Outcome.CANCELLED  # old: the job rules
+    assert world.run().reason == "job paused"
 
 
 def _overlapping(store: DynamoStore, clock: FakeClock, policy: OverlapPolicy) -> tuple[World, list[Outcome]]:

@@ -21,7 +21,7 @@ from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 
 class FlakyRunStore:
     """The real store, with faults where a test puts them:
-    - `throttled_reads`: how many get_run / get_job calls throttle before one goes through;
+    - `throttled_reads`: how many get_run / get_job / claim calls throttle before one goes through;
     - `lose_responses`: how many writes land but answer with a throttling error (the response was lost,
       and botocore's or our own retry sends the same write again);
     - `before_claim`: runs once just before the next claim write (another delivery acting meanwhile)."""
@@ -59,7 +59,9 @@ class FlakyRunStore:
         self._write(lambda: self.inner.transition_run(expected, updated), updated)
 
     def claim(self, claim: Claim) -> Run:
-        return self._write(lambda: self.inner.claim(claim), None)  # type: ignore[no-any-return]
+        # The hot path's first call (no read comes before it): throttled like a read, and its response can
+        # be lost like a write's.
+        return self._read(lambda: self._write(lambda: self.inner.claim(claim), None))  # type: ignore[no-any-return]
 
     def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
         return self._write(lambda: self.inner.claim_exclusive(expected, updated, now), updated)  # type: ignore[no-any-return]

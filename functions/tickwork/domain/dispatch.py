@@ -44,10 +44,21 @@ class RunMessage:
     hops: int = field(default=0, compare=False)
     # When the queue accepted this message (SQS SentTimestamp), filled in by the consumer; not in the body.
     sent_at: datetime | None = field(default=None, compare=False)
+    # The target's timeout as the run's job view had it when sent: the executor computes the lease from it
+    # before claiming, and the claim checks it against the view (None: the executor reads the job).
+    timeout_seconds: int | None = field(default=None, compare=False)
 
     @classmethod
     def for_run(cls, run: Run, not_before: datetime | None = None, *, hops: int = 0) -> RunMessage:
-        return cls(run.job_id, run.scheduled_for, run.attempt, not_before or run.due_at, hops=hops)
+        timeout = None if run.job_view is None else run.job_view.timeout_seconds
+        return cls(
+            run.job_id,
+            run.scheduled_for,
+            run.attempt,
+            not_before or run.due_at,
+            hops=hops,
+            timeout_seconds=timeout,
+        )
 
     def resent(self) -> RunMessage:
         """This message sent again unchanged (an early arrival going back to the queue): one hop more."""
@@ -59,16 +70,16 @@ class RunMessage:
         return self.hops > MAX_HOPS
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "job_id": self.job_id,
-                "scheduled_for": format_instant(self.scheduled_for),
-                "attempt": self.attempt,
-                "not_before": format_instant_ms(self.not_before),
-                "hops": self.hops,
-            },
-            separators=(",", ":"),
-        )
+        body: dict[str, object] = {
+            "job_id": self.job_id,
+            "scheduled_for": format_instant(self.scheduled_for),
+            "attempt": self.attempt,
+            "not_before": format_instant_ms(self.not_before),
+            "hops": self.hops,
+        }
+        if self.timeout_seconds is not None:
+            body["timeout_seconds"] = self.timeout_seconds
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, body: str) -> RunMessage:
@@ -80,6 +91,7 @@ class RunMessage:
                 attempt=int(data["attempt"]),
                 not_before=parse_instant(str(data["not_before"])),
                 hops=_hops(data.get("hops", 0)),
+                timeout_seconds=_timeout(data.get("timeout_seconds")),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error
@@ -102,6 +114,14 @@ class RunMessage:
 def _hops(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"hops must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _timeout(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"timeout_seconds must be a positive integer, not {value!r}")
     return value
 
 

@@ -33,6 +33,11 @@ class VersionMismatchError(ConflictError):
     """An optimistic-concurrency precondition (If-Match / version) failed."""
 
 
+class RunsMovedError(VersionMismatchError):
+    """A job write lost a race with a claim of one of the runs whose job view it rewrites: read and write
+    again (the job write and the views must land together)."""
+
+
 class TransientStoreError(TickworkError):
     """Throttling or a transaction conflict: safe to retry with backoff, never to drop."""
 

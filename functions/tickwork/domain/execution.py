@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from random import Random
 from typing import Any
 
 from tickwork.domain.backoff import backoff_delay
-from tickwork.domain.models import Job, JobState, Run, RunState, make_run_id
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    JobView,
+    RetryPolicy,
+    Run,
+    RunState,
+    Standing,
+    make_run_id,
+)
 from tickwork.domain.schedule import is_fire_time
 from tickwork.domain.targets import TargetResult
 from tickwork.domain.timekeys import format_instant_ms, truncate_ms
@@ -18,21 +28,70 @@ LEASE_MARGIN = timedelta(seconds=30)
 MAX_DETAIL_CHARS = 1024
 # How long after its due time an unstarted run waits before the sweeper re-sends it.
 DISPATCH_GRACE = timedelta(seconds=90)
+# Job writes rewrite the job view of the job's unclaimed runs whose fire time is at most this old (and all
+# later ones); claims trust the view of runs a minute younger than that (`trusts_view`). Bounded so that a
+# job write and the views it rewrites fit in one transaction: 7 minutes of fires (this window plus the
+# 120 s lookahead) at the API's fastest schedule (every 10 s) is 42 runs.
+VIEW_REFRESH_WINDOW = timedelta(minutes=5)
+VIEW_TRUST_WINDOW = VIEW_REFRESH_WINDOW - timedelta(minutes=1)
 # Runs that can still be claimed by a delivery of their current attempt.
 CLAIMABLE_STATES = frozenset({RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED})
 
 
-def cancellation_reason(job: Job | None, scheduled_for: datetime) -> str | None:
-    """The job's state at claim time rules (recorded in docs/design.md): deleted or paused -> cancelled;
-    the fire no longer on the (edited) schedule -> cancelled; anything else, including a changed target,
-    runs with the job as it is now."""
+def standing_of(job: Job | None, scheduled_for: datetime) -> Standing:
+    """The job's state at claim time rules (recorded in docs/design.md): deleted, paused, or the fire no
+    longer on the (edited) schedule stop the run; anything else, including a changed target, runs with the
+    job as it is now."""
     if job is None:
-        return "job deleted"
+        return Standing.DELETED
     if job.state is JobState.PAUSED:
-        return "job paused"
+        return Standing.PAUSED
     if not is_fire_time(job.schedule, scheduled_for):
-        return "schedule changed: this fire time is no longer on it"
-    return None
+        return Standing.OFF_SCHEDULE
+    return Standing.ACTIVE
+
+
+_CANCELLATION_REASONS = {
+    Standing.DELETED: "job deleted",
+    Standing.PAUSED: "job paused",
+    Standing.OFF_SCHEDULE: "schedule changed: this fire time is no longer on it",
+}
+
+
+def cancellation_reason(standing: Standing) -> str | None:
+    """Why a run of this standing ends cancelled instead of running (None: it runs)."""
+    return _CANCELLATION_REASONS.get(standing)
+
+
+def view_for(job: Job | None, run: Run) -> JobView:
+    """The view a job write leaves on one of the job's unclaimed runs (`job` None: deleted)."""
+    if job is None:
+        base = run.job_view
+        if base is None:
+            raise ValueError(f"run {run.run_id} has no job view to mark deleted")
+        return replace(base, standing=Standing.DELETED)
+    return replace(JobView.planned(job), standing=standing_of(job, run.scheduled_for))
+
+
+def rewritten_views(job: Job | None, runs: Sequence[Run]) -> list[tuple[Run, JobView]]:
+    """The views a job write (`job` as written, None for a delete) leaves on the job's unclaimed runs,
+    for the runs whose view it changes."""
+    rewritten = []
+    for run in runs:
+        if run.job_view is None and job is None:
+            continue  # a run without a view reads the job at claim: it finds none
+        view = view_for(job, run)
+        if view != run.job_view:
+            rewritten.append((run, view))
+    return rewritten
+
+
+def trusts_view(scheduled_for: datetime, now: datetime) -> bool:
+    """Whether a claim may take the run's job view as the job's state: job writes rewrite the views of the
+    job's unclaimed runs whose fire is at most VIEW_REFRESH_WINDOW old, and the claim trusts a minute less
+    (clock skew between the API and the executor). An older run (a late catch-up, a slow retry) reads the
+    job instead."""
+    return scheduled_for >= now - VIEW_TRUST_WINDOW
 
 
 def check_at(run: Run) -> datetime | None:
@@ -71,9 +130,9 @@ def needs_repair(run: Run, now: datetime) -> bool:
     return due is not None and due <= now
 
 
-def lease_until(job: Job, now: datetime, lease_margin: timedelta = LEASE_MARGIN) -> datetime:
+def lease_until(timeout_seconds: int, now: datetime, lease_margin: timedelta = LEASE_MARGIN) -> datetime:
     """A claim's lease: the job's timeout plus the margin before a silent worker counts as dead."""
-    return truncate_ms(now + timedelta(seconds=job.timeout_seconds) + lease_margin)
+    return truncate_ms(now + timedelta(seconds=timeout_seconds) + lease_margin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +145,11 @@ class Claim:
     expected_attempt: int
     worker: str
     now: datetime
+    timeout_seconds: int  # the target's timeout this lease is for
     lease_expires_at: datetime
     dispatched_at: datetime | None = None
+    # Also require the run's job view to say the job lets it run under overlap allow (`trusts_view`).
+    trusting_view: bool = False
 
     @property
     def run_id(self) -> str:
@@ -108,7 +170,7 @@ class Claim:
 
 def claimed(
     run: Run,
-    job: Job,
+    job: Job | JobView,
     *,
     worker: str,
     now: datetime,
@@ -116,7 +178,7 @@ def claimed(
     dispatched_at: datetime | None = None,
 ) -> Run:
     """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
-    lease_expires_at = lease_until(job, now, lease_margin)
+    lease_expires_at = lease_until(job.timeout_seconds, now, lease_margin)
     first_start = run.started_at is None
     return replace(
         run,
@@ -165,33 +227,33 @@ def _attempt_record(run: Run, now: datetime, result: TargetResult) -> dict[str, 
     }
 
 
-def after_attempt(run: Run, job: Job, result: TargetResult, *, now: datetime, rng: Random) -> Run:
+def after_attempt(run: Run, retry: RetryPolicy, result: TargetResult, *, now: datetime, rng: Random) -> Run:
     """Success ends the run; a retryable failure waits with backoff while attempts remain; else failed."""
     attempts = (*run.attempts, _attempt_record(run, now, result))
     base = replace(run, attempts=attempts, lease_owner=None, lease_expires_at=None, outcome=result.status)
     if result.ok:
         return replace(base, state=RunState.SUCCEEDED, finished_at=now, reason=None)
-    if result.retryable and run.attempt < job.retry.max_attempts:
-        delay = backoff_delay(run.attempt, job.retry.backoff_base_seconds, job.retry.backoff_max_seconds, rng)
+    if result.retryable and run.attempt < retry.max_attempts:
+        delay = backoff_delay(run.attempt, retry.backoff_base_seconds, retry.backoff_max_seconds, rng)
         return replace(
             base,
             state=RunState.RETRY_WAIT,
             retry_at=truncate_ms(now + timedelta(seconds=delay)),
             reason=result.detail[:200],
         )
-    why = "not retryable" if not result.retryable else f"all {job.retry.max_attempts} attempts failed"
+    why = "not retryable" if not result.retryable else f"all {retry.max_attempts} attempts failed"
     return replace(base, state=RunState.FAILED, finished_at=now, reason=f"{why}: {result.detail[:200]}")
 
 
-def after_lease_expired(run: Run, job: Job | None, *, now: datetime, rng: Random) -> Run:
+def after_lease_expired(run: Run, retry: RetryPolicy | None, *, now: datetime, rng: Random) -> Run:
     """A worker stopped answering: its attempt counts as failed (it may still be running: the fencing
     token keeps its late result out)."""
     result = TargetResult(
         ok=False, retryable=True, status="LeaseExpired", latency_ms=0, detail="worker lease expired"
     )
-    if job is None:
+    if retry is None:  # the job is gone
         return replace(run, state=RunState.CANCELLED, finished_at=now, reason="job deleted", lease_owner=None)
-    return after_attempt(run, job, result, now=now, rng=rng)
+    return after_attempt(run, retry, result, now=now, rng=rng)
 
 
 def terminal(run: Run, state: RunState, reason: str, now: datetime) -> Run:

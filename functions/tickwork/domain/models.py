@@ -128,6 +128,35 @@ class Job:
         return replace(self, next_fire_at=next_fire_at)
 
 
+class Standing(StrEnum):
+    """What the job says of one planned fire when a run of it is claimed."""
+
+    ACTIVE = "active"
+    PAUSED = "paused"
+    DELETED = "deleted"
+    OFF_SCHEDULE = "off_schedule"  # the (edited) schedule no longer has this fire time
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What an executor needs of the job to claim and run one of its runs. Written onto the run when it is
+    planned and rewritten by every job write that reaches the run (edit, pause, resume, delete: see
+    docs/design.md), so the claim needs no read of the job."""
+
+    version: int
+    standing: Standing
+    target: Target
+    timeout_seconds: int
+    retry: RetryPolicy
+    overlap: OverlapPolicy
+
+    @classmethod
+    def planned(cls, job: Job) -> JobView:
+        """The view of a job's run as it is planned from the job's own schedule (so it is on it)."""
+        standing = Standing.ACTIVE if job.state is JobState.ACTIVE else Standing.PAUSED
+        return cls(job.version, standing, job.target, job.timeout_seconds, job.retry, job.overlap)
+
+
 def make_run_id(job_id: str, scheduled_for: datetime) -> str:
     """The run's identity is (job, scheduled fire time): the lock against planning a fire twice."""
     return f"{job_id}:{compact_instant(scheduled_for)}"
@@ -163,6 +192,7 @@ class Run:
     outcome: str | None = None
     reason: str | None = None
     attempts: tuple[Mapping[str, Any], ...] = ()
+    job_view: JobView | None = None  # the job as the run's next claim sees it (None: read the job)
 
     @property
     def run_id(self) -> str:
@@ -192,4 +222,5 @@ class Run:
             shard=job.shard,
             reason=reason,
             finished_at=now if state.is_terminal else None,
+            job_view=None if state.is_terminal else JobView.planned(job),
         )

@@ -24,9 +24,11 @@ from tickwork.domain.execution import (
     claimed,
     is_own_write,
     lease_until,
+    standing_of,
     terminal,
+    trusts_view,
 )
-from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, split_run_id
+from tickwork.domain.models import JobView, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
 from tickwork.services.retrying import with_store_retries
@@ -96,8 +98,9 @@ class Executor:
             return self._send_back_throttled(message, error)
 
     def _execute(self, message: RunMessage) -> Outcome:
-        # The hot path reads the job and claims the run in one conditional write: the message carries the
-        # run's key, attempt and due time, so no read of the run comes first (docs/design.md).
+        # The hot path is one conditional write: the message carries the run's key, attempt, due time and
+        # timeout, and the run carries the job's view (kept current by job writes), so neither is read
+        # first. A run older than the views' window reads the job instead (docs/design.md).
         now = self._clock.now()
         if message.runaway:
             return self._stop_runaway(message)
@@ -107,47 +110,105 @@ class Executor:
             return Outcome.DEFERRED
         if wait > 0:
             self._clock.sleep(wait)
+        now = self._clock.now()
+        if message.timeout_seconds is None or not trusts_view(message.scheduled_for, now):
+            return self._execute_with_job_read(message)
+        return self._claim_on_view(message, message.timeout_seconds, now, tries=2)
+
+    def _claim_on_view(self, message: RunMessage, timeout_seconds: int, now: datetime, tries: int) -> Outcome:
+        """Claim on the run's view: the store checks that the view lets the run go under overlap allow with
+        this timeout (which sets the lease). A refusal returns the stored run, which says what to do."""
+        claim = self._claim_for(message, now, timeout_seconds, trusting_view=True)
+        try:
+            mine = self._retrying(partial(self._store.claim, claim))
+        except StaleRunError as error:
+            current = error.current
+            if current is None:
+                return self._orphan(message)
+            if claim.is_own(current):
+                return self._own_claim_recognised(current, self._view_of(current))
+            if current.state not in CLAIMABLE_STATES or current.attempt != message.attempt:
+                return Outcome.DUPLICATE  # another delivery claimed it first, or the run moved on
+            # Still claimable, so its view refused: the job stops it, wants its overlap slot, has another
+            # timeout since the message was sent, or the run has no view.
+            view = current.job_view
+            if view is None:
+                return self._execute_with_job_read(message)
+            reason = cancellation_reason(view.standing)
+            if reason is not None:
+                return self._end(current, RunState.CANCELLED, reason, Outcome.CANCELLED)
+            if view.overlap is not OverlapPolicy.ALLOW:
+                return self._execute_exclusive(current, view, message, self._clock.now())
+            if tries > 1 and view.timeout_seconds != timeout_seconds:
+                return self._claim_on_view(message, view.timeout_seconds, self._clock.now(), tries - 1)
+            return self._execute_with_job_read(message)  # it moved under us: let the job decide
+        return self._started(mine, self._view_of(mine), message.hops)
+
+    def _execute_with_job_read(self, message: RunMessage) -> Outcome:
+        """A run whose view may be stale (older than the views' window), or that has none: the job as it is
+        now decides, read strongly consistent."""
         job = self._retrying(partial(self._store.get_job, message.job_id))
-        now = self._clock.now()  # the start is measured after the read, as close to the call as it gets
-        reason = cancellation_reason(job, message.scheduled_for)
+        now = self._clock.now()
+        standing = standing_of(job, message.scheduled_for)
+        reason = cancellation_reason(standing)
         if reason is not None or job is None:
             return self._cancel(message, reason or "job deleted")
+        view = replace(JobView.planned(job), standing=standing)
         if job.overlap is not OverlapPolicy.ALLOW:
-            return self._execute_exclusive(message, job, now)
-        claim = Claim(
-            job_id=message.job_id,
-            scheduled_for=message.scheduled_for,
-            expected_attempt=message.attempt,
-            worker=self._delivery_worker(),
-            now=now,
-            lease_expires_at=lease_until(job, now, self._config.lease_margin),
-            dispatched_at=message.sent_at,
-        )
+            run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+            if run is None:
+                return self._orphan(message)
+            if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
+                return Outcome.DUPLICATE
+            return self._execute_exclusive(run, view, message, now)
+        claim = self._claim_for(message, now, job.timeout_seconds, trusting_view=False)
         try:
             mine = self._retrying(partial(self._store.claim, claim))
         except StaleRunError as error:
             if error.current is None:
                 return self._orphan(message)
             if not claim.is_own(error.current):
-                return Outcome.DUPLICATE  # another delivery claimed it first, or the run moved on
-            # Our claim landed and its response was lost; the retry was refused by its own condition.
-            logger.info("claim of %s recognised as our own after a lost response", claim.run_id)
-            self._metrics.count("LostResponsesRecognised")
-            mine = error.current
-        self._count_start(mine)
-        return self._run_target(mine, job, False, message.hops)
+                return Outcome.DUPLICATE
+            return self._own_claim_recognised(error.current, view)
+        return self._started(mine, view, message.hops)
 
-    def _execute_exclusive(self, message: RunMessage, job: Job, now: datetime) -> Outcome:
-        """Overlap skip / queue: the claim also takes the job's single running slot, in a transaction that
-        writes the run from what was read, so these jobs read their run first (one read more than allow)."""
-        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
-        if run is None:
-            return self._orphan(message)
-        if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
-            return Outcome.DUPLICATE
+    def _claim_for(
+        self, message: RunMessage, now: datetime, timeout_seconds: int, *, trusting_view: bool
+    ) -> Claim:
+        return Claim(
+            job_id=message.job_id,
+            scheduled_for=message.scheduled_for,
+            expected_attempt=message.attempt,
+            worker=self._delivery_worker(),
+            now=now,
+            timeout_seconds=timeout_seconds,
+            lease_expires_at=lease_until(timeout_seconds, now, self._config.lease_margin),
+            dispatched_at=message.sent_at,
+            trusting_view=trusting_view,
+        )
+
+    def _own_claim_recognised(self, current: Run, view: JobView) -> Outcome:
+        # Our claim landed and its response was lost; the retry was refused by its own condition.
+        logger.info("claim of %s recognised as our own after a lost response", current.run_id)
+        self._metrics.count("LostResponsesRecognised")
+        return self._started(current, view, hops=0)
+
+    @staticmethod
+    def _view_of(run: Run) -> JobView:
+        if run.job_view is None:
+            raise AssertionError(f"run {run.run_id} was claimed on its view but has none")
+        return run.job_view
+
+    def _started(self, run: Run, view: JobView, hops: int) -> Outcome:
+        self._count_start(run)
+        return self._run_target(run, view, False, hops)
+
+    def _execute_exclusive(self, run: Run, view: JobView, message: RunMessage, now: datetime) -> Outcome:
+        """Overlap skip / queue: the claim also takes the job's single running slot, in a transaction, from
+        the run as read (or as the refused claim returned it)."""
         mine = claimed(
             run,
-            job,
+            view,
             worker=self._delivery_worker(),
             now=now,
             lease_margin=self._config.lease_margin,
@@ -155,14 +216,14 @@ class Executor:
         )
         try:
             if not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
-                return self._blocked_by_overlap(run, job, message.hops)
+                return self._blocked_by_overlap(run, view, message.hops)
         except StaleRunError as error:
             if not is_own_write(error.current, mine):
                 return Outcome.DUPLICATE  # another delivery claimed it first
             logger.info("claim of %s recognised as our own after a lost response", run.run_id)
             self._metrics.count("LostResponsesRecognised")
         self._count_start(mine)
-        return self._run_target(mine, job, True, message.hops)
+        return self._run_target(mine, view, True, message.hops)
 
     def _delivery_worker(self) -> str:
         # One lease owner per delivery, not per process: two deliveries of one run handled at once by the
@@ -222,7 +283,7 @@ class Executor:
         self._metrics.count("RunawayLoops")
         return self._end(run, RunState.FAILED, reason, Outcome.FAILED)
 
-    def _run_target(self, run: Run, job: Job, exclusive: bool, hops: int) -> Outcome:
+    def _run_target(self, run: Run, job: JobView, exclusive: bool, hops: int) -> Outcome:
         invocation = Invocation(
             run_id=run.run_id,
             job_id=run.job_id,
@@ -232,7 +293,7 @@ class Executor:
         )
         result = self._invoker.invoke(job.target, invocation)
         now = self._clock.now()
-        finished = after_attempt(run, job, result, now=now, rng=self._rng)
+        finished = after_attempt(run, job.retry, result, now=now, rng=self._rng)
         try:
             # Retried on throttling: losing this write would turn a finished call into an expired lease,
             # and so into a second call of the target.
@@ -269,7 +330,7 @@ class Executor:
         logger.error("run %s failed after attempt %d: %s", run.run_id, run.attempt, finished.reason)
         return Outcome.FAILED
 
-    def _blocked_by_overlap(self, run: Run, job: Job, hops: int) -> Outcome:
+    def _blocked_by_overlap(self, run: Run, job: JobView, hops: int) -> Outcome:
         if run.attempt > 0:
             # A retry of a run that already started is not a new overlapping fire: it waits for the slot
             # instead of being skipped (a skipped retry would be a failure nobody hears about).

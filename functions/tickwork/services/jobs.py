@@ -22,9 +22,11 @@ from tickwork.domain.errors import (
     ValidationError,
     VersionMismatchError,
 )
+from tickwork.domain.execution import VIEW_REFRESH_WINDOW, rewritten_views
 from tickwork.domain.models import (
     Job,
     JobState,
+    JobView,
     MissedFirePolicy,
     OverlapPolicy,
     RetryPolicy,
@@ -99,6 +101,10 @@ def idempotent_job_id(owner: str, key: str) -> str:
 
 class IdempotencyKeyReusedError(ConflictError):
     """The Idempotency-Key already created a job from a different request body."""
+
+
+# DynamoDB's limit on the items of one transaction: a job write, the runs it plans and the views it rewrites.
+MAX_TRANSACTION_ITEMS = 100
 
 
 class ManagedJobStore(JobStore, Protocol):
@@ -474,18 +480,18 @@ class JobService:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
 
-        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+        def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             edited = apply_patch(job, patch, now)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
                 return edited, ()
-            return self._plan_own_horizon(edited, now)
+            return self._plan_own_horizon(edited, now, room)
 
         return self._edit(owner, job_id, if_match, edit)[1]
 
     def pause(self, owner: str, job_id: str, if_match: int | None = None) -> Job:
         """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them."""
 
-        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+        def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             if job.state is JobState.PAUSED:
                 return None
             paused = replace(
@@ -500,7 +506,7 @@ class JobService:
         follow the job's missed-fire policy, as after an outage. What fits in one transaction is planned
         here; the job is filed in the `due` index under `due_floor`, so the next tick plans the rest."""
 
-        def edit(job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]] | None:
+        def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             if job.state is JobState.ACTIVE:
                 return None
             resumed = replace(
@@ -512,7 +518,7 @@ class JobService:
                 version=job.version + 1,
                 next_fire_at=next_fire_after(job.schedule, _resume_from(job, now)),
             )
-            return self._plan_own_horizon(resumed, now)
+            return self._plan_own_horizon(resumed, now, room)
 
         # The fires inside the pause that already have runs (planned before it), read before the resume
         # writes its own: no tick plans a paused job, so nothing else adds to them meanwhile.
@@ -536,23 +542,29 @@ class JobService:
         return ResumeResult(after, PausedFires(count, capped, after.missed_fire, effect, outcomes))
 
     def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
-        """Planned runs stay as history; an executor that claims one records it `cancelled`."""
+        """Planned runs stay as history; an executor that claims one records it `cancelled` (the delete
+        marks their job views deleted in the same transaction)."""
         for attempt in range(MAX_WRITE_ATTEMPTS):
             job = self.get(owner, job_id)
             _check_version(job, if_match)
+            unclaimed = self._unclaimed_runs(job_id, self._clock.now())
             try:
-                self._store.delete_job(job)
+                self._store.delete_job(job, rewritten_views(None, unclaimed))
                 return
             except VersionMismatchError:
                 if attempt + 1 == MAX_WRITE_ATTEMPTS:
                     raise
+
+    def _unclaimed_runs(self, job_id: str, now: datetime) -> Sequence[Run]:
+        """The runs whose job view a write of this job must rewrite (docs/design.md: job views)."""
+        return self._store.claimable_runs(job_id, now - VIEW_REFRESH_WINDOW)
 
     def _edit(
         self,
         owner: str,
         job_id: str,
         if_match: int | None,
-        edit: Callable[[Job, datetime], tuple[Job, tuple[Run, ...]] | None],
+        edit: Callable[[Job, datetime, int], tuple[Job, tuple[Run, ...]] | None],
     ) -> tuple[Job, Job]:
         """Read, check If-Match, edit, write conditionally; re-read and edit again when the write lost to
         another writer (usually the ticker advancing next_fire_at, which leaves the version alone).
@@ -561,13 +573,19 @@ class JobService:
             job = self.get(owner, job_id)
             _check_version(job, if_match)
             now = self._clock.now()
-            planned = edit(job, now)
+            # Read first: the views they carry are rewritten in the job's own transaction, and what they
+            # take of it bounds how many fires the write may plan itself.
+            unclaimed = self._unclaimed_runs(job_id, now)
+            planned = edit(job, now, MAX_TRANSACTION_ITEMS - 1 - len(unclaimed))
             if planned is None:
                 return job, job
             updated, runs = planned
+            # A fire that already has an unclaimed run keeps it (with a new view), not a second one.
+            taken = {run.scheduled_for for run in unclaimed}
+            runs = tuple(run for run in runs if run.scheduled_for not in taken)
             try:
-                runs = self._write(job, updated, runs)
-            except VersionMismatchError:
+                runs = self._write(job, updated, runs, rewritten_views(updated, unclaimed))
+            except VersionMismatchError:  # the ticker, a claim of one of those runs, or another writer
                 if attempt + 1 == MAX_WRITE_ATTEMPTS:
                     raise
                 continue
@@ -575,11 +593,17 @@ class JobService:
             return job, updated
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _write(self, expected: Job, updated: Job, runs: tuple[Run, ...]) -> tuple[Run, ...]:
+    def _write(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: tuple[Run, ...],
+        refreshed: Sequence[tuple[Run, JobView]],
+    ) -> tuple[Run, ...]:
         """replace_job; fires that already have a run record (planned before a pause or an edit) are not
         planned twice. Returns the runs actually created."""
         try:
-            self._store.replace_job(expected, updated, runs)
+            self._store.replace_job(expected, updated, runs, refreshed)
             return runs
         except VersionMismatchError:
             raise
@@ -590,15 +614,23 @@ class JobService:
             expected.job_id, runs[0].scheduled_for, runs[-1].scheduled_for
         )
         fresh = tuple(r for r in runs if r.scheduled_for not in existing)
-        self._store.replace_job(expected, updated, fresh)
+        self._store.replace_job(expected, updated, fresh, refreshed)
         return fresh
 
-    def _plan_own_horizon(self, job: Job, now: datetime) -> tuple[Job, tuple[Run, ...]]:
-        """Fires up to now + lookahead may lie inside a horizon a tick has already planned: plan them here."""
+    def _plan_own_horizon(
+        self, job: Job, now: datetime, room: int | None = None
+    ) -> tuple[Job, tuple[Run, ...]]:
+        """Fires up to now + lookahead may lie inside a horizon a tick has already planned: plan them here,
+        as many as fit (`room`: what the transaction has left)."""
         if job.state is not JobState.ACTIVE:
             return job, ()
         horizon = now + self._config.lookahead
-        batch = plan_batch(job, now=now, horizon=horizon, max_runs=self._config.max_self_planned_runs)
+        limit = (
+            self._config.max_self_planned_runs
+            if room is None
+            else min(room, self._config.max_self_planned_runs)
+        )
+        batch = plan_batch(job, now=now, horizon=horizon, max_runs=max(1, limit))
         # More owed fires than one transaction holds: the ticker plans the rest. `due_floor` files the job
         # under the horizon's minute, which the next tick reads whatever the index lag.
         return replace(job.advanced_to(batch.next_fire_at), due_floor=horizon), batch.runs

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
-from tickwork.domain.models import Job, Run
+from tickwork.domain.models import Job, JobView, Run
 
 
 class PlanStore(Protocol):
@@ -52,13 +52,27 @@ class JobStore(Protocol):
         """Create the job (must not exist) together with runs it plans for itself. ConflictError if exists."""
         ...
 
-    def replace_job(self, expected: Job, updated: Job, runs: Sequence[Run]) -> None:
+    def replace_job(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: Sequence[Run],
+        refreshed: Sequence[tuple[Run, JobView]] = (),
+    ) -> None:
         """Write `updated` if the stored job still has `expected`'s version and next fire, creating `runs`
-        in the same transaction. VersionMismatchError if the job changed, NotFoundError if it is gone."""
+        and rewriting the job views of `refreshed` runs (each only if still unclaimed at the attempt read)
+        in the same transaction. VersionMismatchError if the job changed, RunsMovedError if one of those
+        runs was claimed meanwhile, NotFoundError if the job is gone."""
         ...
 
-    def delete_job(self, expected: Job) -> None:
-        """Delete if still at `expected.version`; VersionMismatchError otherwise."""
+    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+        """Delete if still at `expected.version`, rewriting the views of `refreshed` runs with it;
+        VersionMismatchError (or RunsMovedError) otherwise."""
+        ...
+
+    def claimable_runs(self, job_id: str, since: datetime) -> list[Run]:
+        """The job's unclaimed runs (planned, waiting to retry, queued) from `since` on, strongly
+        consistent: the runs whose view a job write rewrites."""
         ...
 
 

@@ -159,7 +159,7 @@ class Sweeper:
                 # (the re-send doubles the wait before the next) already bounds how often it repeats.
                 self._store.transition_run(run, replace(run, redispatched_at=now))
                 not_before = run.retry_at if run.state is RunState.RETRY_WAIT and run.retry_at else run.due_at
-                outbox.add(RunMessage(run.job_id, run.scheduled_for, run.attempt, not_before))
+                outbox.add(RunMessage.for_run(run, not_before))
                 report.redispatched += 1
         except StaleRunError:
             report.lost_races += 1
@@ -170,7 +170,7 @@ class Sweeper:
 
     def _expire_lease(self, run: Run, now: datetime, report: SweepReport, outbox: _RepairOutbox) -> None:
         job = self._store.get_job(run.job_id)
-        after = after_lease_expired(run, job, now=now, rng=self._rng)
+        after = after_lease_expired(run, None if job is None else job.retry, now=now, rng=self._rng)
         self._store.transition_run(run, after)
         report.expired_leases += 1
         if after.state is RunState.RETRY_WAIT and after.retry_at is not None:

@@ -14,11 +14,13 @@ from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
     Job,
     JobState,
+    JobView,
     MissedFirePolicy,
     OverlapPolicy,
     RetryPolicy,
     Run,
     RunState,
+    Standing,
     Target,
     Trigger,
 )
@@ -173,6 +175,37 @@ def open_keys(shard: int) -> list[str]:
     return [f"{shard:04d}#{spread}" for spread in range(OPEN_KEY_SPREAD)]
 
 
+def job_view_to_item(view: JobView) -> dict[str, Any]:
+    return {
+        "version": view.version,
+        "standing": str(view.standing),
+        "target": {"kind": view.target.kind, "config": dict(view.target.config)},
+        "timeout_seconds": view.timeout_seconds,
+        "retry": {
+            "max_attempts": view.retry.max_attempts,
+            "backoff_base_seconds": view.retry.backoff_base_seconds,
+            "backoff_max_seconds": view.retry.backoff_max_seconds,
+        },
+        "overlap": str(view.overlap),
+    }
+
+
+def job_view_from_item(item: Mapping[str, Any]) -> JobView:
+    retry, target = item["retry"], item["target"]
+    return JobView(
+        version=int(item["version"]),
+        standing=Standing(item["standing"]),
+        target=Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        timeout_seconds=int(item["timeout_seconds"]),
+        retry=RetryPolicy(
+            max_attempts=int(retry["max_attempts"]),
+            backoff_base_seconds=float(retry["backoff_base_seconds"]),
+            backoff_max_seconds=float(retry["backoff_max_seconds"]),
+        ),
+        overlap=OverlapPolicy(item["overlap"]),
+    )
+
+
 def run_to_item(run: Run) -> dict[str, Any]:
     sweep_at = check_at(run)
     item: dict[str, Any] = {
@@ -197,6 +230,7 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "reason": run.reason,
         "attempts": [dict(a) for a in run.attempts] or None,
         "expires_at": epoch_seconds(run.expires_at),
+        "job_view": None if run.job_view is None else job_view_to_item(run.job_view),
         # Sparse index of unfinished runs: the sweeper's work list, never a scan of all runs.
         "open_key": None if sweep_at is None else open_key(run.shard, run.run_id),
         "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
@@ -231,4 +265,5 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         reason=item.get("reason"),
         attempts=tuple(item.get("attempts", ())),
         expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
+        job_view=None if item.get("job_view") is None else job_view_from_item(item["job_view"]),
     )

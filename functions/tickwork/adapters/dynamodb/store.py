@@ -14,6 +14,7 @@ from tickwork.adapters.dynamodb.items import (
     deserialize,
     job_from_item,
     job_to_item,
+    job_view_to_item,
     open_keys,
     run_from_item,
     run_to_item,
@@ -23,12 +24,13 @@ from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
     PlanConflictError,
+    RunsMovedError,
     StaleRunError,
     TransientStoreError,
     VersionMismatchError,
 )
 from tickwork.domain.execution import CLAIMABLE_STATES, Claim
-from tickwork.domain.models import Job, Run, RunState, split_run_id
+from tickwork.domain.models import Job, JobView, OverlapPolicy, Run, RunState, Standing, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
 
@@ -48,6 +50,8 @@ TRANSIENT_CODES = frozenset(
     }
 )
 TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+# DynamoDB's limit on the items of one TransactWriteItems.
+MAX_TRANSACTION_ITEMS = 100
 # BatchGetItem may return part of a request unprocessed (throttling); it is asked again this many times.
 _MAX_BATCH_ROUNDS = 5
 # Attribute of a job item: sha256 of the create request that carried an Idempotency-Key. Written only at
@@ -167,6 +171,21 @@ class DynamoStore:
         }
         found = (str(item["scheduled_for"]) for item in self._query_items(request))
         return {wanted[key] for key in found if key in wanted}
+
+    def claimable_runs(self, job_id: str, since: datetime) -> list[Run]:
+        """The job's runs from `since` on that a claim could still take (planned, waiting to retry, queued):
+        the ones a job write must rewrite the view of. One strongly consistent Query."""
+        values: dict[str, Any] = {":j": job_id, ":since": format_instant(since)}
+        values.update({f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))})
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j AND scheduled_for >= :since",
+            "FilterExpression": f"#s IN ({', '.join(f':c{i}' for i in range(len(CLAIMABLE_STATES)))})",
+            "ExpressionAttributeNames": {"#s": "state"},
+            "ExpressionAttributeValues": serialize(values),
+            "ConsistentRead": True,
+        }
+        return [run_from_item(item) for item in self._query_items(request)]
 
     def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None:
         item = self._get(self.tables.runs, {"job_id": job_id, "scheduled_for": format_instant(scheduled_for)})
@@ -419,7 +438,13 @@ class DynamoStore:
         fingerprint = item.get(REQUEST_FINGERPRINT)
         return job_from_item(item), None if fingerprint is None else str(fingerprint)
 
-    def replace_job(self, expected: Job, updated: Job, runs: Sequence[Run]) -> None:
+    def replace_job(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: Sequence[Run],
+        refreshed: Sequence[tuple[Run, JobView]] = (),
+    ) -> None:
         # An update of the fields job management owns, never a whole-item put: the executors' overlap slot
         # (active_run, queued_run) lives on the same item and must survive an edit.
         condition = "version = :expected_version AND " + (
@@ -452,9 +477,10 @@ class DynamoStore:
             }
         ]
         items.extend(self._put_new_run(run) for run in runs)
-        self._transact_job_change(expected, items)
+        items.extend(self._refresh_view(run, view) for run, view in refreshed)
+        self._transact_job_change(expected, items, new_runs=len(runs))
 
-    def delete_job(self, expected: Job) -> None:
+    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
         items: list[dict[str, Any]] = [
             {
                 "Delete": {
@@ -465,7 +491,8 @@ class DynamoStore:
                 }
             }
         ]
-        self._transact_job_change(expected, items)
+        items.extend(self._refresh_view(run, view) for run, view in refreshed)
+        self._transact_job_change(expected, items, new_runs=0)
 
     # --- execution ---------------------------------------------------------------------------------
 
@@ -514,13 +541,29 @@ class DynamoStore:
             update += ", dispatched_at = if_not_exists(dispatched_at, :sent)"
             values[":sent"] = format_instant_ms(claim.dispatched_at)
         claimable = ", ".join(f":c{i}" for i in range(len(CLAIMABLE_STATES)))
+        condition = f"#s IN ({claimable}) AND attempt = :expected_attempt"
+        names = {"#s": "state"}
+        if claim.trusting_view:
+            # The run's job view lets it run, under overlap allow, with the timeout this lease was computed
+            # from: the claim needs no read of the job.
+            condition += (
+                " AND job_view.standing = :active AND job_view.overlap = :allow"
+                " AND job_view.timeout_seconds = :timeout"
+            )
+            values.update(
+                {
+                    ":active": str(Standing.ACTIVE),
+                    ":allow": str(OverlapPolicy.ALLOW),
+                    ":timeout": claim.timeout_seconds,
+                }
+            )
         try:
             response = self._client.update_item(
                 TableName=self.tables.runs,
                 Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
                 UpdateExpression=update + " REMOVE retry_at",
-                ConditionExpression=f"#s IN ({claimable}) AND attempt = :expected_attempt",
-                ExpressionAttributeNames={"#s": "state"},
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=serialize(values),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -711,7 +754,10 @@ class DynamoStore:
 
     # --- helpers -----------------------------------------------------------------------------------
 
-    def _transact_job_change(self, expected: Job, items: list[dict[str, Any]]) -> None:
+    def _transact_job_change(self, expected: Job, items: list[dict[str, Any]], *, new_runs: int) -> None:
+        """A job write: items[0] is the job, then `new_runs` runs it plans, then the views it rewrites."""
+        if len(items) > MAX_TRANSACTION_ITEMS:
+            raise ValueError(f"a job write of {len(items)} items does not fit in one transaction")
         try:
             self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as error:
@@ -726,7 +772,27 @@ class DynamoStore:
                 raise VersionMismatchError(
                     f"job {expected.job_id} changed since version {expected.version}"
                 ) from error
+            if "ConditionalCheckFailed" in codes[1 + new_runs :]:
+                raise RunsMovedError(
+                    f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
+                ) from error
             raise ConflictError(f"job {expected.job_id}: a run it plans already exists ({codes})") from error
+
+    def _refresh_view(self, run: Run, view: JobView) -> dict[str, Any]:
+        """Rewrite an unclaimed run's job view, if it is still unclaimed at the attempt it was read at."""
+        values: dict[str, Any] = {":view": job_view_to_item(view), ":attempt": run.attempt}
+        values.update({f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))})
+        claimable = ", ".join(f":c{i}" for i in range(len(CLAIMABLE_STATES)))
+        return {
+            "Update": {
+                "TableName": self.tables.runs,
+                "Key": serialize(_run_key(run)),
+                "UpdateExpression": "SET job_view = :view",
+                "ConditionExpression": f"#s IN ({claimable}) AND attempt = :attempt",
+                "ExpressionAttributeNames": {"#s": "state"},
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
 
     def _put_new_run(self, run: Run) -> dict[str, Any]:
         return {
