@@ -83,6 +83,25 @@ def _transient(error: ClientError) -> TransientStoreError:
     return TransientStoreError(f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}")
 
 
+class _Cancelled(Exception):
+    """A transaction cancelled by its conditions: which items' conditions failed, and what they held."""
+
+    def __init__(self, error: ClientError) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.reasons: list[Any] = list(error.response.get("CancellationReasons") or [])
+        self.codes = _cancellation_codes(error)
+
+    def failed(self, start: int, stop: int | None = None) -> bool:
+        """Whether a condition failed among items [start, stop) (only item `start` without a stop)."""
+        end = start + 1 if stop is None else stop
+        return "ConditionalCheckFailed" in self.codes[start:end]
+
+    def item(self, index: int) -> Any:
+        """The stored item a failed condition returned (ALL_OLD), if the store sent it."""
+        return self.reasons[index].get("Item") if index < len(self.reasons) else None
+
+
 def _run_key(run: Run) -> dict[str, Any]:
     return {"job_id": run.job_id, "scheduled_for": format_instant(run.scheduled_for)}
 
@@ -370,18 +389,11 @@ class DynamoStore:
             }
         )
         try:
-            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as error:
-            if _code(error) != "TransactionCanceledException":
-                raise self._translate(error) from error
-            codes = _cancellation_codes(error)
-            if any(code in TRANSIENT_REASONS for code in codes):
-                raise _transient(error) from error
-            run_codes, job_code = codes[: len(runs)], (codes[len(runs)] if len(codes) > len(runs) else "None")
+            self._transact(items)
+        except _Cancelled as cancelled:
             raise PlanConflictError(
-                run_exists=any(code == "ConditionalCheckFailed" for code in run_codes),
-                job_changed=job_code == "ConditionalCheckFailed",
-            ) from error
+                run_exists=cancelled.failed(0, len(runs)), job_changed=cancelled.failed(len(runs))
+            ) from cancelled.error
 
     def set_watermark(self, shard: int, planned_through: datetime) -> None:
         try:
@@ -421,14 +433,9 @@ class DynamoStore:
         ]
         items.extend(self._put_new_run(run) for run in runs)
         try:
-            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as error:
-            if _code(error) == "TransactionCanceledException":
-                codes = _cancellation_codes(error)
-                if any(code in TRANSIENT_REASONS for code in codes):
-                    raise _transient(error) from error
-                raise ConflictError(f"job {job_item['job_id']} already exists") from error
-            raise self._translate(error) from error
+            self._transact(items)
+        except _Cancelled as cancelled:
+            raise ConflictError(f"job {job_item['job_id']} already exists") from cancelled.error
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
         """The job and the fingerprint of the request that created it (None if created without one)."""
@@ -737,18 +744,12 @@ class DynamoStore:
             },
         ]
         try:
-            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as error:
-            if _code(error) != "TransactionCanceledException":
-                raise self._translate(error) from error
-            codes = _cancellation_codes(error)
-            if any(code in TRANSIENT_REASONS for code in codes):
-                raise _transient(error) from error
-            if codes and codes[0] == "ConditionalCheckFailed":
-                reasons = error.response.get("CancellationReasons") or [{}]
+            self._transact(items)
+        except _Cancelled as cancelled:
+            if cancelled.failed(0):
                 raise StaleRunError(
-                    f"run {expected.run_id} moved on", current=_stored_run(reasons[0].get("Item"))
-                ) from error
+                    f"run {expected.run_id} moved on", current=_stored_run(cancelled.item(0))
+                ) from cancelled.error
             return False
         return True
 
@@ -759,24 +760,34 @@ class DynamoStore:
         if len(items) > MAX_TRANSACTION_ITEMS:
             raise ValueError(f"a job write of {len(items)} items does not fit in one transaction")
         try:
+            self._transact(items)
+        except _Cancelled as cancelled:
+            if cancelled.failed(0):
+                if self.get_job(expected.job_id) is None:
+                    raise NotFoundError(f"job {expected.job_id} not found") from cancelled.error
+                raise VersionMismatchError(
+                    f"job {expected.job_id} changed since version {expected.version}"
+                ) from cancelled.error
+            if cancelled.failed(1 + new_runs, len(items)):
+                raise RunsMovedError(
+                    f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
+                ) from cancelled.error
+            raise ConflictError(
+                f"job {expected.job_id}: a run it plans already exists ({cancelled.codes})"
+            ) from cancelled.error
+
+    def _transact(self, items: list[dict[str, Any]]) -> None:
+        """TransactWriteItems, the one place its refusals are read: throttling and transaction conflicts
+        become TransientStoreError (retried), other service errors are translated, and a cancellation by
+        conditions is raised as _Cancelled for the caller to name in domain terms."""
+        try:
             self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as error:
             if _code(error) != "TransactionCanceledException":
                 raise self._translate(error) from error
-            codes = _cancellation_codes(error)
-            if any(code in TRANSIENT_REASONS for code in codes):
+            if any(code in TRANSIENT_REASONS for code in _cancellation_codes(error)):
                 raise _transient(error) from error
-            if codes and codes[0] == "ConditionalCheckFailed":
-                if self.get_job(expected.job_id) is None:
-                    raise NotFoundError(f"job {expected.job_id} not found") from error
-                raise VersionMismatchError(
-                    f"job {expected.job_id} changed since version {expected.version}"
-                ) from error
-            if "ConditionalCheckFailed" in codes[1 + new_runs :]:
-                raise RunsMovedError(
-                    f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
-                ) from error
-            raise ConflictError(f"job {expected.job_id}: a run it plans already exists ({codes})") from error
+            raise _Cancelled(error) from error
 
     def _refresh_view(self, run: Run, view: JobView) -> dict[str, Any]:
         """Rewrite an unclaimed run's job view, if it is still unclaimed at the attempt it was read at."""
