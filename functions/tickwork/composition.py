@@ -20,6 +20,7 @@ from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.services.ports import Metrics
+from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
 from tickwork.settings import Settings, SettingsError
 
@@ -37,9 +38,9 @@ class Components:
 
     @cached_property
     def store(self) -> DynamoStore:
-        return DynamoStore(
-            self.client_for("dynamodb"), TableNames.from_resources(self.settings.resource_names)
-        )
+        """The store, with every call retried on throttling (the one place store retries happen)."""
+        tables = TableNames.from_resources(self.settings.resource_names)
+        return retrying(DynamoStore(self.client_for("dynamodb"), tables), self.clock, Random())
 
     @cached_property
     def dispatcher(self) -> SqsDispatcher:

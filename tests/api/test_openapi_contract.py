@@ -7,6 +7,7 @@ import json
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,23 +83,30 @@ def test_the_document_describes_every_error_as_problem_json() -> None:
                     assert list(response["content"]) == ["application/problem+json"], (method, path, code)
 
 
-@pytest.fixture(scope="module")
-def deployed() -> Iterator[str]:
-    """One moto world for the whole run; a seeded job gives generated ids a real target now and then."""
+@contextmanager
+def offline_aws() -> Iterator[Any]:
+    """moto with test credentials, whatever the environment points boto3 at."""
     with pytest.MonkeyPatch.context() as patch:
         for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
             patch.delenv(key, raising=False)
         patch.setenv("AWS_ACCESS_KEY_ID", "testing")
         patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        with mock_aws():
-            dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-            ensure_tables(dynamodb, NAMES)
-            runtime.reset_for_tests(build_components(dynamodb, FakeClock(ANCHOR)))
-            try:
-                yield seed()
-            finally:
-                runtime.reset_for_tests(None)
+        with mock_aws() as world:
+            yield world
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[str]:
+    """One moto world for the whole run; a seeded job gives generated ids a real target now and then."""
+    with offline_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        ensure_tables(dynamodb, NAMES)
+        runtime.reset_for_tests(build_components(dynamodb, FakeClock(ANCHOR)))
+        try:
+            yield seed()
+        finally:
+            runtime.reset_for_tests(None)
 
 
 def seed() -> str:
@@ -203,32 +211,26 @@ def refusal_the_document_states(case: Any, response: Any) -> str | None:
 def fresh_world() -> Iterator[Callable[[], None]]:
     """A moto world that each stateful scenario empties first: a scenario's answers must depend on its own
     steps only, or Hypothesis cannot replay (and shrink) it."""
-    with pytest.MonkeyPatch.context() as patch:
-        for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-            patch.delenv(key, raising=False)
-        patch.setenv("AWS_ACCESS_KEY_ID", "testing")
-        patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        with mock_aws() as world:
+    with offline_aws() as world:
 
-            def reset() -> None:
-                world.reset()
-                dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-                ensure_tables(dynamodb, NAMES)
-                runtime.reset_for_tests(build_components(dynamodb, FakeClock(ANCHOR)))
-                # Jobs due every minute: their planned runs are there for `GET /jobs` -> runs -> run to reach
-                # (several, so the first job of a listing is most often one of them).
-                for _ in range(SEEDED_MINUTELY_JOBS):
-                    created = Api(runtime.components(), FakeClock(ANCHOR)).send(
-                        request("POST", "/jobs", body=job_body(schedule={"expression": "* * * * *"}))
-                    )
-                    assert created.status == 201, created.body
+        def reset() -> None:
+            world.reset()
+            dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+            ensure_tables(dynamodb, NAMES)
+            runtime.reset_for_tests(build_components(dynamodb, FakeClock(ANCHOR)))
+            # Jobs due every minute: their planned runs are there for `GET /jobs` -> runs -> run to reach
+            # (several, so the first job of a listing is most often one of them).
+            for _ in range(SEEDED_MINUTELY_JOBS):
+                created = Api(runtime.components(), FakeClock(ANCHOR)).send(
+                    request("POST", "/jobs", body=job_body(schedule={"expression": "* * * * *"}))
+                )
+                assert created.status == 201, created.body
 
-            reset()
-            try:
-                yield reset
-            finally:
-                runtime.reset_for_tests(None)
+        reset()
+        try:
+            yield reset
+        finally:
+            runtime.reset_for_tests(None)
 
 
 def test_stateful_runs_follow_links_from_create_to_real_jobs_and_runs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from random import Random
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import Claim, claimed, is_own_write
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
+from tickwork.services.retrying import retrying
 
 
 class FlakyRunStore:
@@ -82,8 +84,14 @@ def world(store: DynamoStore, clock: FakeClock) -> World:
 
 
 def executor(world: World, store: FlakyRunStore, worker: str = "worker-a") -> Executor:
+    """The executor as composed for real: its store retried on throttling (`retrying`, the one place)."""
     return Executor(
-        store, world.invoker, world.dispatcher, world.clock, world.metrics, ExecutorConfig(worker_id=worker)
+        retrying(store, world.clock, Random(7)),
+        world.invoker,
+        world.dispatcher,
+        world.clock,
+        world.metrics,
+        ExecutorConfig(worker_id=worker),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from random import Random
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from tickwork.domain.models import Job, JobState, MissedFirePolicy, RunState, Ta
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
 from tickwork.services.planning import Planner, PlannerConfig
+from tickwork.services.retrying import retrying
 
 SHARDS = 4
 HTTP = Target(kind="http", config={"url": "http://127.0.0.1:9/hook", "method": "POST"})
@@ -172,7 +174,10 @@ def test_throttled_commits_are_retried_with_backoff_not_dropped(store: DynamoSto
     faulty = FaultyPlanStore(store)
     faulty.throttle_commits = 2
 
-    report = Planner(faulty, dispatcher, clock).plan(job.shard, at("2026-12-02T12:03:10"))
+    # As composed for real: the store retried on throttling, in one place (`retrying`).
+    report = Planner(retrying(faulty, clock, Random(3)), dispatcher, clock).plan(
+        job.shard, at("2026-12-02T12:03:10")
+    )
 
     assert report.runs_planned == 1 and report.complete
     assert len(clock.slept) == 2 and all(0 <= s <= 2.0 for s in clock.slept)

@@ -42,6 +42,16 @@ class TransientStoreError(TickworkError):
     """Throttling or a transaction conflict: safe to retry with backoff, never to drop."""
 
 
+class StoreError(TickworkError):
+    """The store refused a request for a reason retrying will not change (a malformed request, an item
+    over the size limit, a missing table or permission): a bug or a misconfiguration, named by the
+    store's error code."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class PlanConflictError(ConflictError):
     """The planning transaction was cancelled; says which of its conditions failed."""
 

@@ -38,6 +38,13 @@ VIEW_TRUST_WINDOW = VIEW_REFRESH_WINDOW - timedelta(minutes=1)
 CLAIMABLE_STATES = frozenset({RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED})
 
 
+def waiting_slot_is_stale(holder: Run | None) -> bool:
+    """Overlap queue: the job's one waiting slot names a run that is no longer waiting (cancelled,
+    skipped, failed from the dead-letter queue, or gone): another run may take the slot over, or the job's
+    queue would stay blocked for good."""
+    return holder is None or holder.state is not RunState.QUEUED
+
+
 def standing_of(job: Job | None, scheduled_for: datetime) -> Standing:
     """The job's state at claim time rules (recorded in docs/design.md): deleted, paused, or the fire no
     longer on the (edited) schedule stop the run; anything else, including a changed target, runs with the

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import partial
 from random import Random
 from typing import TypeVar
 
@@ -31,7 +29,6 @@ from tickwork.domain.execution import (
 from tickwork.domain.models import JobView, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
-from tickwork.services.retrying import with_store_retries
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -120,7 +117,7 @@ class Executor:
         this timeout (which sets the lease). A refusal returns the stored run, which says what to do."""
         claim = self._claim_for(message, now, timeout_seconds, trusting_view=True)
         try:
-            mine = self._retrying(partial(self._store.claim, claim))
+            mine = self._store.claim(claim)
         except StaleRunError as error:
             current = error.current
             if current is None:
@@ -147,7 +144,7 @@ class Executor:
     def _execute_with_job_read(self, message: RunMessage) -> Outcome:
         """A run whose view may be stale (older than the views' window), or that has none: the job as it is
         now decides, read strongly consistent."""
-        job = self._retrying(partial(self._store.get_job, message.job_id))
+        job = self._store.get_job(message.job_id)
         now = self._clock.now()
         standing = standing_of(job, message.scheduled_for)
         reason = cancellation_reason(standing)
@@ -155,7 +152,7 @@ class Executor:
             return self._cancel(message, reason or "job deleted")
         view = replace(JobView.planned(job), standing=standing)
         if job.overlap is not OverlapPolicy.ALLOW:
-            run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+            run = self._store.get_run(message.job_id, message.scheduled_for)
             if run is None:
                 return self._orphan(message)
             if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
@@ -163,7 +160,7 @@ class Executor:
             return self._execute_exclusive(run, view, message, now)
         claim = self._claim_for(message, now, job.timeout_seconds, trusting_view=False)
         try:
-            mine = self._retrying(partial(self._store.claim, claim))
+            mine = self._store.claim(claim)
         except StaleRunError as error:
             if error.current is None:
                 return self._orphan(message)
@@ -215,7 +212,7 @@ class Executor:
             dispatched_at=message.sent_at,
         )
         try:
-            if not self._retrying(partial(self._store.claim_exclusive, run, mine, now)):
+            if not self._store.claim_exclusive(run, mine, now):
                 return self._blocked_by_overlap(run, view, message.hops)
         except StaleRunError as error:
             if not is_own_write(error.current, mine):
@@ -245,7 +242,7 @@ class Executor:
     def _cancel(self, message: RunMessage, reason: str) -> Outcome:
         """The job's state at claim time says no (deleted, paused, fire off the schedule): the run ends
         cancelled, if this delivery's attempt still holds it."""
-        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+        run = self._store.get_run(message.job_id, message.scheduled_for)
         if run is None:
             return self._orphan(message)
         if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
@@ -273,7 +270,7 @@ class Executor:
         """A message re-sent more than MAX_HOPS times is a loop (Lambda's own cut-off is off on the
         executor): the run ends failed, with the reason on it and a metric, rather than cycling forever
         or vanishing."""
-        run = self._retrying(partial(self._store.get_run, message.job_id, message.scheduled_for))
+        run = self._store.get_run(message.job_id, message.scheduled_for)
         if run is None:
             return self._orphan(message)
         if run.state.is_terminal or run.attempt != message.attempt:
@@ -298,11 +295,11 @@ class Executor:
             # Retried on throttling: losing this write would turn a finished call into an expired lease,
             # and so into a second call of the target.
             if exclusive and finished.state is not RunState.RETRY_WAIT:
-                waiting = self._retrying(partial(self._store.finish_exclusive, run, finished))
+                waiting = self._store.finish_exclusive(run, finished)
                 if waiting is not None:
                     self._release_queued(waiting, run.shard)
             else:
-                self._retrying(partial(self._store.transition_run, run, finished))
+                self._store.transition_run(run, finished)
         except StaleRunError as error:
             if not is_own_write(error.current, finished):
                 # A newer attempt owns the run (our lease expired and it was taken over): our result must
@@ -343,7 +340,7 @@ class Executor:
                 run, state=RunState.QUEUED, reason="waiting for the job's running run to finish"
             )
             try:
-                if self._retrying(partial(self._store.enqueue_behind, run, waiting)):
+                if self._store.enqueue_behind(run, waiting):
                     self._metrics.count("RunsQueued")
                     return Outcome.QUEUED
             except StaleRunError:
@@ -371,13 +368,8 @@ class Executor:
 
     def _end(self, run: Run, state: RunState, reason: str, outcome: Outcome) -> Outcome:
         try:
-            self._retrying(
-                partial(self._store.transition_run, run, terminal(run, state, reason, self._clock.now()))
-            )
+            self._store.transition_run(run, terminal(run, state, reason, self._clock.now()))
         except StaleRunError:
             return Outcome.DUPLICATE
         self._metrics.count(f"Runs{state.value.capitalize()}")
         return outcome
-
-    def _retrying(self, operation: Callable[[], T]) -> T:
-        return with_store_retries(operation, self._clock, self._rng)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Final, Protocol, TypeVar
+from typing import Final, TypeVar
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
@@ -48,7 +48,7 @@ from tickwork.domain.schedule import (
 )
 from tickwork.domain.timekeys import format_instant
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
-from tickwork.services.ports import Dispatcher, JobStore
+from tickwork.services.ports import Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
@@ -105,26 +105,6 @@ class IdempotencyKeyReusedError(ConflictError):
 
 # DynamoDB's limit on the items of one transaction: a job write, the runs it plans and the views it rewrites.
 MAX_TRANSACTION_ITEMS = 100
-
-
-class ManagedJobStore(JobStore, Protocol):
-    """Storage as job management and the API see it (the DynamoDB store implements all of it)."""
-
-    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None: ...
-
-    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None: ...
-
-    def owner_job_ids(
-        self, owner: str, *, limit: int, after_job_id: str | None = None
-    ) -> tuple[list[str], bool]: ...
-
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
-
-    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
-
-    def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
-        """The state of each of the job's runs with first <= scheduled_for <= last (strongly consistent)."""
-        ...
 
 
 class _Unset(Enum):

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from random import Random
 from typing import TypeVar
 
@@ -17,7 +16,6 @@ from tickwork.domain.models import Job, JobState, Run, RunState
 from tickwork.domain.planning import plan_batch
 from tickwork.domain.timekeys import due_key, floor_minute
 from tickwork.services.ports import Dispatcher, PlanStore
-from tickwork.services.retrying import with_store_retries
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -124,7 +122,7 @@ class Planner:
         now = now or self._clock.now()
         horizon = now + self._config.lookahead
         report = TickReport(shard=shard, now=now, horizon=horizon)
-        watermark = self._retrying(lambda: self._store.get_watermark(shard))
+        watermark = self._store.get_watermark(shard)
         start = (watermark if watermark is not None else now) - self._config.reread
         bucket = floor_minute(start)
         planned_through = horizon
@@ -133,7 +131,7 @@ class Planner:
             while bucket <= horizon:
                 report.buckets_read += 1
                 try:
-                    jobs = self._retrying(partial(self._read_bucket, due_key(shard, bucket), horizon))
+                    jobs = self._store.query_due(due_key(shard, bucket), horizon)
                 except TransientStoreError as error:
                     # Nothing from this bucket on was read: the watermark stays before it.
                     report.errors.append(f"bucket {due_key(shard, bucket)}: {error}")
@@ -150,7 +148,7 @@ class Planner:
             outbox.flush()
         report.complete = planned_through >= horizon
         if watermark is None or planned_through > watermark:
-            self._retrying(lambda: self._store.set_watermark(shard, planned_through))
+            self._store.set_watermark(shard, planned_through)
         return report
 
     def plan_shards(self, shards: Sequence[int], now: datetime, max_threads: int = 16) -> TickSummary:
@@ -224,19 +222,17 @@ class Planner:
                     return False
                 if conflict.job_changed:
                     # Another ticker planned it, or the user edited / paused / deleted it: re-read, re-plan.
-                    current = self._retrying(partial(self._store.get_job, current.job_id))
+                    current = self._store.get_job(current.job_id)
                     continue
                 # Only runs existed: created already (e.g. by the job's own write), so advance the job
                 # past them without creating them again.
-                existing = self._retrying(
-                    partial(self._store.existing_run_times, current.job_id, [r.scheduled_for for r in runs])
-                )
+                existing = self._store.existing_run_times(current.job_id, [r.scheduled_for for r in runs])
                 runs = tuple(r for r in runs if r.scheduled_for not in existing)
                 try:
                     self._commit(current, runs, batch.next_fire_at)
                 except PlanConflictError:
                     report.conflicts += 1
-                    current = self._retrying(partial(self._store.get_job, current.job_id))
+                    current = self._store.get_job(current.job_id)
                     continue
             report.commits += 1
             to_dispatch = [r for r in runs if r.state is RunState.PLANNED]
@@ -248,14 +244,8 @@ class Planner:
         progress.done()
         return True
 
-    def _read_bucket(self, key: str, horizon: datetime) -> list[Job]:
-        return list(self._store.query_due(key, horizon))
-
     def _commit(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
-        self._retrying(partial(self._store.commit_plan, job, runs, next_fire_at))
-
-    def _retrying(self, operation: Callable[[], T]) -> T:
-        return with_store_retries(operation, self._clock, self._rng)
+        self._store.commit_plan(job, runs, next_fire_at)
 
 
 class _Outbox:

@@ -8,15 +8,16 @@ from typing import Protocol
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
-from tickwork.domain.models import Job, JobView, Run
+from tickwork.domain.models import Job, JobView, Run, RunState
 
 
 class PlanStore(Protocol):
     """Storage as the ticker sees it."""
 
-    def query_due(self, due_key: str, through: datetime) -> Iterator[Job]:
-        """Active jobs in one `due` partition whose next fire is at or before `through`.
-        Eventually consistent: a job written a moment ago may be missing, or stale."""
+    def query_due(self, due_key: str, through: datetime) -> Sequence[Job]:
+        """Active jobs in one `due` partition whose next fire is at or before `through`, read whole (so a
+        retry repeats the whole read). Eventually consistent: a job written a moment ago may be missing,
+        or stale."""
         ...
 
     def get_job(self, job_id: str) -> Job | None:
@@ -74,6 +75,46 @@ class JobStore(Protocol):
         """The job's unclaimed runs (planned, waiting to retry, queued) from `since` on, strongly
         consistent: the runs whose view a job write rewrites."""
         ...
+
+
+class ManagedJobStore(JobStore, Protocol):
+    """Storage as job management and the API see it (the DynamoDB store implements all of it)."""
+
+    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None: ...
+
+    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None: ...
+
+    def owner_job_ids(
+        self, owner: str, *, limit: int, after_job_id: str | None = None
+    ) -> tuple[list[str], bool]: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
+
+    def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
+        """The state of each of the job's runs with first <= scheduled_for <= last (strongly consistent)."""
+        ...
+
+
+class RunReader(Protocol):
+    """Storage as run history needs it."""
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
+
+    def query_runs(
+        self,
+        job_id: str,
+        *,
+        start: datetime | None,
+        end: datetime | None,
+        states: Sequence[RunState] = (),
+        limit: int,
+        after: datetime | None = None,
+        newest_first: bool = True,
+    ) -> tuple[list[Run], datetime | None]: ...
 
 
 class Dispatcher(Protocol):

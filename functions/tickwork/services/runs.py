@@ -15,11 +15,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from tickwork.domain.errors import NotFoundError, ValidationError
 from tickwork.domain.models import Job, Run, RunState, split_run_id
 from tickwork.domain.timekeys import compact_instant, parse_compact_instant
+from tickwork.services.ports import RunReader
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
@@ -76,26 +77,6 @@ def decode_cursor(cursor: str, keys: Sequence[str], scope: str) -> dict[str, str
     ):
         raise InvalidCursorError("is not a cursor returned by this API for this listing")
     return position
-
-
-class RunReader(Protocol):
-    """Storage as run history needs it."""
-
-    def get_job(self, job_id: str) -> Job | None: ...
-
-    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
-
-    def query_runs(
-        self,
-        job_id: str,
-        *,
-        start: datetime | None,
-        end: datetime | None,
-        states: Sequence[RunState] = (),
-        limit: int,
-        after: datetime | None = None,
-        newest_first: bool = True,
-    ) -> tuple[list[Run], datetime | None]: ...
 
 
 @dataclass(frozen=True, slots=True)

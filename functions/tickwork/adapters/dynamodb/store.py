@@ -26,10 +26,11 @@ from tickwork.domain.errors import (
     PlanConflictError,
     RunsMovedError,
     StaleRunError,
+    StoreError,
     TransientStoreError,
     VersionMismatchError,
 )
-from tickwork.domain.execution import CLAIMABLE_STATES, Claim
+from tickwork.domain.execution import CLAIMABLE_STATES, Claim, waiting_slot_is_stale
 from tickwork.domain.models import Job, JobView, OverlapPolicy, Run, RunState, Standing, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
@@ -166,15 +167,14 @@ class DynamoStore:
         item = self._get(self.tables.jobs, {"job_id": job_id})
         return None if item is None else job_from_item(item)
 
-    def query_due(self, due_key: str, through: datetime) -> Iterator[Job]:
+    def query_due(self, due_key: str, through: datetime) -> list[Job]:
         request: dict[str, Any] = {
             "TableName": self.tables.jobs,
             "IndexName": "due",
             "KeyConditionExpression": "due_key = :k AND next_fire_at <= :t",
             "ExpressionAttributeValues": serialize({":k": due_key, ":t": format_instant(through)}),
         }
-        for item in self._query_items(request):
-            yield job_from_item(item)
+        return [job_from_item(item) for item in self._query_items(request)]
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
         """One strongly consistent Query over the fires' range (keys only), not one read per fire."""
@@ -642,8 +642,7 @@ class DynamoStore:
         if holder is None:
             return False
         holder_job, holder_fire = split_run_id(str(holder))
-        waiting = self.get_run(holder_job, holder_fire)
-        if waiting is not None and waiting.state is RunState.QUEUED:
+        if not waiting_slot_is_stale(self.get_run(holder_job, holder_fire)):
             return False
         return self._run_with_job_slot(
             expected, updated, "queued_run = :stale", "SET queued_run = :me", {**values, ":stale": holder}
@@ -824,6 +823,9 @@ class DynamoStore:
 
     @staticmethod
     def _translate(error: ClientError) -> Exception:
+        """Every service error becomes a domain error here: retryable ones TransientStoreError, the rest
+        StoreError (services never see botocore's types)."""
         if _code(error) in TRANSIENT_CODES:
             return _transient(error)
-        return error
+        message = error.response.get("Error", {}).get("Message", "")
+        return StoreError(f"DynamoDB {_code(error)}: {message}", code=_code(error))
