@@ -238,6 +238,10 @@ def baseline_checkout(ref: str, workdir: Path) -> Iterator[Path]:
     repo = Path(__file__).resolve().parent.parent
     path = workdir / "baseline-src"
     subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(path), ref], check=True)
+    emulator_venv = repo / ".venv-ministack"
+    if emulator_venv.exists():
+        # The emulator is found next to the source; the worktree has none of its own.
+        (path / ".venv-ministack").symlink_to(emulator_venv, target_is_directory=True)
     try:
         yield path
     finally:

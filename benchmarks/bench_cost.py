@@ -57,7 +57,7 @@ from write_units import item_size, units, write
 SHARDS = 16  # the deployment default (infra/config.py)
 BATCH = 10  # executor_batch_size: SQS messages per executor invocation
 SINGLE_RUNS = 50  # runs executed alone first (batches of one)
-TICKER_SHARDS_PER_INVOCATION = 4
+TICKER_SHARDS_PER_INVOCATION = 1  # infra/config.py
 EXECUTOR_GB = 0.5  # executor memory 512 MB
 TICKER_GB = 1.0  # ticker memory 1024 MB
 SWEEPER_GB = 0.5

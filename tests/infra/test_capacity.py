@@ -33,7 +33,7 @@ def _functions(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_default_stack_fits_a_default_account(default: Synth) -> None:
     reserved = sum(p["ReservedConcurrentExecutions"] for p in _functions(default).values())
-    assert reserved == 200 + 4 + 2 + 10  # executor, ticker (4 shard groups), sweeper, API
+    assert reserved == 200 + 16 + 2 + 10  # executor, ticker (16 shard groups of one), sweeper, API
     assert reserved + UNRESERVED_MINIMUM <= DEFAULT_ACCOUNT_QUOTA
 
 
