@@ -407,3 +407,15 @@ def test_a_delete_marks_the_views_deleted_with_it(backend: Backend) -> None:
     run = store.get_run(job.job_id, FIRE)
     assert store.get_job(job.job_id) is None
     assert run is not None and run.job_view is not None and run.job_view.standing is Standing.DELETED
+
+
+def test_a_delete_that_raced_a_ticker_commit_is_refused(backend: Backend) -> None:
+    """The ticker moves the next fire without a new version: a delete read before that commit must not
+    land after it, or the run it planned (with an active view) would run after the delete."""
+    store, job = backend.store, a_job()
+    store.create_job(job, ())
+    store.commit_plan(job, [a_run(job)], FIRE + timedelta(minutes=5))
+
+    with pytest.raises(VersionMismatchError):
+        store.delete_job(job)
+    assert store.get_job(job.job_id) is not None

@@ -298,23 +298,44 @@ def test_a_changed_target_is_used_by_runs_planned_before_the_change(world: World
     assert world.invoker.calls[0][1].timeout_seconds == 30.0
 
 
-def test_a_run_older_than_the_views_window_reads_the_job(world: World) -> None:
-    """Job writes rewrite the views of runs up to VIEW_REFRESH_WINDOW old; an older run (a late catch-up,
-    a slow retry) may carry a stale view, so its claim reads the job instead."""
+SECOND = timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(
+    ("age", "outcome"),
+    [
+        pytest.param(
+            VIEW_TRUST_WINDOW - timedelta(seconds=1), Outcome.SUCCEEDED, id="young_run_trusts_its_view"
+        ),
+        pytest.param(VIEW_TRUST_WINDOW + timedelta(seconds=1), Outcome.CANCELLED, id="old_run_reads_the_job"),
+    ],
+)
+def test_a_run_older_than_the_views_window_reads_the_job(
+    world: World, age: timedelta, outcome: Outcome
+) -> None:
+    """Job writes rewrite the views of runs up to VIEW_REFRESH_WINDOW old; an older run (a late catch-up)
+    may carry a stale view, so its claim reads the job instead. Here a pause reaches the job but not the
+    run's view (written to the store directly, as for a run older than the window)."""
     current = world.store.get_job(world.job.job_id)
     assert current is not None
-    # A pause that reached the job but not the run's view, as for a run older than the window.
     world.store.replace_job(current, replace(current, state=JobState.PAUSED, version=current.version + 1), ())
     message = world.first_message()
+    world.clock.set(message.scheduled_for + age)
 
-    world.clock.set(message.scheduled_for + VIEW_TRUST_WINDOW - timedelta(seconds=1))
-    assert world.executor().execute(message) is Outcome.SUCCEEDED  # young: its view rules
-    stale = world.first_message()
-    world.store.transition_run(world.run(), replace(world.run(), state=RunState.PLANNED, attempt=1))
+    assert world.executor().execute(message) is outcome
 
-    world.clock.set(stale.scheduled_for + VIEW_TRUST_WINDOW + timedelta(seconds=1))
-    assert world.executor().execute(replace(stale, attempt=1)) is Outcome.CANCELLED  # old: the job rules
-    assert world.run().reason == "job paused"
+
+def test_a_retry_of_a_run_whose_job_changed_while_it_ran_reads_the_job(world: World) -> None:
+    """Job writes rewrite the views of unclaimed runs only: a run that was running when its job was paused
+    comes back to retry with the view it was claimed with, so a retry reads the job."""
+    world.invoker.results = [failure()]
+    assert world.executor().execute(world.first_message()) is Outcome.RETRY_SCHEDULED
+    world.jobs.pause("alice", world.job.job_id)
+    [retry] = world.dispatcher.messages
+    world.clock.set(retry.not_before)
+
+    assert world.executor().execute(retry) is Outcome.CANCELLED
+    assert world.run().reason == "job paused" and len(world.invoker.calls) == 1
 
 
 def _overlapping(store: DynamoStore, clock: FakeClock, policy: OverlapPolicy) -> tuple[World, list[Outcome]]:

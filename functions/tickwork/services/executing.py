@@ -108,7 +108,11 @@ class Executor:
         if wait > 0:
             self._clock.sleep(wait)
         now = self._clock.now()
-        if message.timeout_seconds is None or not trusts_view(message.scheduled_for, now):
+        # A retry (attempt > 0) reads the job: job writes rewrite the views of unclaimed runs only, so a run
+        # that was running when its job changed comes back to retry with the view it was claimed with.
+        if message.attempt > 0 or message.timeout_seconds is None:
+            return self._execute_with_job_read(message)
+        if not trusts_view(message.scheduled_for, now):
             return self._execute_with_job_read(message)
         return self._claim_on_view(message, message.timeout_seconds, now, tries=2)
 

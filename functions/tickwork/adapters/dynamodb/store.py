@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,8 @@ from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+logger = logging.getLogger(__name__)
 
 # Error codes after which the same request may succeed: retried with backoff by the caller.
 TRANSIENT_CODES = frozenset(
@@ -101,6 +104,19 @@ class _Cancelled(Exception):
     def item(self, index: int) -> Any:
         """The stored item a failed condition returned (ALL_OLD), if the store sent it."""
         return self.reasons[index].get("Item") if index < len(self.reasons) else None
+
+
+def _job_condition(expected: Job) -> tuple[str, dict[str, Any]]:
+    """A job write's condition: the job is still at the version and next fire it was read at (the ticker
+    moves the next fire without a new version)."""
+    if expected.next_fire_at is None:
+        return "version = :expected_version AND attribute_not_exists(next_fire_at)", {
+            ":expected_version": expected.version
+        }
+    return "version = :expected_version AND next_fire_at = :expected_fire", {
+        ":expected_version": expected.version,
+        ":expected_fire": format_instant(expected.next_fire_at),
+    }
 
 
 def _run_key(run: Run) -> dict[str, Any]:
@@ -454,14 +470,7 @@ class DynamoStore:
     ) -> None:
         # An update of the fields job management owns, never a whole-item put: the executors' overlap slot
         # (active_run, queued_run) lives on the same item and must survive an edit.
-        condition = "version = :expected_version AND " + (
-            "next_fire_at = :expected_fire"
-            if expected.next_fire_at is not None
-            else "attribute_not_exists(next_fire_at)"
-        )
-        values: dict[str, Any] = {":expected_version": expected.version}
-        if expected.next_fire_at is not None:
-            values[":expected_fire"] = format_instant(expected.next_fire_at)
+        condition, values = _job_condition(expected)
         item = job_to_item(updated)
         owned = [k for k in item if k != "job_id"]
         names = {f"#f{i}": k for i, k in enumerate(owned)}
@@ -488,13 +497,16 @@ class DynamoStore:
         self._transact_job_change(expected, items, new_runs=len(runs))
 
     def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+        # The next fire too, as for replace_job: a run the ticker planned after the views were read would
+        # otherwise keep an active view and run after the delete.
+        condition, values = _job_condition(expected)
         items: list[dict[str, Any]] = [
             {
                 "Delete": {
                     "TableName": self.tables.jobs,
                     "Key": serialize({"job_id": expected.job_id}),
-                    "ConditionExpression": "version = :v",
-                    "ExpressionAttributeValues": serialize({":v": expected.version}),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeValues": serialize(values),
                 }
             }
         ]
@@ -587,8 +599,13 @@ class DynamoStore:
         if "check_at" in stored and str(stored["check_at"]) > lease:
             # The run's check time is later than this lease (a short timeout, or a re-sent run): bring it
             # forward, or a dead worker would go unnoticed until then. The common claim skips this write.
-            self._tighten_check(claim, lease)
-            stored["check_at"] = lease
+            # The claim has landed: a failure here must not undo it (a retried claim would be refused as
+            # our own and skip this step); the run is then found at its later check time instead.
+            try:
+                self._tighten_check(claim, lease)
+                stored["check_at"] = lease
+            except TransientStoreError as error:
+                logger.warning("run %s: check time left at %s (%s)", claim.run_id, stored["check_at"], error)
         return run_from_item(stored)
 
     def _tighten_check(self, claim: Claim, lease: str) -> None:
