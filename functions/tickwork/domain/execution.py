@@ -119,9 +119,10 @@ def check_at(run: Run) -> datetime | None:
         first_check = expected + DISPATCH_GRACE
         lease = run.lease_expires_at
         return first_check if lease is None else min(first_check, lease)
-    if run.redispatched_at is not None:
+    if run.redispatched_at is not None and run.redispatched_at >= expected:
         # Each re-send waits longer before the next (90 s, then doubling): a run waiting behind the
-        # concurrency cap is slow, not lost, and must not be re-sent every sweep.
+        # concurrency cap is slow, not lost, and must not be re-sent every sweep. A re-send from before
+        # the run's current wait (an earlier attempt's) does not count.
         return run.redispatched_at + max(DISPATCH_GRACE, run.redispatched_at - expected)
     return expected + DISPATCH_GRACE
 
