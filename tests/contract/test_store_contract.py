@@ -419,3 +419,20 @@ def test_a_delete_that_raced_a_ticker_commit_is_refused(backend: Backend) -> Non
     with pytest.raises(VersionMismatchError):
         store.delete_job(job)
     assert store.get_job(job.job_id) is not None
+
+
+def test_a_run_write_read_before_its_view_was_rewritten_is_refused(backend: Backend) -> None:
+    """A resume that rewrote a run's view between an executor's read and its cancel wins: the cancel is
+    refused (the run is looked at again), not applied over the resume."""
+    store, job = backend.store, a_job()
+    run = a_run(job)
+    store.create_job(job, [run])
+    resumed = replace(job, version=2)
+    store.replace_job(job, resumed, (), [(run, view_for(resumed, run))])
+
+    with pytest.raises(StaleRunError):
+        store.transition_run(
+            run, replace(run, state=RunState.CANCELLED, finished_at=FIRE, reason="job paused")
+        )
+    stored = store.get_run(job.job_id, FIRE)
+    assert stored is not None and stored.state is RunState.PLANNED

@@ -202,6 +202,7 @@ class StoreBase:
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _run_condition(self, expected: Run) -> tuple[str, dict[str, Any]]:
+        """A run write's fence: the run is still in the state, attempt, lease and job view it was read in."""
         condition = "#s = :expected_state AND attempt = :expected_attempt"
         values: dict[str, Any] = {
             ":expected_state": str(expected.state),
@@ -210,6 +211,11 @@ class StoreBase:
         if expected.lease_expires_at is not None:
             condition += " AND lease_expires_at = :expected_lease"
             values[":expected_lease"] = format_instant_ms(expected.lease_expires_at)
+        if expected.job_view is not None:
+            # A job write that rewrote the view since it was read (a pause before an overlap-slot claim, a
+            # resume before a cancel) wins: this write is refused and the run is looked at again.
+            condition += " AND job_view.version = :expected_view_version"
+            values[":expected_view_version"] = expected.job_view.version
         return condition, values
 
     def _transact(self, items: list[dict[str, Any]]) -> None:
