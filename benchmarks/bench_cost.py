@@ -44,7 +44,7 @@ from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.execution import Claim
-from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
+from tickwork.domain.models import VIEW_TARGET_MAX_BYTES, Job, Run, RunState, Target, Trigger, shard_of
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.echo import EchoServer
 from tickwork.local.emulator import Emulator, EmulatorConfig
@@ -393,7 +393,8 @@ def main(jobs_count: int) -> None:
     large = large_item_units()
     print(
         f"  a job whose target carries a {LARGE_BODY // 1024} KiB body: run item {large[0]} B planned, "
-        f"{large[1]:.0f} WCU per run (every run item carries the target in its job view)"
+        f"{large[1]:.0f} WCU per run (a target over {VIEW_TARGET_MAX_BYTES} B stays on the job, whose own\n"
+        "    advance and due-index move pay its size every fire; the claim reads the target from the job)"
     )
 
     # --- SQS --------------------------------------------------------------------------------------------

@@ -13,7 +13,15 @@ from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import VIEW_TRUST_WINDOW, claimed
-from tickwork.domain.models import JobState, OverlapPolicy, RetryPolicy, Run, RunState, Target
+from tickwork.domain.models import (
+    VIEW_TARGET_MAX_BYTES,
+    JobState,
+    OverlapPolicy,
+    RetryPolicy,
+    Run,
+    RunState,
+    Target,
+)
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
@@ -284,6 +292,18 @@ def test_the_jobs_state_at_claim_time_rules(world: World, change: str, reason: s
     run = world.run()
     assert run.state is RunState.CANCELLED and run.reason is not None and run.reason.startswith(reason)
     assert world.invoker.calls == []
+
+
+def test_a_large_target_stays_on_the_job_and_the_claim_reads_it(store: DynamoStore, clock: FakeClock) -> None:
+    """A target config over VIEW_TARGET_MAX_BYTES is not copied onto every run (each run item would pay its
+    size in write units): the view leaves it out, and the executor reads it from the job after the claim."""
+    large = Target(kind="http", config={**HTTP.config, "body": "x" * (VIEW_TARGET_MAX_BYTES + 1)})
+    world = World(store, clock, target=large)
+    planned = world.run()
+    assert planned.job_view is not None and planned.job_view.target is None
+
+    assert world.executor().execute(world.first_message()) is Outcome.SUCCEEDED
+    assert world.invoker.calls[0][0] == large
 
 
 def test_a_changed_target_is_used_by_runs_planned_before_the_change(world: World) -> None:

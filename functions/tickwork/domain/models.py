@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -145,7 +146,7 @@ class JobView:
 
     version: int
     standing: Standing
-    target: Target
+    target: Target | None  # None: too large to copy onto every run; the claim reads it from the job
     timeout_seconds: int
     retry: RetryPolicy
     overlap: OverlapPolicy
@@ -154,7 +155,18 @@ class JobView:
     def planned(cls, job: Job) -> JobView:
         """The view of a job's run as it is planned from the job's own schedule (so it is on it)."""
         standing = Standing.ACTIVE if job.state is JobState.ACTIVE else Standing.PAUSED
-        return cls(job.version, standing, job.target, job.timeout_seconds, job.retry, job.overlap)
+        target = job.target if target_size(job.target) <= VIEW_TARGET_MAX_BYTES else None
+        return cls(job.version, standing, target, job.timeout_seconds, job.retry, job.overlap)
+
+
+# A target whose config is larger than this (as JSON) stays on the job: a run's view leaves it out and the
+# claim reads the job for it, because every run item would otherwise pay its size in write units.
+VIEW_TARGET_MAX_BYTES = 1024
+
+
+def target_size(target: Target) -> int:
+    """The target's size as JSON, in bytes (what a copy on a run item would cost)."""
+    return len(json.dumps({"kind": target.kind, "config": target.config}, default=str).encode())
 
 
 def make_run_id(job_id: str, scheduled_for: datetime) -> str:

@@ -154,7 +154,7 @@ class Executor:
         reason = cancellation_reason(standing)
         if reason is not None or job is None:
             return self._cancel(message, reason or "job deleted")
-        view = replace(JobView.planned(job), standing=standing)
+        view = replace(JobView.planned(job), standing=standing, target=job.target)
         if job.overlap is not OverlapPolicy.ALLOW:
             run = self._store.get_run(message.job_id, message.scheduled_for)
             if run is None:
@@ -285,6 +285,13 @@ class Executor:
         return self._end(run, RunState.FAILED, reason, Outcome.FAILED)
 
     def _run_target(self, run: Run, job: JobView, exclusive: bool, hops: int) -> Outcome:
+        target = job.target
+        if target is None:
+            # A large target stays on the job (not copied onto every run): read it now, as it is now.
+            current = self._store.get_job(run.job_id)
+            if current is None:
+                return self._end(run, RunState.CANCELLED, "job deleted", Outcome.CANCELLED)
+            target = current.target
         invocation = Invocation(
             run_id=run.run_id,
             job_id=run.job_id,
@@ -292,7 +299,7 @@ class Executor:
             attempt=run.attempt,
             timeout_seconds=float(job.timeout_seconds),
         )
-        result = self._invoker.invoke(job.target, invocation)
+        result = self._invoker.invoke(target, invocation)
         now = self._clock.now()
         finished = after_attempt(run, job.retry, result, now=now, rng=self._rng)
         try:

@@ -176,10 +176,12 @@ def open_keys(shard: int) -> list[str]:
 
 
 def job_view_to_item(view: JobView) -> dict[str, Any]:
-    return {
+    item = {
         "version": view.version,
         "standing": str(view.standing),
-        "target": {"kind": view.target.kind, "config": dict(view.target.config)},
+        "target": None
+        if view.target is None
+        else {"kind": view.target.kind, "config": dict(view.target.config)},
         "timeout_seconds": view.timeout_seconds,
         "retry": {
             "max_attempts": view.retry.max_attempts,
@@ -188,14 +190,15 @@ def job_view_to_item(view: JobView) -> dict[str, Any]:
         },
         "overlap": str(view.overlap),
     }
+    return {k: v for k, v in item.items() if v is not None}
 
 
 def job_view_from_item(item: Mapping[str, Any]) -> JobView:
-    retry, target = item["retry"], item["target"]
+    retry, target = item["retry"], item.get("target")
     return JobView(
         version=int(item["version"]),
         standing=Standing(item["standing"]),
-        target=Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        target=None if target is None else Target(kind=target["kind"], config=dict(target.get("config", {}))),
         timeout_seconds=int(item["timeout_seconds"]),
         retry=RetryPolicy(
             max_attempts=int(retry["max_attempts"]),
