@@ -38,6 +38,11 @@ VIEW_TRUST_WINDOW = VIEW_REFRESH_WINDOW - timedelta(minutes=1)
 CLAIMABLE_STATES = frozenset({RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED})
 
 
+def claimable_at(run: Run, attempt: int) -> bool:
+    """Whether a delivery sent for `attempt` may still claim (or cancel) the run."""
+    return run.state in CLAIMABLE_STATES and run.attempt == attempt
+
+
 def waiting_slot_is_stale(holder: Run | None) -> bool:
     """Overlap queue: the job's one waiting slot names a run that is no longer waiting (cancelled,
     skipped, failed from the dead-letter queue, or gone): another run may take the slot over, or the job's

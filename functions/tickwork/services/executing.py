@@ -7,18 +7,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from random import Random
-from typing import TypeVar
 
 from tickwork.domain.backoff import backoff_delay
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import (
-    CLAIMABLE_STATES,
     LEASE_MARGIN,
     Claim,
     after_attempt,
     cancellation_reason,
+    claimable_at,
     claimed,
     is_own_write,
     lease_until,
@@ -31,7 +30,6 @@ from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
 # further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
@@ -110,11 +108,10 @@ class Executor:
         now = self._clock.now()
         # A retry (attempt > 0) reads the job: job writes rewrite the views of unclaimed runs only, so a run
         # that was running when its job changed comes back to retry with the view it was claimed with.
-        if message.attempt > 0 or message.timeout_seconds is None:
+        timeout = message.timeout_seconds
+        if message.attempt > 0 or timeout is None or not trusts_view(message.scheduled_for, now):
             return self._execute_with_job_read(message)
-        if not trusts_view(message.scheduled_for, now):
-            return self._execute_with_job_read(message)
-        return self._claim_on_view(message, message.timeout_seconds, now, tries=2)
+        return self._claim_on_view(message, timeout, now, tries=2)
 
     def _claim_on_view(self, message: RunMessage, timeout_seconds: int, now: datetime, tries: int) -> Outcome:
         """Claim on the run's view: the store checks that the view lets the run go under overlap allow with
@@ -127,8 +124,8 @@ class Executor:
             if current is None:
                 return self._orphan(message)
             if claim.is_own(current):
-                return self._own_claim_recognised(current, self._view_of(current))
-            if current.state not in CLAIMABLE_STATES or current.attempt != message.attempt:
+                return self._own_claim_recognised(current, self._view_of(current), message.hops)
+            if not claimable_at(current, message.attempt):
                 return Outcome.DUPLICATE  # another delivery claimed it first, or the run moved on
             # Still claimable, so its view refused: the job stops it, wants its overlap slot, has another
             # timeout since the message was sent, or the run has no view.
@@ -159,7 +156,7 @@ class Executor:
             run = self._store.get_run(message.job_id, message.scheduled_for)
             if run is None:
                 return self._orphan(message)
-            if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
+            if not claimable_at(run, message.attempt):
                 return Outcome.DUPLICATE
             return self._execute_exclusive(run, view, message, now)
         claim = self._claim_for(message, now, job.timeout_seconds, trusting_view=False)
@@ -170,7 +167,7 @@ class Executor:
                 return self._orphan(message)
             if not claim.is_own(error.current):
                 return Outcome.DUPLICATE
-            return self._own_claim_recognised(error.current, view)
+            return self._own_claim_recognised(error.current, view, message.hops)
         return self._started(mine, view, message.hops)
 
     def _claim_for(
@@ -188,11 +185,14 @@ class Executor:
             trusting_view=trusting_view,
         )
 
-    def _own_claim_recognised(self, current: Run, view: JobView) -> Outcome:
-        # Our claim landed and its response was lost; the retry was refused by its own condition.
-        logger.info("claim of %s recognised as our own after a lost response", current.run_id)
+    def _own_claim_recognised(self, current: Run, view: JobView, hops: int) -> Outcome:
+        self._lost_response_recognised("claim", current.run_id)
+        return self._started(current, view, hops)
+
+    def _lost_response_recognised(self, write: str, run_id: str) -> None:
+        # Our write landed and its response was lost; the retry was refused by its own condition.
+        logger.info("%s of %s recognised as our own after a lost response", write, run_id)
         self._metrics.count("LostResponsesRecognised")
-        return self._started(current, view, hops=0)
 
     @staticmethod
     def _view_of(run: Run) -> JobView:
@@ -221,8 +221,7 @@ class Executor:
         except StaleRunError as error:
             if not is_own_write(error.current, mine):
                 return Outcome.DUPLICATE  # another delivery claimed it first
-            logger.info("claim of %s recognised as our own after a lost response", run.run_id)
-            self._metrics.count("LostResponsesRecognised")
+            self._lost_response_recognised("claim", run.run_id)
         self._count_start(mine)
         return self._run_target(mine, view, True, message.hops)
 
@@ -249,7 +248,7 @@ class Executor:
         run = self._store.get_run(message.job_id, message.scheduled_for)
         if run is None:
             return self._orphan(message)
-        if run.state not in CLAIMABLE_STATES or run.attempt != message.attempt:
+        if not claimable_at(run, message.attempt):
             return Outcome.DUPLICATE
         return self._end(run, RunState.CANCELLED, reason, Outcome.CANCELLED)
 
@@ -318,10 +317,9 @@ class Executor:
                 logger.warning("stale completion of %s attempt %d discarded", run.run_id, run.attempt)
                 self._metrics.count("StaleCompletions")
                 return Outcome.STALE_COMPLETION
-            # Our finish landed and its response was lost. A run queued behind an exclusive one is left to
-            # the sweeper (its release id came back only with the lost response).
-            logger.info("finish of %s recognised as our own after a lost response", run.run_id)
-            self._metrics.count("LostResponsesRecognised")
+            # A run queued behind an exclusive one is then left to the sweeper (its release id came back
+            # only with the lost response).
+            self._lost_response_recognised("finish", run.run_id)
         if finished.state is RunState.SUCCEEDED:
             self._metrics.count("RunsSucceeded")
             return Outcome.SUCCEEDED

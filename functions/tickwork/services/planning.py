@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from random import Random
-from typing import TypeVar
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import DispatchError, PlanConflictError, TransientStoreError
@@ -18,7 +16,6 @@ from tickwork.domain.timekeys import due_key, floor_minute
 from tickwork.services.ports import Dispatcher, PlanStore
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DEFAULT_LOOKAHEAD = timedelta(seconds=120)
 # Buckets behind the watermark read again on each tick: the `due` index is eventually consistent, so a job
@@ -105,13 +102,11 @@ class Planner:
         dispatcher: Dispatcher,
         clock: Clock,
         config: PlannerConfig | None = None,
-        rng: Random | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
         self._clock = clock
         self._config = config or PlannerConfig()
-        self._rng = rng or Random()
 
     def plan(self, shard: int, now: datetime | None = None) -> TickReport:
         """Plan every fire of `shard` up to now + lookahead. The watermark moves only as far as everything

@@ -28,6 +28,11 @@ from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+# `#s IN (...)` over the states a claim may take, with its placeholder values: every request that asks
+# "still claimable?" spells it this way.
+CLAIMABLE_VALUES: dict[str, str] = {f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))}
+CLAIMABLE_CONDITION = f"#s IN ({', '.join(CLAIMABLE_VALUES)})"
+
 # Error codes after which the same request may succeed: retried with backoff by the caller.
 TRANSIENT_CODES = frozenset(
     {
@@ -233,15 +238,17 @@ class StoreBase:
 
     def _refresh_view(self, run: Run, view: JobView) -> dict[str, Any]:
         """Rewrite an unclaimed run's job view, if it is still unclaimed at the attempt it was read at."""
-        values: dict[str, Any] = {":view": job_view_to_item(view), ":attempt": run.attempt}
-        values.update({f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))})
-        claimable = ", ".join(f":c{i}" for i in range(len(CLAIMABLE_STATES)))
+        values: dict[str, Any] = {
+            ":view": job_view_to_item(view),
+            ":attempt": run.attempt,
+            **CLAIMABLE_VALUES,
+        }
         return {
             "Update": {
                 "TableName": self.tables.runs,
                 "Key": serialize(_run_key(run)),
                 "UpdateExpression": "SET job_view = :view",
-                "ConditionExpression": f"#s IN ({claimable}) AND attempt = :attempt",
+                "ConditionExpression": f"{CLAIMABLE_CONDITION} AND attempt = :attempt",
                 "ExpressionAttributeNames": {"#s": "state"},
                 "ExpressionAttributeValues": serialize(values),
             }

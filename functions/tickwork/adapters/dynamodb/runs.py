@@ -21,7 +21,7 @@ from tickwork.domain.errors import (
     StaleRunError,
     TransientStoreError,
 )
-from tickwork.domain.execution import CLAIMABLE_STATES, Claim, waiting_slot_is_stale
+from tickwork.domain.execution import Claim, waiting_slot_is_stale
 from tickwork.domain.models import OverlapPolicy, Run, RunState, Standing, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     pass
 
 from tickwork.adapters.dynamodb.base import (
+    CLAIMABLE_CONDITION,
+    CLAIMABLE_VALUES,
     StoreBase,
     _Cancelled,
     _changes,
@@ -45,29 +47,20 @@ class RunRecords(StoreBase):
     slot lives on the job item, written in the run's own transaction)."""
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
-        """One strongly consistent Query over the fires' range (keys only), not one read per fire."""
+        """One strongly consistent keys-only Query over the fires' range, not one read per fire."""
         if not scheduled_fors:
             return set()
-        wanted = {format_instant(fire): fire for fire in scheduled_fors}
-        request: dict[str, Any] = {
-            "TableName": self.tables.runs,
-            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
-            "ExpressionAttributeValues": serialize({":j": job_id, ":a": min(wanted), ":b": max(wanted)}),
-            "ProjectionExpression": "scheduled_for",
-            "ConsistentRead": True,
-        }
-        found = (str(item["scheduled_for"]) for item in self._query_items(request))
-        return {wanted[key] for key in found if key in wanted}
+        found = self.run_times_between(job_id, min(scheduled_fors), max(scheduled_fors))
+        return found & set(scheduled_fors)
 
     def claimable_runs(self, job_id: str, since: datetime) -> list[Run]:
         """The job's runs from `since` on that a claim could still take (planned, waiting to retry, queued):
         the ones a job write must rewrite the view of. One strongly consistent Query."""
-        values: dict[str, Any] = {":j": job_id, ":since": format_instant(since)}
-        values.update({f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))})
+        values: dict[str, Any] = {":j": job_id, ":since": format_instant(since), **CLAIMABLE_VALUES}
         request: dict[str, Any] = {
             "TableName": self.tables.runs,
             "KeyConditionExpression": "job_id = :j AND scheduled_for >= :since",
-            "FilterExpression": f"#s IN ({', '.join(f':c{i}' for i in range(len(CLAIMABLE_STATES)))})",
+            "FilterExpression": CLAIMABLE_CONDITION,
             "ExpressionAttributeNames": {"#s": "state"},
             "ExpressionAttributeValues": serialize(values),
             "ConsistentRead": True,
@@ -197,13 +190,12 @@ class RunRecords(StoreBase):
             ":lease": format_instant_ms(claim.lease_expires_at),
             ":now": format_instant_ms(claim.now),
             ":expected_attempt": claim.expected_attempt,
-            **{f":c{i}": str(state) for i, state in enumerate(sorted(CLAIMABLE_STATES))},
+            **CLAIMABLE_VALUES,
         }
         if claim.dispatched_at is not None:
             update += ", dispatched_at = if_not_exists(dispatched_at, :sent)"
             values[":sent"] = format_instant_ms(claim.dispatched_at)
-        claimable = ", ".join(f":c{i}" for i in range(len(CLAIMABLE_STATES)))
-        condition = f"#s IN ({claimable}) AND attempt = :expected_attempt"
+        condition = f"{CLAIMABLE_CONDITION} AND attempt = :expected_attempt"
         names = {"#s": "state"}
         if claim.trusting_view:
             # The run's job view lets it run, under overlap allow, with the timeout this lease was computed
