@@ -35,7 +35,8 @@ test: lint
 e2e-aws: install
 	$(VENV)/bin/pytest tests/e2e_aws -p no:cacheprovider -s
 
-run: install
+# The default engine (SQLite) needs no emulator: only the project's own environment.
+run: $(VENV)/.installed
 	$(VENV)/bin/tickwork local --demo
 
 # Synthesizes the CloudFormation template offline (no credentials, no Docker: pip bundles the Lambda code).

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 import boto3
 from botocore.config import Config
 
-from tickwork.adapters.dynamodb.items import job_to_item, serialize
+from tickwork.adapters.dynamodb.items import serialize
+from tickwork.adapters.records import job_to_item
 from tickwork.domain.models import Job, Target, shard_of
 from tickwork.domain.schedule import Schedule, next_fire_after
 

@@ -137,9 +137,12 @@ class LocalSettings:
     lookahead: int = 180
     tick_interval: float = 20.0
     sweep_interval: float = 60.0
+    engine: str = "sqlite"
 
     def args(self) -> list[str]:
         return [
+            "--engine",
+            self.engine,
             "--shards",
             str(self.shards),
             "--queues",
@@ -229,7 +232,7 @@ class LocalTickwork:
         self.stop()
 
     def components(self) -> Any:
-        """The package's own composition root, pointed at this runtime's emulator."""
+        """The package's own composition root, pointed at this runtime's engine."""
         import boto3
         from botocore.config import Config
 
@@ -238,6 +241,12 @@ class LocalTickwork:
         from tickwork.domain.clock import SystemClock
         from tickwork.settings import Settings
 
+        if self.env.get("TICKWORK_ENGINE") == "sqlite":
+
+            def no_aws(service: str) -> Any:
+                raise RuntimeError(f"the SQLite engine has no {service} client")
+
+            return Components(Settings.from_env(self.env), SystemClock(), no_aws, InMemoryMetrics())
         session: Any = boto3.session.Session(
             aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
@@ -284,9 +293,21 @@ def seed_jobs(parts: Any, count: int, expression: str, url: str, threads: int = 
     return ids, time.perf_counter() - started
 
 
+def _sqlite_table(parts: Any, table: str) -> str:
+    """The SQLite engine's table for a physical DynamoDB table name (its logical name)."""
+    from tickwork.resources import TABLES
+
+    return next(t.logical_name for t in TABLES if parts.settings.resource_names.table(t) == table)
+
+
 def scan_table(parts: Any, table: str, segments: int = 4) -> list[dict[str, Any]]:
     """Every item of a table (parallel scan), deserialized."""
     from tickwork.adapters.dynamodb.items import deserialize
+
+    if parts.settings.engine == "sqlite":
+        with parts.database.read() as connection:
+            rows = connection.execute(f"SELECT item FROM {_sqlite_table(parts, table)}").fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     client = parts.client_for("dynamodb")
 
@@ -305,6 +326,11 @@ def scan_table(parts: Any, table: str, segments: int = 4) -> list[dict[str, Any]
 
 
 def count_items(parts: Any, table: str) -> int:
+    if parts.settings.engine == "sqlite":
+        with parts.database.read() as connection:
+            return int(
+                connection.execute(f"SELECT COUNT(*) FROM {_sqlite_table(parts, table)}").fetchone()[0]
+            )
     client = parts.client_for("dynamodb")
     request: dict[str, Any] = {"TableName": table, "Select": "COUNT"}
     total = 0
@@ -457,11 +483,11 @@ class CpuSampler:
 
 
 class Probe:
-    """A GetItem on a missing key every `every` s: how long the emulator takes to answer the smallest call."""
+    """A read of a missing job every `every` s: how long the store (the emulator, or the SQLite file) takes
+    to answer the smallest call."""
 
-    def __init__(self, parts: Any, table: str, every: float = 0.25) -> None:
-        self._client = parts.client_for("dynamodb")
-        self._table = table
+    def __init__(self, parts: Any, every: float = 0.25) -> None:
+        self._store = parts.store
         self.every = every
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
@@ -471,7 +497,7 @@ class Probe:
         while not self._stop.is_set():
             started = time.time()
             with contextlib.suppress(Exception):  # a probe failure must not end the benchmark
-                self._client.get_item(TableName=self._table, Key={"job_id": {"S": "probe-missing"}})
+                self._store.get_job("probe-missing")
                 self.samples.append((started, time.time() - started))
             self._stop.wait(self.every)
 
@@ -495,7 +521,7 @@ class QueueSampler:
     summed over the dispatch queues, and the executor's RunsInFlight gauge (from its metrics snapshot)."""
 
     def __init__(self, parts: Any, run_dir: Path, every: float = 1.0) -> None:
-        self._client = parts.client_for("sqs")
+        self._client = parts.queues  # SQS, or the SQLite engine's SQS-shaped queues
         self._urls = list(parts.settings.dispatch_queue_urls)
         self._metrics = run_dir / "metrics-executor.json"
         self.every = every

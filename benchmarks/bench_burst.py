@@ -48,6 +48,7 @@ from _e2e import (
     summary,
     wait_for,
 )
+from tickwork.resources import RUNS
 
 SEED_THREADS = 8
 CALIBRATION_JOBS = 100
@@ -126,10 +127,10 @@ def run_tickwork_burst(
     name = f"tickwork-{n}" if source is None else f"tickwork-{n}-baseline"
     with LocalTickwork(workdir / name, settings, source=source) as local:
         parts = local.components()
-        jobs_table, runs_table = parts.store.tables.jobs, parts.store.tables.runs
+        runs_table = parts.settings.resource_names.table(RUNS)
         meter = CpuMeter(local.pids())
         sampler = CpuSampler(meter, every=1.0).start()
-        probe = Probe(parts, jobs_table).start()
+        probe = Probe(parts).start()
         queues = QueueSampler(parts, workdir / name / "run")
         try:
             # How fast can we seed? (a few throwaway jobs that never fire, deleted again)

@@ -39,6 +39,7 @@ from _e2e import (
     summary,
     wait_for,
 )
+from tickwork.resources import RUNS
 
 
 def sample_in_flight(target: Target, stop: threading.Event, out: list[tuple[float, int]]) -> None:
@@ -74,7 +75,7 @@ def main() -> None:
             due_at, expression = fixed_second(time.time() + n / 100 + settings.lookahead + 15)
             due = due_at.timestamp()
             _, seed_seconds = seed_jobs(parts, n, expression, f"{target.url}/slow?sleep={args.sleep}")
-            self_planned = count_items(parts, parts.store.tables.runs)
+            self_planned = count_items(parts, parts.settings.resource_names.table(RUNS))
             print(
                 f"seeded {n} jobs '{expression}' in {seed_seconds:.1f} s (self-planned {self_planned}); "
                 f"due {iso(due)}, waiting {due - time.time():.0f} s",
@@ -90,7 +91,7 @@ def main() -> None:
             wait_for(lambda: False, timeout=3)  # let the executor record the last outcomes
             stop.set()
             sampler.join()
-            runs = scan_table(parts, parts.store.tables.runs)
+            runs = scan_table(parts, parts.settings.resource_names.table(RUNS))
             executor_metrics = json.loads(
                 (Path(tmp) / "tickwork" / "run" / "metrics-executor.json").read_text()
             )

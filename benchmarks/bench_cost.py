@@ -32,10 +32,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 from _common import NOW, CallCounter, client, concurrency_note, dummy_aws_env, machine, next_fire, seed_jobs
-from tickwork.adapters.dynamodb.items import deserialize, job_to_item, run_to_item
+from tickwork.adapters.dynamodb.items import deserialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.metrics import InMemoryMetrics
+from tickwork.adapters.records import job_to_item, run_to_item
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.adapters.targets.aws import AwsInvoker

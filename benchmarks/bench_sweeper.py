@@ -25,9 +25,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import NOW, client, dummy_aws_env, machine, other_benchmarks
-from tickwork.adapters.dynamodb.items import run_to_item, serialize
+from tickwork.adapters.dynamodb.items import serialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqs import SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.clock import SystemClock

@@ -15,7 +15,7 @@ from decimal import Decimal
 from random import Random
 from typing import Any
 
-from tickwork.adapters.dynamodb.items import job_to_item, run_to_item
+from tickwork.adapters.records import job_to_item, run_to_item
 from tickwork.domain.execution import after_attempt, claimed
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
 from tickwork.domain.schedule import next_fire_after, parse_schedule

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.adapters.metrics import InMemoryMetrics
+from tickwork.adapters.sqlite.db import SchemaTooNewError
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
@@ -22,6 +23,7 @@ from tickwork.local.echo import EchoServer
 from tickwork.local.emulator import EmulatorError
 from tickwork.local.runtime import (
     EMULATOR_DIED_EXIT,
+    ENGINES,
     ROLE_ORDER,
     EmulatorDiedError,
     LocalConfig,
@@ -32,7 +34,7 @@ from tickwork.settings import Settings
 
 def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     local = sub.add_parser(
-        "local", help="run the whole scheduler on this machine against an embedded emulator"
+        "local", help="run the whole scheduler on this machine (SQLite by default, or an emulator)"
     )
     local.add_argument(
         "--demo", action="store_true", help="register demo jobs against a built-in echo endpoint"
@@ -40,9 +42,16 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     local.add_argument("--port", type=int, default=8080, help="API port on 127.0.0.1 (default 8080)")
     local.add_argument("--state-dir", type=Path, default=Path(".tickwork"), help="where state is kept")
     local.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="sqlite (default): one durable database file in the state dir; emulator: the embedded "
+        "MiniStack (AWS fidelity), or the endpoint --endpoint-url names",
+    )
+    local.add_argument(
         "--endpoint-url",
         default=os.environ.get("TICKWORK_ENDPOINT_URL"),
-        help="use this AWS-compatible endpoint instead of the embedded MiniStack (env TICKWORK_ENDPOINT_URL)",
+        help="use this AWS-compatible endpoint (implies --engine emulator; env TICKWORK_ENDPOINT_URL)",
     )
     local.add_argument("--shards", type=int, default=4)
     local.add_argument("--queues", type=int, default=2, help="dispatch queues")
@@ -84,6 +93,17 @@ def _tokens(pairs: list[str]) -> dict[str, str]:
     return tokens
 
 
+def _engine(args: argparse.Namespace) -> str:
+    """The engine asked for: an endpoint URL is an AWS-compatible engine, so it means `emulator`."""
+    if args.endpoint_url and args.engine == "sqlite":
+        raise SystemExit(
+            "tickwork: --endpoint-url names an AWS-compatible endpoint; it needs --engine emulator"
+        )
+    if args.endpoint_url:
+        return "emulator"
+    return str(args.engine or "sqlite")
+
+
 def run_local(args: argparse.Namespace) -> int:
     roles = tuple(r for r in args.roles.split(",") if r)
     unknown = [r for r in roles if r not in ROLE_ORDER]
@@ -92,6 +112,7 @@ def run_local(args: argparse.Namespace) -> int:
         return 2
     config = LocalConfig(
         state_dir=args.state_dir,
+        engine=_engine(args),
         api_port=args.port,
         endpoint_url=args.endpoint_url,
         shard_count=args.shards,
@@ -115,7 +136,8 @@ def run_local(args: argparse.Namespace) -> int:
         signal.signal(signum, _stop_requested)
     try:
         runtime.start()
-        print(f"tickwork local: emulator   {runtime.endpoint_url}  (state in {config.state_dir.resolve()})")
+        where = runtime.database_path.resolve() if config.engine == "sqlite" else runtime.endpoint_url
+        print(f"tickwork local: engine     {config.engine}: {where}  (state in {config.state_dir.resolve()})")
         print(f"                API        http://127.0.0.1:{config.api_port}  (Swagger UI at /docs)")
         print(f"                tokens     {json.dumps(config.tokens)}  (Authorization: Bearer <token>)")
         pids = ", ".join(f"{role} pid {p.process.pid}" for role, p in runtime.processes.items())
@@ -147,6 +169,9 @@ def run_local(args: argparse.Namespace) -> int:
     except EmulatorError as error:
         print(f"tickwork: the embedded emulator failed: {error}", file=sys.stderr)
         code = 1
+    except SchemaTooNewError as error:
+        print(f"tickwork: {error}", file=sys.stderr)
+        code = 2
     finally:
         started = time.monotonic()
         runtime.stop()

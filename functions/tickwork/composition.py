@@ -7,10 +7,14 @@ import socket
 from collections.abc import Callable
 from datetime import timedelta
 from functools import cached_property
+from pathlib import Path
 from random import Random
 from typing import Any
 
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
@@ -25,6 +29,8 @@ from tickwork.services.sweeping import Sweeper
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
+# The store of either engine: both implement every storage port.
+EngineStore = DynamoStore | SqliteStore
 
 
 class Components:
@@ -37,15 +43,40 @@ class Components:
         self.metrics = metrics
 
     @cached_property
-    def store(self) -> DynamoStore:
+    def database(self) -> Database:
+        """The embedded engine's database file, opened (and migrated) once per process."""
+        self.settings.require("database_path")
+        return Database(Path(self.settings.database_path)).open()
+
+    @cached_property
+    def store(self) -> EngineStore:
         """The store, with every call retried on throttling (the one place store retries happen)."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteStore(self.database), self.clock, Random())
         tables = TableNames.from_resources(self.settings.resource_names)
         return retrying(DynamoStore(self.client_for("dynamodb"), tables), self.clock, Random())
 
     @cached_property
+    def queues(self) -> Any:
+        """The queues as the SQS API reaches them: SQS itself, or the SQLite engine's queues, which speak
+        the part of that API the dispatcher, the dead-letter reader and the local executor use."""
+        if self.settings.engine != "sqlite":
+            return self.client_for("sqs")
+        self.settings.require("dispatch_queue_urls")
+        _, _, configs = queue_configs(self.settings.resource_names, len(self.settings.dispatch_queue_urls))
+        return SqliteQueues(self.database, configs, lambda: int(self.clock.now().timestamp() * 1000))
+
+    def expire_runs(self) -> int | None:
+        """Delete runs past their retention where the engine does not do it itself (DynamoDB's TTL does):
+        how many went, or None when the engine expires them on its own."""
+        if self.settings.engine != "sqlite":
+            return None
+        return SqliteStore(self.database).delete_expired(self.clock.now())
+
+    @cached_property
     def dispatcher(self) -> SqsDispatcher:
         self.settings.require("dispatch_queue_urls")
-        return SqsDispatcher(self.client_for("sqs"), self.settings.dispatch_queue_urls)
+        return SqsDispatcher(self.queues, self.settings.dispatch_queue_urls)
 
     @cached_property
     def signing_secret(self) -> bytes:
@@ -87,7 +118,7 @@ class Components:
 
     def sweeper(self) -> Sweeper:
         self.settings.require("dead_letter_queue_url")
-        dead_letters = SqsDeadLetters(self.client_for("sqs"), self.settings.dead_letter_queue_url)
+        dead_letters = SqsDeadLetters(self.queues, self.settings.dead_letter_queue_url)
         return Sweeper(
             self.store, self.dispatcher, dead_letters, self.clock, self.metrics, self.settings.shard_count
         )

@@ -9,6 +9,8 @@ from datetime import timedelta
 from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.resources import ResourceNames
 
+ENGINES = ("dynamodb", "sqlite")
+
 
 class SettingsError(ValueError):
     """A setting is missing or malformed; the message names the environment variable."""
@@ -58,6 +60,10 @@ class Settings:
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
     lease_margin_seconds: int = 30  # beyond a job's timeout before a silent worker counts as dead
+    # "dynamodb": DynamoDB and SQS (AWS, or an AWS-compatible endpoint); "sqlite": one SQLite database file
+    # holds the tables and the queues (`tickwork local`'s default engine).
+    engine: str = "dynamodb"
+    database_path: str = ""
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -76,6 +82,12 @@ class Settings:
         mode = env.get("TICKWORK_MODE", "aws")
         if mode not in ("aws", "local"):
             raise SettingsError(f"TICKWORK_MODE={mode!r} must be 'aws' or 'local'")
+        engine = env.get("TICKWORK_ENGINE", "dynamodb")
+        if engine not in ENGINES:
+            raise SettingsError(f"TICKWORK_ENGINE={engine!r} must be one of {', '.join(ENGINES)}")
+        database_path = env.get("TICKWORK_DATABASE", "")
+        if engine == "sqlite" and not database_path:
+            raise SettingsError("TICKWORK_DATABASE must name the database file when TICKWORK_ENGINE=sqlite")
         prefix = env.get("TICKWORK_TABLE_PREFIX", "tickwork")
         if not prefix or not prefix.replace("-", "").replace("_", "").isalnum():
             raise SettingsError(f"TICKWORK_TABLE_PREFIX={prefix!r} must be alphanumeric with - or _")
@@ -95,6 +107,8 @@ class Settings:
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
             lease_margin_seconds=_int(env, "TICKWORK_LEASE_MARGIN_SECONDS", 30, 1, 600),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            engine=engine,
+            database_path=database_path,
         )
 
     def require(self, *names: str) -> Settings:
@@ -103,6 +117,7 @@ class Settings:
             "dispatch_queue_urls": "TICKWORK_DISPATCH_QUEUE_URLS",
             "dead_letter_queue_url": "TICKWORK_DLQ_URL",
             "signing_secret": "TICKWORK_SIGNING_SECRET",
+            "database_path": "TICKWORK_DATABASE",
         }
         for name in names:
             if not getattr(self, name):

@@ -1,5 +1,6 @@
-"""One contract suite for the storage and queue adapters, run against moto AND MiniStack: any difference
-between the two emulators shows up here as a failing test, not as a surprise in `tickwork local`."""
+"""One contract suite for the storage adapters, run against moto, MiniStack and the embedded SQLite engine:
+any difference between them shows up here as a failing test, not as a surprise in `tickwork local`. (The
+SQLite queue has its own suite, tests/contract/test_sqlite_queue.py.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -15,8 +17,11 @@ import pytest
 from moto import mock_aws
 
 from tests.conftest import ANCHOR, ministack_client
+from tickwork.adapters.dynamodb.items import deserialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.dispatch import RunMessage
@@ -41,13 +46,35 @@ class Backend:
         self.name = name
         self.clients = clients
         self.names = names
-        self.store = DynamoStore(clients["dynamodb"], TableNames.from_resources(names))
+        self.store: Any = DynamoStore(clients["dynamodb"], TableNames.from_resources(names))
+
+    def raw_job(self, job_id: str) -> dict[str, Any]:
+        """The job's stored record, with the attributes the job model does not carry (the overlap slot)."""
+        raw = self.clients["dynamodb"].get_item(
+            TableName=self.store.tables.jobs, Key={"job_id": {"S": job_id}}
+        )
+        return deserialize(raw["Item"])
 
 
-@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack)])
-def backend(request: pytest.FixtureRequest, aws_env: None) -> Iterator[Backend]:
+class SqliteBackend(Backend):
+    def __init__(self, path: Path) -> None:
+        self.name = "sqlite"
+        self.clients = {}
+        self.names = ResourceNames()
+        self.store = SqliteStore(Database(path).open())
+
+    def raw_job(self, job_id: str) -> dict[str, Any]:
+        with self.store.db.read() as connection:
+            row = connection.execute("SELECT item FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return dict(json.loads(row[0]))
+
+
+@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack), "sqlite"])
+def backend(request: pytest.FixtureRequest, aws_env: None, tmp_path: Path) -> Iterator[Backend]:
     names = ResourceNames(prefix=f"c{time.monotonic_ns() % 10**9}")
-    if request.param == "moto":
+    if request.param == "sqlite":
+        yield SqliteBackend(tmp_path / "tickwork.db")
+    elif request.param == "moto":
         with mock_aws():
             clients = {s: boto3.client(s, region_name="us-east-1") for s in ("dynamodb", "sqs")}
             ensure_tables(clients["dynamodb"], names)
@@ -143,8 +170,8 @@ def test_replace_job_is_conditional_and_keeps_the_overlap_slot(backend: Backend)
 
     store.replace_job(current, replace(current, name="renamed", version=current.version + 1), ())
 
-    raw = backend.clients["dynamodb"].get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})
-    assert raw["Item"]["active_run"]["S"] == run.run_id and raw["Item"]["name"]["S"] == "renamed"
+    raw = backend.raw_job(job.job_id)
+    assert raw["active_run"] == run.run_id and raw["name"] == "renamed"
     with pytest.raises(VersionMismatchError):
         store.replace_job(current, replace(current, name="stale write"), ())
 
@@ -233,6 +260,8 @@ def test_list_runs_is_time_ordered(backend: Backend) -> None:
 
 
 def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backend) -> None:
+    if backend.name == "sqlite":
+        pytest.skip("SQS queues only: the SQLite queue's suite is tests/contract/test_sqlite_queue.py")
     sqs = backend.clients["sqs"]
     urls, dlq_url = ensure_queues(sqs, backend.names, dispatch_queues=2)
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -275,8 +304,7 @@ def test_a_stale_waiting_slot_is_taken_over(backend: Backend) -> None:
 
     assert store.enqueue_behind(runs[2], replace(runs[2], state=RunState.QUEUED))
 
-    raw = backend.clients["dynamodb"].get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})
-    assert raw["Item"]["queued_run"]["S"] == runs[2].run_id
+    assert backend.raw_job(job.job_id)["queued_run"] == runs[2].run_id
 
 
 def a_claim(job: Job, *, attempt: int = 0, worker: str = "w#1", now: datetime = FIRE) -> Claim:

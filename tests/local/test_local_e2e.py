@@ -1,4 +1,5 @@
-"""End to end over HTTP against `tickwork local` (emulator, API, ticker, executor, sweeper as processes):
+"""End to end over HTTP against `tickwork local` (API, ticker, executor, sweeper as processes), on the
+default SQLite engine and on the emulator:
 runs start on time, a SIGKILLed executor's run is retried and completed, and a ticker that was down catches
 up every missed fire per each job's policy. Seconds schedules keep it to about two minutes."""
 
@@ -24,8 +25,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests.local.harness import api_call, create_http_job
-
-pytestmark = [pytest.mark.ministack]
 
 TOKEN = "e2e-token"
 
@@ -76,7 +75,8 @@ class Target:
 
 
 class Local:
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, engine: str) -> None:
+        self.engine = engine
         self.port = free_port()
         self.state_dir = state_dir
         self.process: subprocess.Popen[bytes] | None = None
@@ -112,6 +112,8 @@ class Local:
             "1",
             "--token",
             f"{TOKEN}=e2e-user",
+            "--engine",
+            self.engine,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         self.process = subprocess.Popen(
@@ -187,10 +189,13 @@ def target() -> Iterator[Target]:
     stop()
 
 
-@pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory, ministack: Any) -> Iterator[Local]:
-    # `ministack` only makes sure the emulator is installed; tickwork local starts its own.
-    runtime = Local(tmp_path_factory.mktemp("tickwork-local"))
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("emulator", marks=pytest.mark.ministack)])
+def local(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    if request.param == "emulator":
+        request.getfixturevalue(
+            "ministack"
+        )  # makes sure the emulator is installed; tickwork local starts its own
+    runtime = Local(tmp_path_factory.mktemp("tickwork-local"), request.param)
     runtime.start()
     yield runtime
     runtime.stop()

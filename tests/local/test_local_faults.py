@@ -33,7 +33,7 @@ def target() -> Iterator[Target]:
 @pytest.fixture
 def local(tmp_path: Path, ministack: Any) -> Iterator[Supervisor]:
     # `ministack` only makes sure the emulator is installed; tickwork local starts its own.
-    supervisor = Supervisor(tmp_path)
+    supervisor = Supervisor(tmp_path, "--engine", "emulator")
     try:
         supervisor.start()
         yield supervisor

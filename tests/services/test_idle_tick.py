@@ -10,8 +10,9 @@ import pytest
 
 from tests.conftest import ANCHOR
 from tests.fakes import RecordingDispatcher
-from tickwork.adapters.dynamodb.items import job_to_item, serialize
+from tickwork.adapters.dynamodb.items import serialize
 from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.records import job_to_item
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.models import Job, Target, shard_of
 from tickwork.domain.schedule import parse_schedule

@@ -73,12 +73,19 @@ def run_sweeper(parts: Components, stop: threading.Event) -> None:
     sweeper = parts.sweeper()
     interval = _float_env("TICKWORK_SWEEP_INTERVAL", 60.0)
     budget = timedelta(seconds=max(1.0, 0.8 * interval))  # done before the next sweep is due
-    _every(interval, stop, lambda: logger.info("sweep: %s", sweeper.sweep(budget=budget)))
+
+    def sweep() -> None:
+        logger.info("sweep: %s", sweeper.sweep(budget=budget))
+        expired = parts.expire_runs()  # the SQLite engine's run TTL (DynamoDB's TTL needs no help)
+        if expired:
+            logger.info("deleted %d runs past their retention", expired)
+
+    _every(interval, stop, sweep)
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:
     pool = ExecutorPool(
-        parts.client_for("sqs"),
+        parts.queues,
         parts.settings.dispatch_queue_urls,
         lambda: parts.executor(worker_id=f"local-{os.getpid()}"),
         cap=parts.settings.concurrency_cap,

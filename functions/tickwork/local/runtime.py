@@ -1,8 +1,12 @@
-"""`tickwork local`: the embedded emulator, the resources, and one process per role, supervised.
+"""`tickwork local`: the engine, the resources, and one process per role, supervised.
 
-The emulator is its own process (state survives a crash of any scheduler process); each role is its own
-process too, restarted by the supervisor if it dies. Ctrl-C, SIGTERM or SIGHUP stop the roles, then the
-emulator, which writes its state to disk, so the next start continues where this one stopped.
+Two engines. The default, `sqlite`, keeps every table and queue in one SQLite database in the state dir
+(adapters/sqlite): every committed write is on disk, so a SIGKILL of any or every process loses nothing.
+`emulator` runs the MiniStack emulator as its own process (or uses `--endpoint-url`), for AWS fidelity.
+
+Each role is its own process, restarted by the supervisor if it dies. Ctrl-C, SIGTERM or SIGHUP stop the
+roles, then the emulator (if any), which writes its state to disk, so the next start continues where this
+one stopped.
 
 No process outlives the supervisor, however it dies: each role and the emulator get SIGTERM from the kernel
 when it does (see lifeline.py). A dead or hung emulator is detected and everything stops with
@@ -29,7 +33,11 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.domain.errors import TickworkError
 from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
 from tickwork.local.status import read_snapshots, summarize
@@ -38,6 +46,8 @@ from tickwork.resources import JOBS, ResourceNames
 logger = logging.getLogger("tickwork.local")
 
 ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
+ENGINES = ("sqlite", "emulator")
+DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
 EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
 ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
 
@@ -49,6 +59,7 @@ class EmulatorDiedError(RuntimeError):
 @dataclass
 class LocalConfig:
     state_dir: Path = Path(".tickwork")
+    engine: str = "sqlite"  # "emulator": MiniStack, or the AWS-compatible endpoint_url
     api_port: int = 8080
     endpoint_url: str | None = (
         None  # an AWS-compatible endpoint the user already runs; None: embedded MiniStack
@@ -84,6 +95,7 @@ class LocalRuntime:
         self.env: dict[str, str] = {}
         self.processes: dict[str, RoleProcess] = {}
         self._clients: dict[str, Any] = {}
+        self._db: Database | None = None
         self._stop = threading.Event()
         self.run_dir = config.state_dir / "run"
 
@@ -94,7 +106,7 @@ class LocalRuntime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.run_dir.glob("metrics-*.json"):
             stale.unlink()
-        if not self.endpoint_url:
+        if self.config.engine == "emulator" and not self.endpoint_url:
             self.emulator = Emulator(
                 EmulatorConfig(
                     state_dir=self.config.state_dir / "emulator", log_file=self.run_dir / "emulator.log"
@@ -162,7 +174,11 @@ class LocalRuntime:
                 last_status = time.monotonic()
                 try:
                     print(self.status_line(), flush=True)  # noqa: T201
-                except (BotoCoreError, ClientError) as error:  # never a reason to stop scheduling
+                except (
+                    BotoCoreError,
+                    ClientError,
+                    TickworkError,
+                ) as error:  # never a reason to stop scheduling
                     print(f"tickwork: status unavailable: {error}", file=sys.stderr, flush=True)  # noqa: T201
 
     def _check_emulator(self, unresponsive_since: float | None) -> float | None:
@@ -205,13 +221,43 @@ class LocalRuntime:
 
     # --- resources and processes -------------------------------------------------------------------
 
-    def _environment(self) -> dict[str, str]:
-        names = ResourceNames(prefix="tickwork")
-        aws_env = client_env(self.endpoint_url)
+    @property
+    def database_path(self) -> Path:
+        return self.config.state_dir / DATABASE_FILE
+
+    def _database(self) -> Database:
+        """The supervisor's own handle on the SQLite engine's database (bootstrap, status)."""
+        if self._db is None:
+            self._db = Database(self.database_path).open()
+        return self._db
+
+    def _engine_environment(self, names: ResourceNames) -> dict[str, str]:
+        """Create (or migrate) the engine's tables and queues; the settings the roles need to reach them."""
+        if self.config.engine == "sqlite":
+            self._database()  # created or migrated here, once, before any role starts
+            queue_urls, dlq_url, _ = queue_configs(names, self.config.dispatch_queues)
+            return {
+                "TICKWORK_ENGINE": "sqlite",
+                "TICKWORK_DATABASE": str(self.database_path.resolve()),
+                "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
+                "TICKWORK_DLQ_URL": dlq_url,
+                "TICKWORK_LOCAL_UNSIGNED": "0",
+            }
         ensure_tables(self._client("dynamodb"), names)
         queue_urls, dlq_url = ensure_queues(self._client("sqs"), names, self.config.dispatch_queues)
+        return {
+            **client_env(self.endpoint_url),
+            "TICKWORK_ENGINE": "dynamodb",
+            "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
+            "TICKWORK_DLQ_URL": dlq_url,
+            "TICKWORK_LOCAL_UNSIGNED": "1" if self.emulator is not None else "0",
+        }
+
+    def _environment(self) -> dict[str, str]:
+        names = ResourceNames(prefix="tickwork")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}
-        env.update(aws_env)
+        env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        env.update(self._engine_environment(names))
         env.update(
             {
                 "TICKWORK_MODE": "local",
@@ -221,15 +267,12 @@ class LocalRuntime:
                 "TICKWORK_REREAD_SECONDS": str(max(self.config.lookahead_seconds, MIN_REREAD_SECONDS)),
                 "TICKWORK_CONCURRENCY_CAP": str(self.config.concurrency_cap),
                 "TICKWORK_LEASE_MARGIN_SECONDS": str(self.config.lease_margin_seconds),
-                "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(queue_urls),
-                "TICKWORK_DLQ_URL": dlq_url,
                 "TICKWORK_SIGNING_SECRET": self._signing_secret(),
                 "TICKWORK_TICK_INTERVAL": str(self.config.tick_interval),
                 "TICKWORK_SWEEP_INTERVAL": str(self.config.sweep_interval),
                 "TICKWORK_API_PORT": str(self.config.api_port),
                 "TICKWORK_LOCAL_TOKENS": json.dumps(self.config.tokens),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
-                "TICKWORK_LOCAL_UNSIGNED": "1" if self.emulator is not None else "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -274,7 +317,7 @@ class LocalRuntime:
     def status(self) -> dict[str, Any]:
         summary = summarize(read_snapshots(self.run_dir))
         counts = summary["counts"]
-        sqs = self._client("sqs")
+        sqs = self._queues()
         depth = 0
         for url in self.env.get("TICKWORK_DISPATCH_QUEUE_URLS", "").split(","):
             if url:
@@ -295,7 +338,18 @@ class LocalRuntime:
             "start_delay_p99_ms": summary["start_delay_p99"],
         }
 
+    def _queues(self) -> Any:
+        """The queues as the status line reads them (SQS, or the SQLite engine's SQS-shaped queues)."""
+        if self.config.engine != "sqlite":
+            return self._client("sqs")
+        if "queues" not in self._clients:
+            _, _, configs = queue_configs(ResourceNames(prefix="tickwork"), self.config.dispatch_queues)
+            self._clients["queues"] = SqliteQueues(self._database(), configs, lambda: int(time.time() * 1000))
+        return self._clients["queues"]
+
     def _job_count(self) -> int:
+        if self.config.engine == "sqlite":
+            return SqliteStore(self._database()).job_count()
         table = self._client("dynamodb").describe_table(
             TableName=ResourceNames(prefix="tickwork").table(JOBS)
         )["Table"]

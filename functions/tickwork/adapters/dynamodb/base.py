@@ -9,13 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tickwork.adapters.dynamodb.items import (
-    deserialize,
-    job_view_to_item,
-    run_from_item,
-    run_to_item,
-    serialize,
-)
+from tickwork.adapters.dynamodb.items import deserialize, serialize
+from tickwork.adapters.records import job_view_to_item, run_from_item, run_to_item
 from tickwork.domain.errors import (
     StoreError,
     TransientStoreError,

@@ -8,12 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from tickwork.adapters.dynamodb.items import (
-    deserialize,
-    job_from_item,
-    job_to_item,
-    serialize,
-)
+from tickwork.adapters.dynamodb.items import deserialize, serialize
+from tickwork.adapters.records import job_from_item, job_to_item
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,

@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from tickwork.adapters.dynamodb.items import (
-    deserialize,
-    open_keys,
-    run_from_item,
-    run_to_item,
-    serialize,
-)
+from tickwork.adapters.dynamodb.items import deserialize, serialize
+from tickwork.adapters.records import open_keys, run_from_item, run_to_item
 from tickwork.domain.errors import (
     StaleRunError,
     TransientStoreError,

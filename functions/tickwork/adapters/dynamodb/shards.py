@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from tickwork.adapters.dynamodb.items import (
-    serialize,
-)
+from tickwork.adapters.dynamodb.items import serialize
 from tickwork.domain.timekeys import format_instant_ms, parse_instant
 
 if TYPE_CHECKING:

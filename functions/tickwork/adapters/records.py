@@ -1,0 +1,239 @@
+"""Domain objects as records: the plain-dict items every store adapter keeps (DynamoDB as attribute
+values, SQLite as JSON), and the open-runs index key. One mapping for every engine."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tickwork.domain.execution import check_at
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    JobView,
+    MissedFirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+    Run,
+    RunState,
+    Standing,
+    Target,
+    Trigger,
+)
+from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule
+from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
+
+# Write shards per shard in the open-runs index (see `open_key`).
+OPEN_KEY_SPREAD = 8
+
+
+def _opt_instant(value: datetime | None) -> str | None:
+    return None if value is None else format_instant(value)
+
+
+def _opt_instant_ms(value: datetime | None) -> str | None:
+    return None if value is None else format_instant_ms(value)
+
+
+def _opt_parse(value: Any) -> datetime | None:
+    return None if value is None else parse_instant(str(value))
+
+
+def schedule_to_item(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "expression": schedule.expression,
+        "timezone": schedule.timezone,
+        "start_at": _opt_instant(schedule.start_at),
+        "end_at": _opt_instant(schedule.end_at),
+        "jitter_seconds": schedule.jitter_seconds,
+        "dst_gap": str(schedule.dst_gap),
+        "dst_repeat": str(schedule.dst_repeat),
+    }
+
+
+def schedule_from_item(item: Mapping[str, Any]) -> Schedule:
+    return Schedule(
+        expression=item["expression"],
+        timezone=item.get("timezone", "UTC"),
+        start_at=_opt_parse(item.get("start_at")),
+        end_at=_opt_parse(item.get("end_at")),
+        jitter_seconds=int(item.get("jitter_seconds", 0)),
+        dst_gap=DstGapPolicy(item.get("dst_gap", "shift")),
+        dst_repeat=DstRepeatPolicy(item.get("dst_repeat", "first")),
+    )
+
+
+def job_to_item(job: Job) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "job_id": job.job_id,
+        "owner": job.owner,
+        "name": job.name,
+        "description": job.description,
+        "tags": dict(job.tags),
+        "schedule": {k: v for k, v in schedule_to_item(job.schedule).items() if v is not None},
+        "target": {"kind": job.target.kind, "config": dict(job.target.config)},
+        "shard": job.shard,
+        "state": str(job.state),
+        "version": job.version,
+        "next_fire_at": _opt_instant(job.next_fire_at),
+        "due_key": job.due_key,
+        "paused_at": _opt_instant_ms(job.paused_at),
+        "resumed_at": _opt_instant_ms(job.resumed_at),
+        "due_floor": _opt_instant_ms(job.due_floor),
+        "overlap": str(job.overlap),
+        "missed_fire": str(job.missed_fire),
+        "retry": {
+            "max_attempts": job.retry.max_attempts,
+            "backoff_base_seconds": job.retry.backoff_base_seconds,
+            "backoff_max_seconds": job.retry.backoff_max_seconds,
+        },
+        "timeout_seconds": job.timeout_seconds,
+        "retention_days": job.retention_days,
+        "created_at": format_instant_ms(job.created_at),
+        "updated_at": format_instant_ms(job.updated_at),
+    }
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def job_from_item(item: Mapping[str, Any]) -> Job:
+    retry = item.get("retry", {})
+    target = item["target"]
+    return Job(
+        job_id=item["job_id"],
+        owner=item["owner"],
+        name=item.get("name", ""),
+        description=item.get("description", ""),
+        tags=dict(item.get("tags", {})),
+        schedule=schedule_from_item(item["schedule"]),
+        target=Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        shard=int(item["shard"]),
+        state=JobState(item["state"]),
+        version=int(item["version"]),
+        next_fire_at=_opt_parse(item.get("next_fire_at")),
+        paused_at=_opt_parse(item.get("paused_at")),
+        resumed_at=_opt_parse(item.get("resumed_at")),
+        due_floor=_opt_parse(item.get("due_floor")),
+        overlap=OverlapPolicy(item.get("overlap", "allow")),
+        missed_fire=MissedFirePolicy(item.get("missed_fire", "run_all")),
+        retry=RetryPolicy(
+            max_attempts=int(retry.get("max_attempts", 3)),
+            backoff_base_seconds=float(retry.get("backoff_base_seconds", 10.0)),
+            backoff_max_seconds=float(retry.get("backoff_max_seconds", 600.0)),
+        ),
+        timeout_seconds=int(item.get("timeout_seconds", 60)),
+        retention_days=int(item.get("retention_days", 30)),
+        created_at=parse_instant(item["created_at"]),
+        updated_at=parse_instant(item["updated_at"]),
+    )
+
+
+def open_key(shard: int, run_id: str) -> str:
+    """Partition key of a run in the open-runs index: its shard and one of OPEN_KEY_SPREAD write shards
+    (a stable hash of the run id), so a top-of-hour burst spreads its index writes over
+    shards x OPEN_KEY_SPREAD keys instead of one key per shard."""
+    digest = hashlib.blake2b(run_id.encode(), digest_size=4, person=b"tickwork-open").digest()
+    return f"{shard:04d}#{int.from_bytes(digest, 'big') % OPEN_KEY_SPREAD}"
+
+
+def open_keys(shard: int) -> list[str]:
+    """Every open-runs partition of a shard (what the sweeper reads)."""
+    return [f"{shard:04d}#{spread}" for spread in range(OPEN_KEY_SPREAD)]
+
+
+def job_view_to_item(view: JobView) -> dict[str, Any]:
+    item = {
+        "version": view.version,
+        "standing": str(view.standing),
+        "target": None
+        if view.target is None
+        else {"kind": view.target.kind, "config": dict(view.target.config)},
+        "timeout_seconds": view.timeout_seconds,
+        "retry": {
+            "max_attempts": view.retry.max_attempts,
+            "backoff_base_seconds": view.retry.backoff_base_seconds,
+            "backoff_max_seconds": view.retry.backoff_max_seconds,
+        },
+        "overlap": str(view.overlap),
+    }
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def job_view_from_item(item: Mapping[str, Any]) -> JobView:
+    retry, target = item["retry"], item.get("target")
+    return JobView(
+        version=int(item["version"]),
+        standing=Standing(item["standing"]),
+        target=None if target is None else Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        timeout_seconds=int(item["timeout_seconds"]),
+        retry=RetryPolicy(
+            max_attempts=int(retry["max_attempts"]),
+            backoff_base_seconds=float(retry["backoff_base_seconds"]),
+            backoff_max_seconds=float(retry["backoff_max_seconds"]),
+        ),
+        overlap=OverlapPolicy(item["overlap"]),
+    )
+
+
+def run_to_item(run: Run) -> dict[str, Any]:
+    sweep_at = check_at(run)
+    item: dict[str, Any] = {
+        "job_id": run.job_id,
+        "scheduled_for": format_instant(run.scheduled_for),
+        "run_id": run.run_id,
+        "due_at": format_instant(run.due_at),
+        "state": str(run.state),
+        "trigger": str(run.trigger),
+        "job_version": run.job_version,
+        "attempt": run.attempt,
+        "shard": run.shard,
+        "planned_at": format_instant_ms(run.planned_at),
+        "dispatched_at": _opt_instant_ms(run.dispatched_at),
+        "redispatched_at": _opt_instant_ms(run.redispatched_at),
+        "started_at": _opt_instant_ms(run.started_at),
+        "finished_at": _opt_instant_ms(run.finished_at),
+        "lease_owner": run.lease_owner,
+        "lease_expires_at": _opt_instant_ms(run.lease_expires_at),
+        "retry_at": _opt_instant_ms(run.retry_at),
+        "outcome": run.outcome,
+        "reason": run.reason,
+        "attempts": [dict(a) for a in run.attempts] or None,
+        "expires_at": epoch_seconds(run.expires_at),
+        "job_view": None if run.job_view is None else job_view_to_item(run.job_view),
+        # Sparse index of unfinished runs: the sweeper's work list, never a scan of all runs.
+        "open_key": None if sweep_at is None else open_key(run.shard, run.run_id),
+        "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
+    }
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def run_from_item(item: Mapping[str, Any]) -> Run:
+    due_at = parse_instant(item["due_at"])
+    started_at = _opt_parse(item.get("started_at"))
+    return Run(
+        job_id=item["job_id"],
+        scheduled_for=parse_instant(item["scheduled_for"]),
+        due_at=due_at,
+        state=RunState(item["state"]),
+        trigger=Trigger(item["trigger"]),
+        job_version=int(item["job_version"]),
+        attempt=int(item.get("attempt", 0)),
+        shard=int(item.get("shard", 0)),
+        planned_at=parse_instant(item["planned_at"]),
+        dispatched_at=_opt_parse(item.get("dispatched_at")),
+        redispatched_at=_opt_parse(item.get("redispatched_at")),
+        started_at=started_at,
+        finished_at=_opt_parse(item.get("finished_at")),
+        # Derived, not stored: the claim is one UpdateItem that cannot compute it (the first start minus the
+        # due time, which is what `claimed` records).
+        start_delay_ms=None if started_at is None else int((started_at - due_at).total_seconds() * 1000),
+        lease_owner=item.get("lease_owner"),
+        lease_expires_at=_opt_parse(item.get("lease_expires_at")),
+        retry_at=_opt_parse(item.get("retry_at")),
+        outcome=item.get("outcome"),
+        reason=item.get("reason"),
+        attempts=tuple(item.get("attempts", ())),
+        expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
+        job_view=None if item.get("job_view") is None else job_view_from_item(item["job_view"]),
+    )

@@ -1,0 +1,204 @@
+"""The embedded engine's database: one SQLite file (WAL, a busy timeout, immediate write transactions),
+its schema derived from the same definitions the CDK stack and the DynamoDB bootstrap read
+(`tickwork.resources`), versioned with `PRAGMA user_version` and migrated forward when opened.
+
+Each table keeps its whole record as JSON in `item` (the same record the DynamoDB adapter writes) next to
+columns for its key and index attributes, so the indexes are real SQL indexes and a sparse index stays
+sparse (a partial index over the rows whose index key is set)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tickwork.domain.errors import StoreError, TransientStoreError
+from tickwork.resources import TABLES, TableDef
+
+# The version of the schema this code writes. A database at a lower version is migrated forward at open
+# (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
+SCHEMA_VERSION = 1
+# How long a write waits for another process's write transaction before it counts as throttled.
+BUSY_TIMEOUT_MS = 10_000
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer Tickwork than this one."""
+
+
+def key_columns(table: TableDef) -> list[str]:
+    """The table's key, index-key and expiry attributes, in a stable order: each becomes a column."""
+    names = [table.partition.name] + ([table.sort.name] if table.sort else [])
+    for index in table.indexes:
+        names.append(index.partition.name)
+        if index.sort is not None:
+            names.append(index.sort.name)
+    if table.ttl_attribute:
+        names.append(table.ttl_attribute)
+    return list(dict.fromkeys(names))
+
+
+def _table_ddl(table: TableDef) -> list[str]:
+    columns = key_columns(table)
+    keys = [table.partition.name] + ([table.sort.name] if table.sort else [])
+    column_sql = ", ".join(
+        f"{name} {'INTEGER' if name == table.ttl_attribute else 'TEXT'}"
+        + (" NOT NULL" if name in keys else "")
+        for name in columns
+    )
+    statements = [
+        f"CREATE TABLE {table.logical_name} ({column_sql}, item TEXT NOT NULL, "
+        f"PRIMARY KEY ({', '.join(keys)})) WITHOUT ROWID"
+    ]
+    for index in table.indexes:
+        index_keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
+        # Partial: a row without the index's partition key is not in it (DynamoDB's sparse index).
+        statements.append(
+            f"CREATE INDEX {table.logical_name}_{index.name} ON {table.logical_name} "
+            f"({', '.join(index_keys)}) WHERE {index.partition.name} IS NOT NULL"
+        )
+    if table.ttl_attribute:
+        statements.append(
+            f"CREATE INDEX {table.logical_name}_expiry ON {table.logical_name} ({table.ttl_attribute}) "
+            f"WHERE {table.ttl_attribute} IS NOT NULL"
+        )
+    return statements
+
+
+# The queues: one table for every queue, a message's queue named by its queue's name. `visible_at_ms`
+# carries both the delay and the visibility timeout; `receipt` changes at each receive, so a receipt from
+# an earlier receive can no longer delete or extend the message.
+_MESSAGES_DDL = [
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, body TEXT NOT NULL, "
+    "sent_at_ms INTEGER NOT NULL, visible_at_ms INTEGER NOT NULL, receive_count INTEGER NOT NULL DEFAULT 0, "
+    "receipt TEXT, first_received_at_ms INTEGER)",
+    "CREATE INDEX messages_visible ON messages (queue, visible_at_ms)",
+    "CREATE UNIQUE INDEX messages_receipt ON messages (receipt) WHERE receipt IS NOT NULL",
+]
+
+
+def _create_v1(connection: sqlite3.Connection) -> None:
+    for table in TABLES:
+        for statement in _table_ddl(table):
+            connection.execute(statement)
+    for statement in _MESSAGES_DDL:
+        connection.execute(statement)
+
+
+# MIGRATIONS[v]: from schema version v to v + 1. Version 0 is an empty file.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create_v1}
+
+
+def translate(error: sqlite3.Error) -> Exception:
+    """A locked or busy database is throttling (retried by the caller); anything else is a StoreError."""
+    message = str(error)
+    if isinstance(error, sqlite3.OperationalError) and ("locked" in message or "busy" in message):
+        return TransientStoreError(f"SQLite busy: {message}")
+    return StoreError(f"SQLite {type(error).__name__}: {message}", code=type(error).__name__)
+
+
+class Database:
+    """One SQLite file shared by every process of an installation. A connection per thread (SQLite
+    connections are not shared across threads); writes are `BEGIN IMMEDIATE` transactions, so the
+    read-check-write each adapter does inside one is atomic against every other writer."""
+
+    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._opened = False
+        self._open_lock = threading.Lock()
+
+    def open(self) -> Database:
+        """Create or migrate the schema (once per process). SchemaTooNewError for a newer database."""
+        with self._open_lock:
+            if self._opened:
+                return self
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = self._connection()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    version = int(connection.execute("PRAGMA user_version").fetchone()[0])
+                    if version > SCHEMA_VERSION:
+                        raise SchemaTooNewError(
+                            f"{self.path} has schema version {version}, newer than this Tickwork's "
+                            f"{SCHEMA_VERSION}: upgrade Tickwork, or point --state-dir at another directory",
+                            code="SchemaTooNew",
+                        )
+                    for step in range(version, SCHEMA_VERSION):
+                        MIGRATIONS[step](connection)
+                    if version != SCHEMA_VERSION:
+                        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    connection.execute("COMMIT")
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as error:
+                raise translate(error) from error
+            self._opened = True
+        return self
+
+    def schema_version(self) -> int:
+        return int(self._connection().execute("PRAGMA user_version").fetchone()[0])
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            try:
+                connection = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True
+                )
+                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                connection.execute("PRAGMA journal_mode = WAL")
+                # FULL: a committed transaction survives a power cut, not only a killed process.
+                connection.execute(f"PRAGMA synchronous = {self._synchronous}")
+            except sqlite3.Error as error:
+                raise translate(error) from error
+            self._local.connection = connection
+        return connection
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
+        errors inside become domain errors (busy: TransientStoreError)."""
+        connection = self._connection()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise translate(error) from error
+        try:
+            yield connection
+        except sqlite3.Error as error:
+            connection.execute("ROLLBACK")
+            raise translate(error) from error
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        try:
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            connection.execute("ROLLBACK")
+            raise translate(error) from error
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement in the block sees one snapshot."""
+        connection = self._connection()
+        try:
+            connection.execute("BEGIN")
+            try:
+                yield connection
+            finally:
+                connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            raise translate(error) from error
+
+    def close(self) -> None:
+        """Close this thread's connection (other threads' close with their thread)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None

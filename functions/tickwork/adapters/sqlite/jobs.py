@@ -1,0 +1,177 @@
+"""SQLite records of the jobs aggregate: the same writes as adapters/dynamodb/jobs.py, each one immediate
+transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.adapters.sqlite.base import SqliteBase, claimable, job_still_at, put
+from tickwork.domain.errors import (
+    ConflictError,
+    NotFoundError,
+    PlanConflictError,
+    RunsMovedError,
+    VersionMismatchError,
+)
+from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.timekeys import format_instant
+from tickwork.resources import JOBS, RUNS
+
+# Attribute of a job record: sha256 of the create request that carried an Idempotency-Key (as DynamoDB's).
+REQUEST_FINGERPRINT = "request_fingerprint"
+# Job attributes job management may remove (the rest of what it owns it always writes).
+_REMOVABLE = ("next_fire_at", "due_key", "paused_at", "resumed_at", "due_floor")
+
+
+class SqliteJobRecords(SqliteBase):
+    """Job records, the `due` and `by_owner` indexes over them, and the writes that change a job together
+    with its runs."""
+
+    def get_job(self, job_id: str) -> Job | None:
+        with self.db.read() as connection:
+            item = self._job_item(connection, job_id)
+        return None if item is None else job_from_item(item)
+
+    def query_due(self, due_key: str, through: datetime) -> list[Job]:
+        items = self._select_items(
+            "SELECT item FROM jobs WHERE due_key = ? AND next_fire_at <= ? ORDER BY next_fire_at",
+            (due_key, format_instant(through)),
+        )
+        return [job_from_item(item) for item in items]
+
+    def owner_job_ids(
+        self, owner: str, *, limit: int, after_job_id: str | None = None
+    ) -> tuple[list[str], bool]:
+        with self.db.read() as connection:
+            rows = connection.execute(
+                "SELECT job_id FROM jobs WHERE owner = ? AND job_id > ? ORDER BY job_id LIMIT ?",
+                (owner, after_job_id or "", limit + 1),
+            ).fetchall()
+        ids = [str(row[0]) for row in rows]
+        return ids[:limit], len(ids) > limit
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        wanted = list(dict.fromkeys(job_ids))
+        found: dict[str, Job] = {}
+        for start in range(0, len(wanted), 500):  # below SQLite's host-parameter limit
+            chunk = wanted[start : start + 500]
+            items = self._select_items(
+                f"SELECT item FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})", chunk
+            )
+            found.update((job.job_id, job) for job in map(job_from_item, items))
+        return found
+
+    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
+        with self.db.read() as connection:
+            item = self._job_item(connection, job_id)
+        if item is None:
+            return None
+        fingerprint = item.get(REQUEST_FINGERPRINT)
+        return job_from_item(item), None if fingerprint is None else str(fingerprint)
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        if job.next_fire_at is None:
+            raise ValueError("a job without a next fire has nothing to plan")
+        advanced = job.advanced_to(next_fire_at)
+        with self.db.write() as connection:
+            run_exists = any(self._exists(connection, run) for run in runs)
+            item = self._job_item(connection, job.job_id)
+            job_changed = not (
+                item is not None
+                and item.get("state") == str(JobState.ACTIVE)
+                and item.get("version") == job.version
+                and item.get("next_fire_at") == format_instant(job.next_fire_at)
+            )
+            if run_exists or job_changed or item is None:
+                raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+            self._insert_runs(connection, runs)
+            item.pop("next_fire_at", None)
+            item.pop("due_key", None)
+            if next_fire_at is not None:
+                item["next_fire_at"] = format_instant(next_fire_at)
+                item["due_key"] = advanced.due_key
+            put(connection, JOBS, item)
+
+    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
+        self._create(job_to_item(job), runs)
+
+    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+        with self.db.write() as connection:
+            if self._job_item(connection, job_item["job_id"]) is not None or any(
+                self._exists(connection, run) for run in runs
+            ):
+                raise ConflictError(f"job {job_item['job_id']} already exists")
+            put(connection, JOBS, job_item)
+            self._insert_runs(connection, runs)
+
+    def replace_job(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: Sequence[Run],
+        refreshed: Sequence[tuple[Run, JobView]] = (),
+    ) -> None:
+        with self.db.write() as connection:
+            stored = self._check_job_change(connection, expected, refreshed)
+            if any(self._exists(connection, run) for run in runs):
+                raise ConflictError(f"job {expected.job_id}: a run it plans already exists")
+            # The fields job management owns; the executors' overlap slot (active_run, queued_run) and
+            # the create fingerprint stay as they are.
+            item = {k: v for k, v in stored.items() if k not in _REMOVABLE}
+            item.update(job_to_item(updated))
+            put(connection, JOBS, item)
+            self._insert_runs(connection, runs)
+            self._rewrite_views(connection, refreshed)
+
+    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+        with self.db.write() as connection:
+            self._check_job_change(connection, expected, refreshed)
+            connection.execute("DELETE FROM jobs WHERE job_id = ?", (expected.job_id,))
+            self._rewrite_views(connection, refreshed)
+
+    def _check_job_change(
+        self, connection: sqlite3.Connection, expected: Job, refreshed: Sequence[tuple[Run, JobView]]
+    ) -> dict[str, Any]:
+        """The stored job, if a job write may go ahead: NotFoundError, VersionMismatchError or
+        RunsMovedError (one of the runs it rewrites was claimed meanwhile) otherwise."""
+        stored = self._job_item(connection, expected.job_id)
+        if stored is None:
+            raise NotFoundError(f"job {expected.job_id} not found")
+        if not job_still_at(stored, expected):
+            raise VersionMismatchError(f"job {expected.job_id} changed since version {expected.version}")
+        for run, _ in refreshed:
+            if not claimable(
+                self._run_item(connection, run.job_id, format_instant(run.scheduled_for)), run.attempt
+            ):
+                raise RunsMovedError(
+                    f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
+                )
+        return stored
+
+    def _rewrite_views(
+        self, connection: sqlite3.Connection, refreshed: Sequence[tuple[Run, JobView]]
+    ) -> None:
+        for run, view in refreshed:
+            item = self._run_item(connection, run.job_id, format_instant(run.scheduled_for))
+            if item is not None:  # checked claimable in this transaction
+                item["job_view"] = job_view_to_item(view)
+                put(connection, RUNS, item)
+
+    def _exists(self, connection: sqlite3.Connection, run: Run) -> bool:
+        row = connection.execute(
+            "SELECT 1 FROM runs WHERE job_id = ? AND scheduled_for = ?",
+            (run.job_id, format_instant(run.scheduled_for)),
+        ).fetchone()
+        return row is not None
+
+    @staticmethod
+    def _insert_runs(connection: sqlite3.Connection, runs: Sequence[Run]) -> None:
+        for run in runs:
+            put(connection, RUNS, run_to_item(run))

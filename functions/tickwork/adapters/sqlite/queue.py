@@ -1,0 +1,453 @@
+"""The embedded engine's queues: the subset of the SQS API that Tickwork's dispatcher, dead-letter reader
+and local executor use, over the SQLite database's `messages` table, so that SQS-speaking code
+(adapters/sqs.py, local/executor_pool.py, the runtime's status line) runs over it unchanged. A queue "URL" is
+the queue's name.
+
+Every mutation is one `BEGIN IMMEDIATE` transaction, so several processes can share one file: a receive
+selects and hides its messages atomically against every other receiver, and a message is delivered to one
+receiver at a time.
+
+Behaviour, where SQS leaves room or this differs from it:
+- A receipt handle is valid until the message is received again (or deleted). A delete or visibility change
+  with an outdated receipt changes nothing: ReceiptHandleIsInvalid (raised for the single calls, a `Failed`
+  entry in a batch). SQS may accept such a delete; refusing it means a slow consumer can never delete a
+  message someone else is now working on. Deleting twice with the same receipt is refused too.
+- A message whose receive count reached its queue's max_receive_count is moved to the dead-letter queue by
+  the receive that would have delivered it again, as SQS does. It keeps its id, body, SentTimestamp,
+  ApproximateFirstReceiveTimestamp and receive count (SQS carries the count over, so the sweeper's
+  "dead-lettered after N deliveries" stays true); it is visible in the DLQ at once, with no receipt.
+- Errors are botocore ClientErrors with SQS's codes, so callers' `except (BotoCoreError, ClientError)` covers
+  them: a busy database is RequestThrottled, any other store failure InternalFailure.
+- Not implemented: message retention, message attributes, FIFO, the 256 KiB body limit.
+
+Long polling: a cheap read (the queue's earliest visible_at_ms, from its index; no write lock) decides
+whether to take the write transaction; while nothing is visible the receiver sleeps until the earliest
+hidden message is due, or POLL_SECONDS, whichever is sooner (another process's send cannot wake it, so it
+must look). Measured on the development machine: an idle 10 s long poll (one call with WaitTimeSeconds=10,
+or the executor's ten 1 s polls) uses 0.02-0.03 s of CPU, about 0.25 % of one core, per queue polled."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqs_provision import dispatch_queue_name
+from tickwork.domain.errors import StoreError, TransientStoreError
+from tickwork.resources import DISPATCH, DISPATCH_DLQ, ResourceNames
+
+# SQS's limits.
+BATCH_LIMIT = 10
+MAX_DELAY_SECONDS = 900
+MAX_VISIBILITY_SECONDS = 12 * 3600
+MAX_WAIT_SECONDS = 20
+# The longest a long poll sleeps between looks while nothing is due: the latency of a message another
+# process sends, traded against idle CPU.
+POLL_SECONDS = 0.05
+
+NON_EXISTENT_QUEUE = "AWS.SimpleQueueService.NonExistentQueue"
+RECEIPT_INVALID = "ReceiptHandleIsInvalid"
+TOO_MANY_ENTRIES = "TooManyEntriesInBatchRequest"
+THROTTLED = "RequestThrottled"
+
+_SYSTEM_ATTRIBUTES = ("SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp")
+_COUNT_ATTRIBUTES = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesDelayed",
+    "ApproximateNumberOfMessagesNotVisible",
+)
+# Receipts and visibility are in milliseconds; a keyset start below any real visible_at_ms.
+_BEFORE_ALL = -(2**62)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """One queue: its default visibility timeout, and where a message goes after max_receive_count
+    receives (both or neither)."""
+
+    visibility_timeout_seconds: int
+    max_receive_count: int | None = None
+    dead_letter: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.max_receive_count is None) != (self.dead_letter is None):
+            raise ValueError("max_receive_count and dead_letter go together")
+        if self.max_receive_count is not None and self.max_receive_count < 1:
+            raise ValueError("max_receive_count must be at least 1")
+        if not 0 <= self.visibility_timeout_seconds <= MAX_VISIBILITY_SECONDS:
+            raise ValueError(f"visibility_timeout_seconds must be within 0..{MAX_VISIBILITY_SECONDS}")
+
+
+def queue_configs(
+    names: ResourceNames, dispatch_queues: int
+) -> tuple[list[str], str, dict[str, QueueConfig]]:
+    """The dispatch queues' names, the DLQ's name, and every queue's config, from `tickwork.resources`
+    (the names are the ones the SQS provisioning gives the same queues)."""
+    if dispatch_queues < 1:
+        raise ValueError("at least one dispatch queue is needed")
+    dlq = names.queue(DISPATCH_DLQ)
+    dispatch = [dispatch_queue_name(names, index) for index in range(dispatch_queues)]
+    configs = {dlq: QueueConfig(DISPATCH_DLQ.visibility_timeout_seconds)}
+    for name in dispatch:
+        configs[name] = QueueConfig(DISPATCH.visibility_timeout_seconds, DISPATCH.max_receive_count, dlq)
+    return dispatch, dlq, configs
+
+
+def _client_error(code: str, message: str, operation: str, status: int = 400) -> ClientError:
+    """An error shaped like the one boto3 raises for the SQS error `code`."""
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {
+                "RequestId": "",
+                "HostId": "",
+                "HTTPStatusCode": status,
+                "HTTPHeaders": {},
+                "RetryAttempts": 0,
+            },
+        },
+        operation,
+    )
+
+
+@contextmanager
+def _as_client_errors(operation: str) -> Iterator[None]:
+    """The store's errors as the ClientErrors the SQS-speaking callers already handle."""
+    try:
+        yield
+    except TransientStoreError as error:
+        raise _client_error(THROTTLED, str(error), operation) from error
+    except StoreError as error:
+        raise _client_error("InternalFailure", f"{error.code}: {error}", operation, 500) from error
+
+
+def _md5(body: str) -> str:
+    return hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+
+
+class SqliteQueues:
+    """The subset of the SQS API that Tickwork's dispatcher, dead-letter reader and local executor use,
+    over the SQLite database. Thread-safe (the database keeps a connection per thread) and safe across
+    processes sharing the file."""
+
+    def __init__(
+        self,
+        db: Database,
+        queues: Mapping[str, QueueConfig],
+        now_ms: Callable[[], int],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        for name, config in queues.items():
+            if config.dead_letter is not None and config.dead_letter not in queues:
+                raise ValueError(f"queue {name}'s dead-letter queue {config.dead_letter} is not defined")
+        self._db = db
+        self._queues = dict(queues)
+        self._now_ms = now_ms
+        self._sleep = sleep
+
+    # --- sending -----------------------------------------------------------------------------------
+
+    def send_message(self, *, QueueUrl: str, MessageBody: str, DelaySeconds: int = 0) -> dict[str, Any]:
+        response = self._send(QueueUrl, [("0", MessageBody, DelaySeconds)], "SendMessage")
+        ok = response["Successful"][0]
+        return {"MessageId": ok["MessageId"], "MD5OfMessageBody": ok["MD5OfMessageBody"]}
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """All the entries are sent in one transaction, or none is (the call raises)."""
+        _check_batch(Entries, "SendMessageBatch")
+        messages = [(str(e["Id"]), str(e["MessageBody"]), int(e.get("DelaySeconds", 0))) for e in Entries]
+        return self._send(QueueUrl, messages, "SendMessageBatch")
+
+    def _send(self, queue: str, messages: list[tuple[str, str, int]], operation: str) -> dict[str, Any]:
+        self._config(queue, operation)
+        for _, _, delay in messages:
+            if not 0 <= delay <= MAX_DELAY_SECONDS:
+                raise _client_error(
+                    "InvalidParameterValue", f"DelaySeconds must be within 0..{MAX_DELAY_SECONDS}", operation
+                )
+        successful: list[dict[str, Any]] = []
+        with _as_client_errors(operation), self._db.write() as connection:
+            now = self._now_ms()
+            for entry_id, body, delay in messages:
+                cursor = connection.execute(
+                    "INSERT INTO messages (queue, body, sent_at_ms, visible_at_ms) VALUES (?, ?, ?, ?)",
+                    (queue, body, now, now + delay * 1000),
+                )
+                successful.append(
+                    {"Id": entry_id, "MessageId": str(cursor.lastrowid), "MD5OfMessageBody": _md5(body)}
+                )
+        return {"Successful": successful, "Failed": []}
+
+    # --- receiving ---------------------------------------------------------------------------------
+
+    def receive_message(
+        self,
+        *,
+        QueueUrl: str,
+        MaxNumberOfMessages: int = 1,
+        WaitTimeSeconds: int = 0,
+        VisibilityTimeout: int | None = None,
+        MessageSystemAttributeNames: Sequence[str] = (),
+        AttributeNames: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """Up to MaxNumberOfMessages visible messages, oldest visible first, hidden for VisibilityTimeout
+        (the queue's default when None). With WaitTimeSeconds, waits until at least one is there or the
+        wait is over. `AttributeNames` is the older spelling of `MessageSystemAttributeNames`."""
+        operation = "ReceiveMessage"
+        config = self._config(QueueUrl, operation)
+        if not 1 <= MaxNumberOfMessages <= BATCH_LIMIT:
+            raise _client_error(
+                "InvalidParameterValue", f"MaxNumberOfMessages must be within 1..{BATCH_LIMIT}", operation
+            )
+        if not 0 <= WaitTimeSeconds <= MAX_WAIT_SECONDS:
+            raise _client_error(
+                "InvalidParameterValue", f"WaitTimeSeconds must be within 0..{MAX_WAIT_SECONDS}", operation
+            )
+        visibility = config.visibility_timeout_seconds if VisibilityTimeout is None else VisibilityTimeout
+        _check_visibility(visibility, operation)
+        wanted = set(MessageSystemAttributeNames) | set(AttributeNames)
+        attributes = (
+            _SYSTEM_ATTRIBUTES if "All" in wanted else tuple(a for a in _SYSTEM_ATTRIBUTES if a in wanted)
+        )
+
+        # The wait ends when the sleeps add up to it or the clock passed it, whichever comes first: a clock
+        # that stands still (a fake one) or jumps back cannot stretch it.
+        remaining = float(WaitTimeSeconds)
+        deadline_ms = self._now_ms() + WaitTimeSeconds * 1000
+        while True:
+            with _as_client_errors(operation):
+                earliest, now = self._earliest_visible_at(QueueUrl)
+                if earliest is not None and earliest <= now:
+                    messages = self._take(QueueUrl, config, MaxNumberOfMessages, visibility, attributes)
+                    if messages:
+                        return {"Messages": messages}
+                    continue  # taken by another receiver, or dead-lettered: look again
+            remaining = min(remaining, (deadline_ms - now) / 1000)
+            if remaining <= 0:
+                return {"Messages": []}
+            pause = min(POLL_SECONDS, remaining)
+            if earliest is not None:
+                pause = min(pause, (earliest - now) / 1000)
+            self._sleep(pause)
+            remaining -= pause
+
+    def _earliest_visible_at(self, queue: str) -> tuple[int | None, int]:
+        """The queue's earliest visible_at_ms (None: empty) and now, from a read: no write lock, so an idle
+        poll does not queue behind (or hold up) the writers."""
+        with self._db.read() as connection:
+            row = connection.execute(
+                "SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,)
+            ).fetchone()
+        return (None if row[0] is None else int(row[0])), self._now_ms()
+
+    def _take(
+        self, queue: str, config: QueueConfig, count: int, visibility: int, attributes: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """One write transaction: dead-letter the visible messages past max_receive_count, and receive up to
+        `count` of the others. Walks the visible messages in (visible_at_ms, id) order from where the last
+        page ended, so nothing is looked at twice (a message received with visibility 0 stays visible)."""
+        delivered: list[dict[str, Any]] = []
+        with self._db.write() as connection:
+            now = self._now_ms()
+            after: tuple[int, int] = (_BEFORE_ALL, -1)
+            while len(delivered) < count:
+                page = count - len(delivered)
+                rows = connection.execute(
+                    "SELECT id, body, sent_at_ms, visible_at_ms, receive_count, first_received_at_ms "
+                    "FROM messages WHERE queue = ? AND visible_at_ms <= ? AND (visible_at_ms, id) > (?, ?) "
+                    "ORDER BY visible_at_ms, id LIMIT ?",
+                    (queue, now, *after, page),
+                ).fetchall()
+                for row in rows:
+                    delivered.extend(self._deliver_or_dead_letter(connection, row, config, now, visibility))
+                if len(rows) < page:
+                    break
+                after = (int(rows[-1][3]), int(rows[-1][0]))
+        return [_as_message(m, attributes) for m in delivered]
+
+    def _deliver_or_dead_letter(
+        self,
+        connection: sqlite3.Connection,
+        row: tuple[Any, ...],
+        config: QueueConfig,
+        now: int,
+        visibility: int,
+    ) -> list[dict[str, Any]]:
+        message_id, body, sent_at, _, receive_count, first_received = row
+        if config.max_receive_count is not None and receive_count >= config.max_receive_count:
+            # Keeps its id, timestamps and receive count, as SQS does; visible in the DLQ at once.
+            connection.execute(
+                "UPDATE messages SET queue = ?, visible_at_ms = ?, receipt = NULL WHERE id = ?",
+                (config.dead_letter, now, message_id),
+            )
+            return []
+        receipt = f"{message_id}.{secrets.token_urlsafe(18)}"
+        first_received = now if first_received is None else first_received
+        connection.execute(
+            "UPDATE messages SET receive_count = receive_count + 1, receipt = ?, visible_at_ms = ?, "
+            "first_received_at_ms = ? WHERE id = ?",
+            (receipt, now + visibility * 1000, first_received, message_id),
+        )
+        return [
+            {
+                "MessageId": str(message_id),
+                "ReceiptHandle": receipt,
+                "Body": body,
+                "SentTimestamp": sent_at,
+                "ApproximateReceiveCount": receive_count + 1,
+                "ApproximateFirstReceiveTimestamp": first_received,
+            }
+        ]
+
+    # --- deleting and hiding -----------------------------------------------------------------------
+
+    def delete_message(self, *, QueueUrl: str, ReceiptHandle: str) -> dict[str, Any]:
+        """ReceiptHandleIsInvalid unless the message still holds this receipt (see the module docstring)."""
+        failed = self._by_receipt(
+            QueueUrl, [("0", ReceiptHandle, None)], "DeleteMessage", "DELETE FROM messages"
+        )
+        if failed:
+            raise _client_error(RECEIPT_INVALID, failed[0]["Message"], "DeleteMessage")
+        return {}
+
+    def delete_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        _check_batch(Entries, "DeleteMessageBatch")
+        entries = [(str(e["Id"]), str(e["ReceiptHandle"]), None) for e in Entries]
+        failed = self._by_receipt(QueueUrl, entries, "DeleteMessageBatch", "DELETE FROM messages")
+        return _batch_result(entries, failed)
+
+    def change_message_visibility(
+        self, *, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int
+    ) -> dict[str, Any]:
+        """Visible again VisibilityTimeout seconds from now, if the message still holds this receipt."""
+        operation = "ChangeMessageVisibility"
+        _check_visibility(VisibilityTimeout, operation)
+        failed = self._by_receipt(
+            QueueUrl,
+            [("0", ReceiptHandle, VisibilityTimeout)],
+            operation,
+            "UPDATE messages SET visible_at_ms = ?",
+        )
+        if failed:
+            raise _client_error(RECEIPT_INVALID, failed[0]["Message"], operation)
+        return {}
+
+    def change_message_visibility_batch(
+        self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        operation = "ChangeMessageVisibilityBatch"
+        _check_batch(Entries, operation)
+        entries = [(str(e["Id"]), str(e["ReceiptHandle"]), int(e["VisibilityTimeout"])) for e in Entries]
+        for _, _, visibility in entries:
+            _check_visibility(visibility, operation)
+        failed = self._by_receipt(QueueUrl, entries, operation, "UPDATE messages SET visible_at_ms = ?")
+        return _batch_result(entries, failed)
+
+    def _by_receipt(
+        self, queue: str, entries: Sequence[tuple[str, str, int | None]], operation: str, statement: str
+    ) -> list[dict[str, Any]]:
+        """Apply `statement` (a DELETE, or an UPDATE of visible_at_ms given `now + visibility`) to each
+        entry's message if it still holds the entry's receipt, in one transaction; the entries that did
+        not match, as SQS's `Failed` entries."""
+        self._config(queue, operation)
+        failed: list[dict[str, Any]] = []
+        with _as_client_errors(operation), self._db.write() as connection:
+            now = self._now_ms()
+            for entry_id, receipt, visibility in entries:
+                values: tuple[Any, ...] = (queue, receipt)
+                if visibility is not None:
+                    values = (now + visibility * 1000, *values)
+                cursor = connection.execute(f"{statement} WHERE queue = ? AND receipt = ?", values)
+                if cursor.rowcount == 0:
+                    failed.append(
+                        {
+                            "Id": entry_id,
+                            "SenderFault": True,
+                            "Code": RECEIPT_INVALID,
+                            "Message": "The receipt handle is not the message's latest: it was received "
+                            "again since, or deleted.",
+                        }
+                    )
+        return failed
+
+    # --- attributes --------------------------------------------------------------------------------
+
+    def get_queue_attributes(self, *, QueueUrl: str, AttributeNames: Sequence[str] = ()) -> dict[str, Any]:
+        """The message counts asked for ("All": every one), as SQS's strings: visible now, delayed (never
+        received and not yet due), and in flight (received and still hidden)."""
+        operation = "GetQueueAttributes"
+        self._config(QueueUrl, operation)
+        unknown = set(AttributeNames) - {*_COUNT_ATTRIBUTES, "All"}
+        if unknown:
+            raise _client_error(
+                "InvalidAttributeName", f"unsupported attributes: {sorted(unknown)}", operation
+            )
+        with _as_client_errors(operation), self._db.read() as connection:
+            now = self._now_ms()
+            visible, delayed, hidden = connection.execute(
+                "SELECT COALESCE(SUM(visible_at_ms <= ?), 0), "
+                "COALESCE(SUM(visible_at_ms > ? AND receive_count = 0), 0), "
+                "COALESCE(SUM(visible_at_ms > ? AND receive_count > 0), 0) FROM messages WHERE queue = ?",
+                (now, now, now, QueueUrl),
+            ).fetchone()
+        counts = dict(zip(_COUNT_ATTRIBUTES, (visible, delayed, hidden), strict=True))
+        wanted = _COUNT_ATTRIBUTES if "All" in AttributeNames else AttributeNames
+        return {"Attributes": {name: str(counts[name]) for name in wanted}}
+
+    def _config(self, queue: str, operation: str) -> QueueConfig:
+        config = self._queues.get(queue)
+        if config is None:
+            raise _client_error(NON_EXISTENT_QUEUE, f"The specified queue {queue} does not exist.", operation)
+        return config
+
+
+def _check_batch(entries: Sequence[Mapping[str, Any]], operation: str) -> None:
+    if not entries:
+        raise _client_error(
+            "EmptyBatchRequest", "There should be at least one entry in the request.", operation
+        )
+    if len(entries) > BATCH_LIMIT:
+        raise _client_error(
+            TOO_MANY_ENTRIES, f"Maximum number of entries per request are {BATCH_LIMIT}.", operation
+        )
+    ids = [str(e["Id"]) for e in entries]
+    if len(set(ids)) != len(ids):
+        raise _client_error(
+            "BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.", operation
+        )
+
+
+def _check_visibility(seconds: int, operation: str) -> None:
+    if not 0 <= seconds <= MAX_VISIBILITY_SECONDS:
+        raise _client_error(
+            "InvalidParameterValue",
+            f"VisibilityTimeout must be within 0..{MAX_VISIBILITY_SECONDS}",
+            operation,
+        )
+
+
+def _batch_result(
+    entries: Sequence[tuple[str, str, int | None]], failed: list[dict[str, Any]]
+) -> dict[str, Any]:
+    failed_ids = {f["Id"] for f in failed}
+    return {"Successful": [{"Id": e[0]} for e in entries if e[0] not in failed_ids], "Failed": failed}
+
+
+def _as_message(delivered: Mapping[str, Any], attributes: Sequence[str]) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "MessageId": delivered["MessageId"],
+        "ReceiptHandle": delivered["ReceiptHandle"],
+        "MD5OfBody": _md5(delivered["Body"]),
+        "Body": delivered["Body"],
+    }
+    if attributes:
+        message["Attributes"] = {name: str(delivered[name]) for name in attributes}
+    return message

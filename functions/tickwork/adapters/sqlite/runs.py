@@ -1,0 +1,250 @@
+"""SQLite records of the runs aggregate: the same claims, transitions and overlap slot as
+adapters/dynamodb/runs.py, each one immediate transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.adapters.records import open_keys, run_from_item, run_to_item
+from tickwork.adapters.sqlite.base import (
+    SqliteBase,
+    apply_changes,
+    claimable,
+    put,
+    run_still_at,
+    stored_run,
+)
+from tickwork.domain.errors import StaleRunError
+from tickwork.domain.execution import Claim, waiting_slot_is_stale
+from tickwork.domain.models import OverlapPolicy, Run, RunState, Standing, split_run_id
+from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
+from tickwork.resources import JOBS, RUNS
+
+# A job record's overlap slot, and what each slot operation asks of it and does to it.
+SlotRule = Callable[[dict[str, Any]], bool]
+SlotChange = Callable[[dict[str, Any]], None]
+
+
+class SqliteRunRecords(SqliteBase):
+    """Run records and the open-runs index; claims, transitions and the overlap slot (on the job record,
+    written in the run's own transaction)."""
+
+    def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
+        if not scheduled_fors:
+            return set()
+        found = self.run_times_between(job_id, min(scheduled_fors), max(scheduled_fors))
+        return found & set(scheduled_fors)
+
+    def claimable_runs(self, job_id: str, since: datetime) -> list[Run]:
+        items = self._select_items(
+            "SELECT item FROM runs WHERE job_id = ? AND scheduled_for >= ? ORDER BY scheduled_for",
+            (job_id, format_instant(since)),
+        )
+        return [run_from_item(item) for item in items if claimable(item, int(item.get("attempt", 0)))]
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None:
+        with self.db.read() as connection:
+            return stored_run(self._run_item(connection, job_id, format_instant(scheduled_for)))
+
+    def list_runs(self, job_id: str, *, newest_first: bool = True, limit: int = 1000) -> list[Run]:
+        order = "DESC" if newest_first else "ASC"
+        items = self._select_items(
+            f"SELECT item FROM runs WHERE job_id = ? ORDER BY scheduled_for {order} LIMIT ?", (job_id, limit)
+        )
+        return [run_from_item(item) for item in items]
+
+    def query_runs(
+        self,
+        job_id: str,
+        *,
+        start: datetime | None,
+        end: datetime | None,
+        states: Sequence[RunState] = (),
+        limit: int,
+        after: datetime | None = None,
+        newest_first: bool = True,
+    ) -> tuple[list[Run], datetime | None]:
+        """As DynamoDB's Query: `limit` bounds the runs read, the state filter applies after, and the
+        position to continue after is returned when the read stopped at the limit."""
+        conditions = ["job_id = ?"]
+        parameters: list[Any] = [job_id]
+        if start is not None:
+            conditions.append("scheduled_for >= ?")
+            parameters.append(format_instant(start))
+        if end is not None:
+            conditions.append("scheduled_for <= ?")
+            parameters.append(format_instant(end))
+        if after is not None:
+            conditions.append("scheduled_for < ?" if newest_first else "scheduled_for > ?")
+            parameters.append(format_instant(after))
+        order = "DESC" if newest_first else "ASC"
+        items = self._select_items(
+            f"SELECT item FROM runs WHERE {' AND '.join(conditions)} ORDER BY scheduled_for {order} LIMIT ?",
+            [*parameters, limit],
+        )
+        wanted = {str(state) for state in states}
+        runs = [run_from_item(item) for item in items if not wanted or item.get("state") in wanted]
+        last = parse_instant(str(items[-1]["scheduled_for"])) if len(items) == limit and items else None
+        return runs, last
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]:
+        with self.db.read() as connection:
+            rows = connection.execute(
+                "SELECT scheduled_for FROM runs WHERE job_id = ? AND scheduled_for BETWEEN ? AND ?",
+                (job_id, format_instant(first), format_instant(last)),
+            ).fetchall()
+        return {parse_instant(str(row[0])) for row in rows}
+
+    def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
+        items = self._select_items(
+            "SELECT item FROM runs WHERE job_id = ? AND scheduled_for BETWEEN ? AND ?",
+            (job_id, format_instant(first), format_instant(last)),
+        )
+        return {parse_instant(str(item["scheduled_for"])): RunState(str(item["state"])) for item in items}
+
+    def transition_run(self, expected: Run, updated: Run) -> None:
+        with self.db.write() as connection:
+            self._transition(connection, expected, updated)
+
+    def _transition(self, connection: sqlite3.Connection, expected: Run, updated: Run) -> None:
+        fire = format_instant(expected.scheduled_for)
+        stored = self._run_item(connection, expected.job_id, fire)
+        if stored is None or not run_still_at(stored, expected):
+            raise StaleRunError(
+                f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
+                current=stored_run(stored),
+            )
+        put(connection, RUNS, apply_changes(stored, run_to_item(expected), run_to_item(updated)))
+
+    def claim(self, claim: Claim) -> Run:
+        """The executor's claim: claimable at the expected attempt (and, trusting the view, the view lets
+        it run under overlap allow with this lease's timeout), then running under the new lease."""
+        lease = format_instant_ms(claim.lease_expires_at)
+        with self.db.write() as connection:
+            stored = self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for))
+            view = (stored or {}).get("job_view") or {}
+            refused = not claimable(stored, claim.expected_attempt) or (
+                claim.trusting_view
+                and (
+                    view.get("standing") != str(Standing.ACTIVE)
+                    or view.get("overlap") != str(OverlapPolicy.ALLOW)
+                    or view.get("timeout_seconds") != claim.timeout_seconds
+                )
+            )
+            if stored is None or refused:
+                raise StaleRunError(
+                    f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
+                    current=stored_run(stored),
+                )
+            stored.update(
+                state=str(RunState.RUNNING),
+                attempt=claim.expected_attempt + 1,
+                lease_owner=claim.worker,
+                lease_expires_at=lease,
+            )
+            stored.setdefault("started_at", format_instant_ms(claim.now))
+            if claim.dispatched_at is not None:
+                stored.setdefault("dispatched_at", format_instant_ms(claim.dispatched_at))
+            stored.pop("retry_at", None)
+            if "check_at" in stored and str(stored["check_at"]) > lease:
+                # Checked no later than the lease ends, or a dead worker would go unnoticed until then.
+                stored["check_at"] = lease
+            put(connection, RUNS, stored)
+        return run_from_item(stored)
+
+    def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
+        me, moment = expected.run_id, format_instant_ms(now)
+        lease = format_instant_ms(updated.lease_expires_at or now)
+
+        def slot_free(job: dict[str, Any]) -> bool:
+            holder = job.get("active_run")
+            return holder is None or holder == me or str(job.get("active_lease_expires_at", "")) < moment
+
+        def take(job: dict[str, Any]) -> None:
+            job.update(active_run=me, active_lease_expires_at=lease)
+            if expected.state is RunState.QUEUED:
+                job.pop("queued_run", None)
+
+        return self._with_job_slot(expected, updated, slot_free, take)
+
+    def enqueue_behind(self, expected: Run, updated: Run) -> bool:
+        me = expected.run_id
+        with self.db.write() as connection:
+            job = self._job_item(connection, expected.job_id)
+            holder = None if job is None else job.get("queued_run")
+            if holder is not None and holder != me:
+                # The slot names another run: taken over only if that run left the queue some other way.
+                holder_job, holder_fire = split_run_id(str(holder))
+                holder_item = self._run_item(connection, holder_job, format_instant(holder_fire))
+                if not waiting_slot_is_stale(stored_run(holder_item)):
+                    return False
+            return self._slot_write(connection, expected, updated, lambda _: True, _set("queued_run", me))
+
+    def finish_exclusive(self, expected: Run, updated: Run) -> str | None:
+        me = expected.run_id
+
+        def release(job: dict[str, Any]) -> None:
+            job.pop("active_run", None)
+            job.pop("active_lease_expires_at", None)
+
+        with self.db.write() as connection:
+            if not self._slot_write(
+                connection, expected, updated, lambda job: job.get("active_run") == me, release
+            ):
+                # The slot was lost (job deleted, or taken after our lease expired): the run alone, fenced.
+                self._transition(connection, expected, updated)
+            job = self._job_item(connection, expected.job_id)
+        return None if job is None else job.get("queued_run")
+
+    def open_runs(self, shard: int, through: datetime) -> Iterator[Run]:
+        keys = open_keys(shard)
+        items = self._select_items(
+            f"SELECT item FROM runs WHERE open_key IN ({', '.join('?' for _ in keys)}) AND check_at <= ? "
+            "ORDER BY check_at",
+            [*keys, format_instant_ms(through)],
+        )
+        return iter([run_from_item(item) for item in items])
+
+    def delete_expired(self, now: datetime) -> int:
+        """Run TTL (DynamoDB deletes expired items on its own): delete runs whose `expires_at` passed."""
+        with self.db.write() as connection:
+            cursor = connection.execute(
+                "DELETE FROM runs WHERE expires_at IS NOT NULL AND expires_at < ?", (int(now.timestamp()),)
+            )
+            return int(cursor.rowcount)
+
+    def _with_job_slot(self, expected: Run, updated: Run, rule: SlotRule, change: SlotChange) -> bool:
+        with self.db.write() as connection:
+            return self._slot_write(connection, expected, updated, rule, change)
+
+    def _slot_write(
+        self,
+        connection: sqlite3.Connection,
+        expected: Run,
+        updated: Run,
+        rule: SlotRule,
+        change: SlotChange,
+    ) -> bool:
+        """Move the run and the job's overlap slot together; False when only the slot's rule failed (or
+        the job is gone). StaleRunError when the run moved."""
+        fire = format_instant(expected.scheduled_for)
+        stored = self._run_item(connection, expected.job_id, fire)
+        if stored is None or not run_still_at(stored, expected):
+            raise StaleRunError(f"run {expected.run_id} moved on", current=stored_run(stored))
+        job = self._job_item(connection, expected.job_id)
+        if job is None or not rule(job):
+            return False
+        change(job)
+        put(connection, JOBS, job)
+        put(connection, RUNS, apply_changes(stored, run_to_item(expected), run_to_item(updated)))
+        return True
+
+
+def _set(name: str, value: str) -> SlotChange:
+    def change(job: dict[str, Any]) -> None:
+        job[name] = value
+
+    return change

@@ -1,0 +1,18 @@
+"""SQLite implementation of the storage ports, for one machine: the three aggregates' records (jobs, runs,
+shards) over one database file (adapters/sqlite/db.py)."""
+
+from __future__ import annotations
+
+from tickwork.adapters.sqlite.jobs import SqliteJobRecords
+from tickwork.adapters.sqlite.runs import SqliteRunRecords
+from tickwork.adapters.sqlite.shards import SqliteShardRecords
+
+__all__ = ["SqliteStore"]
+
+
+class SqliteStore(SqliteJobRecords, SqliteRunRecords, SqliteShardRecords):
+    """Jobs, runs and shard watermarks in SQLite: what the services' ports ask of storage."""
+
+    def job_count(self) -> int:
+        with self.db.read() as connection:
+            return int(connection.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
