@@ -46,7 +46,8 @@ class Components:
     def database(self) -> Database:
         """The embedded engine's database file, opened (and migrated) once per process."""
         self.settings.require("database_path")
-        return Database(Path(self.settings.database_path)).open()
+        path = Path(self.settings.database_path)
+        return Database(path, synchronous=self.settings.sqlite_synchronous).open()
 
     @cached_property
     def store(self) -> EngineStore:

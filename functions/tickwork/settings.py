@@ -64,6 +64,9 @@ class Settings:
     # holds the tables and the queues (`tickwork local`'s default engine).
     engine: str = "dynamodb"
     database_path: str = ""
+    # SQLite's PRAGMA synchronous for this process (see adapters/sqlite/db.py): FULL where a write is
+    # acknowledged to a user (the API), NORMAL where the at-least-once design recovers a lost tail.
+    sqlite_synchronous: str = "FULL"
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -88,6 +91,9 @@ class Settings:
         database_path = env.get("TICKWORK_DATABASE", "")
         if engine == "sqlite" and not database_path:
             raise SettingsError("TICKWORK_DATABASE must name the database file when TICKWORK_ENGINE=sqlite")
+        synchronous = env.get("TICKWORK_SQLITE_SYNCHRONOUS", "FULL")
+        if synchronous not in ("FULL", "NORMAL"):
+            raise SettingsError(f"TICKWORK_SQLITE_SYNCHRONOUS={synchronous!r} must be FULL or NORMAL")
         prefix = env.get("TICKWORK_TABLE_PREFIX", "tickwork")
         if not prefix or not prefix.replace("-", "").replace("_", "").isalnum():
             raise SettingsError(f"TICKWORK_TABLE_PREFIX={prefix!r} must be alphanumeric with - or _")
@@ -109,6 +115,7 @@ class Settings:
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             engine=engine,
             database_path=database_path,
+            sqlite_synchronous=synchronous,
         )
 
     def require(self, *names: str) -> Settings:

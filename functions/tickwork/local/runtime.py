@@ -48,6 +48,12 @@ logger = logging.getLogger("tickwork.local")
 ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
 ENGINES = ("sqlite", "emulator")
 DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
+# Each role's SQLite durability (adapters/sqlite/db.py). The API acknowledges job writes to users: each is
+# on disk before it answers. The ticker, executor and sweeper keep run bookkeeping, whose lost tail after a
+# power cut the at-least-once design recovers: a plan lost with its job's advance is planned again, a lost
+# claim or finish runs the run again (its message's delete was later, so it was lost too). A crash of any
+# process loses nothing either way.
+SQLITE_SYNCHRONOUS = {"api": "FULL", "ticker": "NORMAL", "executor": "NORMAL", "sweeper": "NORMAL"}
 EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
 ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
 
@@ -304,7 +310,11 @@ class LocalRuntime:
         process = subprocess.Popen(
             [sys.executable, "-m", "tickwork.local.roles", role],
             # The role stops when this pid is no longer its parent (see lifeline.py).
-            env={**self.env, "TICKWORK_PARENT_PID": str(os.getpid())},
+            env={
+                **self.env,
+                "TICKWORK_PARENT_PID": str(os.getpid()),
+                "TICKWORK_SQLITE_SYNCHRONOUS": SQLITE_SYNCHRONOUS.get(role, "FULL"),
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -152,6 +153,13 @@ class SqliteQueues:
         self._queues = dict(queues)
         self._now_ms = now_ms
         self._sleep = sleep
+        # Per thread: the database's data_version and the queue's earliest visible_at_ms last seen.
+        self._seen = threading.local()
+
+    def _forget(self, queue: str) -> None:
+        """This thread wrote to the queue: data_version does not count a connection's own writes, so what
+        it saw of the queue is looked at again."""
+        self._seen.__dict__.get("by_queue", {}).pop(queue, None)
 
     # --- sending -----------------------------------------------------------------------------------
 
@@ -168,6 +176,7 @@ class SqliteQueues:
 
     def _send(self, queue: str, messages: list[tuple[str, str, int]], operation: str) -> dict[str, Any]:
         self._config(queue, operation)
+        self._forget(queue)
         for _, _, delay in messages:
             if not 0 <= delay <= MAX_DELAY_SECONDS:
                 raise _client_error(
@@ -242,11 +251,21 @@ class SqliteQueues:
     def _earliest_visible_at(self, queue: str) -> tuple[int | None, int]:
         """The queue's earliest visible_at_ms (None: empty) and now, from a read: no write lock, so an idle
         poll does not queue behind (or hold up) the writers."""
+        now = self._now_ms()
+        version = self._db.data_version()
+        seen: dict[str, tuple[int, int | None]] = self._seen.__dict__.setdefault("by_queue", {})
+        known = seen.get(queue)
+        if known is not None and known[0] == version and (known[1] is None or known[1] > now):
+            # Nobody else wrote since this thread last looked, and what it saw is not due yet: an idle
+            # poll costs a pragma, not a query.
+            return known[1], now
         with self._db.read() as connection:
             row = connection.execute(
                 "SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,)
             ).fetchone()
-        return (None if row[0] is None else int(row[0])), self._now_ms()
+        earliest = None if row[0] is None else int(row[0])
+        seen[queue] = (version, earliest)
+        return earliest, now
 
     def _take(
         self, queue: str, config: QueueConfig, count: int, visibility: int, attributes: Sequence[str]
@@ -254,6 +273,7 @@ class SqliteQueues:
         """One write transaction: dead-letter the visible messages past max_receive_count, and receive up to
         `count` of the others. Walks the visible messages in (visible_at_ms, id) order from where the last
         page ended, so nothing is looked at twice (a message received with visibility 0 stays visible)."""
+        self._forget(queue)
         delivered: list[dict[str, Any]] = []
         with self._db.write() as connection:
             now = self._now_ms()
@@ -357,6 +377,7 @@ class SqliteQueues:
         """Apply `statement` (a DELETE, or an UPDATE of visible_at_ms given `now + visibility`) to each
         entry's message if it still holds the entry's receipt, in one transaction; the entries that did
         not match, as SQS's `Failed` entries."""
+        self._forget(queue)
         self._config(queue, operation)
         failed: list[dict[str, Any]] = []
         with _as_client_errors(operation), self._db.write() as connection:
