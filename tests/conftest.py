@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -14,6 +16,9 @@ from moto import mock_aws
 from tests.fakes import RecordingMetrics
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
@@ -90,6 +95,42 @@ def ministack_names(ministack: Emulator) -> ResourceNames:
     names = ResourceNames(prefix=f"t{uuid.uuid4().hex[:10]}")
     ensure_tables(ministack_client(ministack, "dynamodb"), names)
     return names
+
+
+class RacingEngine:
+    """A store engine for races: `store()` gives a new store with its own connection each time, as separate
+    processes or Lambda environments have (SQLite: its own `Database`, so racing writers meet in SQLite's
+    file lock, not in one process's write lock); `queues()` its SQS-shaped queue client."""
+
+    def __init__(self, name: str, store: Callable[[], Any], queues: Callable[[], Any], names: ResourceNames):
+        self.name = name
+        self.store = store
+        self.queues = queues
+        self.names = names
+
+
+@pytest.fixture(params=[pytest.param("ministack", marks=pytest.mark.ministack), "sqlite"])
+def racing_engine(request: pytest.FixtureRequest, tmp_path: Path) -> RacingEngine:
+    if request.param == "sqlite":
+        path = tmp_path / "tickwork.db"
+        Database(path).open()
+        _, _, configs = queue_configs(ResourceNames(), 2)
+        now_ms = lambda: int(time.time() * 1000)  # noqa: E731 - the queue's clock: wall time, as in production
+        return RacingEngine(
+            "sqlite",
+            lambda: SqliteStore(Database(path).open()),
+            lambda: SqliteQueues(Database(path).open(), configs, now_ms),
+            ResourceNames(),
+        )
+    emulator: Emulator = request.getfixturevalue("ministack")
+    names: ResourceNames = request.getfixturevalue("ministack_names")
+    tables = TableNames.from_resources(names)
+    return RacingEngine(
+        "ministack",
+        lambda: DynamoStore(ministack_client(emulator, "dynamodb"), tables),
+        lambda: ministack_client(emulator, "sqs"),
+        names,
+    )
 
 
 def build_components(dynamodb: Any, clock: FakeClock) -> Components:

@@ -73,6 +73,9 @@ def test_the_local_sweeper_sweeps_within_its_interval(
             made.sweep = once  # type: ignore[method-assign]
             return made
 
+        def expire_runs(self) -> int | None:
+            return deployed.expire_runs()
+
     roles.run_sweeper(Parts(), stop)  # type: ignore[arg-type]
 
     assert budgets == [timedelta(seconds=1.6)]  # 80 % of the interval

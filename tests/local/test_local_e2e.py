@@ -230,8 +230,13 @@ def test_a_run_whose_executor_is_killed_is_retried_and_completed(local: Local, t
         timeout_seconds=5,
         policies={"retry": {"max_attempts": 3, "backoff_base_seconds": 0.5, "backoff_max_seconds": 1}},
     )
-    local.wait_for("a call in flight", lambda: any(c["path"].startswith("/slow") for c in target.calls), 30)
-    first = next(c for c in target.calls if c["path"].startswith("/slow"))
+
+    # The target serves both engines' instances: this job's calls are the ones whose run id names it.
+    def slow_calls() -> list[dict[str, Any]]:
+        return [c for c in target.calls if c["path"].startswith("/slow") and c["run_id"].startswith(job_id)]
+
+    local.wait_for("a call in flight", lambda: bool(slow_calls()), 30)
+    first = slow_calls()[0]
     os.kill(local.pid("executor"), signal.SIGKILL)  # mid-run: the target is still holding the call
 
     def finished() -> bool:

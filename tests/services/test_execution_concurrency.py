@@ -1,4 +1,4 @@
-"""Concurrent execution against MiniStack: duplicate deliveries racing, and the concurrency cap."""
+"""Concurrent execution against MiniStack and SQLite: duplicate deliveries racing, and the concurrency cap."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ministack_client
+from tests.conftest import RacingEngine
 from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker
-from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.sqlite.queue import queue_configs
 from tickwork.adapters.sqs import SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.adapters.targets.aws import AwsInvoker
@@ -24,16 +24,12 @@ from tickwork.domain.clock import FakeClock, SystemClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.models import Run, RunState, Target
 from tickwork.domain.schedule import parse_schedule
-from tickwork.local.emulator import Emulator
 from tickwork.local.executor_pool import ExecutorPool
-from tickwork.resources import ResourceNames
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
 
-pytestmark = pytest.mark.ministack
 
-
-def plan_runs(store: DynamoStore, target: Target, jobs: int) -> list[Run]:
+def plan_runs(store: Any, target: Target, jobs: int) -> list[Run]:
     """`jobs` jobs firing every 30 s, created 5 minutes ago: each has 4 planned runs, all due now."""
     clock = FakeClock(SystemClock().now() - timedelta(minutes=5))
     recorder = RecordingDispatcher()
@@ -45,10 +41,8 @@ def plan_runs(store: DynamoStore, target: Target, jobs: int) -> list[Run]:
     return recorder.sent
 
 
-def test_racing_duplicate_deliveries_start_the_target_once(
-    ministack: Emulator, ministack_names: ResourceNames
-) -> None:
-    store = DynamoStore(ministack_client(ministack, "dynamodb"), TableNames.from_resources(ministack_names))
+def test_racing_duplicate_deliveries_start_the_target_once(racing_engine: RacingEngine) -> None:
+    store = racing_engine.store()
     [run, *_] = plan_runs(store, Target("http", {"url": "http://127.0.0.1:9/"}), jobs=1)
     invoker = ScriptedInvoker()
     message = RunMessage.for_run(run)
@@ -56,7 +50,7 @@ def test_racing_duplicate_deliveries_start_the_target_once(
 
     def deliver(worker: int) -> Outcome:
         executor = Executor(
-            DynamoStore(ministack_client(ministack, "dynamodb"), store.tables),
+            racing_engine.store(),
             invoker,
             RecordingDispatcher(),
             SystemClock(),
@@ -118,12 +112,14 @@ def slow_target() -> Iterator[SlowTarget]:
 
 
 def test_a_burst_larger_than_the_cap_never_exceeds_it(
-    ministack: Emulator, ministack_names: ResourceNames, slow_target: SlowTarget
+    racing_engine: RacingEngine, slow_target: SlowTarget
 ) -> None:
     cap = 5
-    dynamodb, sqs = ministack_client(ministack, "dynamodb"), ministack_client(ministack, "sqs")
-    store = DynamoStore(dynamodb, TableNames.from_resources(ministack_names))
-    queue_urls, _ = ensure_queues(sqs, ministack_names, dispatch_queues=2)
+    store, sqs = racing_engine.store(), racing_engine.queues()
+    if racing_engine.name == "sqlite":
+        queue_urls, _, _ = queue_configs(racing_engine.names, 2)
+    else:
+        queue_urls, _ = ensure_queues(sqs, racing_engine.names, dispatch_queues=2)
     runs = plan_runs(store, Target("http", {"url": slow_target.url}), jobs=6)  # 24 runs due at once
     SqsDispatcher(sqs, queue_urls).dispatch(runs, SystemClock().now())
     http = HttpInvoker(b"secret", lambda: time.time(), allow_loopback=True)

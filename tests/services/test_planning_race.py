@@ -1,4 +1,4 @@
-"""Tickers racing on one shard, against MiniStack (moto lets racing transactions both win)."""
+"""Tickers racing on one shard, against MiniStack and SQLite (moto lets racing transactions both win)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,23 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-import pytest
-
-from tests.conftest import ANCHOR, ministack_client
+from tests.conftest import ANCHOR, RacingEngine
 from tests.fakes import RecordingDispatcher
-from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.models import Target
 from tickwork.domain.schedule import parse_schedule
-from tickwork.local.emulator import Emulator
-from tickwork.resources import ResourceNames
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
 from tickwork.services.planning import Planner, TickReport
-
-pytestmark = pytest.mark.ministack
 
 SHARDS = 2
 JOBS = 40
 TICKERS = 4
 
 
-def test_tickers_racing_on_one_shard_create_each_run_exactly_once(
-    ministack: Emulator, ministack_names: ResourceNames
-) -> None:
-    tables = TableNames.from_resources(ministack_names)
+def test_tickers_racing_on_one_shard_create_each_run_exactly_once(racing_engine: RacingEngine) -> None:
     clock = FakeClock(ANCHOR)
     seeding = JobService(
-        DynamoStore(ministack_client(ministack, "dynamodb"), tables),
+        racing_engine.store(),
         RecordingDispatcher(),
         clock,
         JobServiceConfig(shard_count=SHARDS),
@@ -54,9 +44,7 @@ def test_tickers_racing_on_one_shard_create_each_run_exactly_once(
 
     def tick(index: int) -> TickReport:
         # Each ticker is its own instance with its own client, as separate Lambda invocations would be.
-        planner = Planner(
-            DynamoStore(ministack_client(ministack, "dynamodb"), tables), dispatchers[index], FakeClock(now)
-        )
+        planner = Planner(racing_engine.store(), dispatchers[index], FakeClock(now))
         barrier.wait()
         return planner.plan(shard, now)
 
@@ -65,7 +53,7 @@ def test_tickers_racing_on_one_shard_create_each_run_exactly_once(
     planned = [r.runs_planned for r in reports]
     print("runs planned per ticker:", planned, "lost races:", [r.conflicts for r in reports])
 
-    store = DynamoStore(ministack_client(ministack, "dynamodb"), tables)
+    store = racing_engine.store()
     for job in on_shard:
         times = [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)]
         assert len(times) == len(set(times)), f"{job.job_id} has a duplicate run"

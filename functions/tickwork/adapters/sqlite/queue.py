@@ -20,11 +20,12 @@ Behaviour, where SQS leaves room or this differs from it:
   them: a busy database is RequestThrottled, any other store failure InternalFailure.
 - Not implemented: message retention, message attributes, FIFO, the 256 KiB body limit.
 
-Long polling: a cheap read (the queue's earliest visible_at_ms, from its index; no write lock) decides
-whether to take the write transaction; while nothing is visible the receiver sleeps until the earliest
-hidden message is due, or POLL_SECONDS, whichever is sooner (another process's send cannot wake it, so it
-must look). Measured on the development machine: an idle 10 s long poll (one call with WaitTimeSeconds=10,
-or the executor's ten 1 s polls) uses 0.02-0.03 s of CPU, about 0.25 % of one core, per queue polled."""
+Long polling: a poll first asks SQLite whether any other connection wrote since this thread last looked
+(`PRAGMA data_version`); only then does it read the queue's earliest visible_at_ms (from its index; no write
+lock). The write transaction runs only when something is visible. While nothing is, the receiver sleeps
+until the earliest hidden message is due (so a message planned ahead is taken the moment it is due), or
+POLL_SECONDS, whichever is sooner: a message another process sends for at once (a retry, a re-send) waits
+up to that long. Measured: ten idle 1 s long polls (the local executor's pattern) cost 0.013 s of CPU."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ MAX_VISIBILITY_SECONDS = 12 * 3600
 MAX_WAIT_SECONDS = 20
 # The longest a long poll sleeps between looks while nothing is due: the latency of a message another
 # process sends, traded against idle CPU.
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.2
 
 NON_EXISTENT_QUEUE = "AWS.SimpleQueueService.NonExistentQueue"
 RECEIPT_INVALID = "ReceiptHandleIsInvalid"
