@@ -9,6 +9,7 @@ too), not the IP. Redirects are never followed.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import http.client
 import ipaddress
 import socket
@@ -62,22 +63,61 @@ class _Deadline:
         return left
 
 
+class _Alarms:
+    """One thread that fires every call's watchdog at its deadline (a heap of deadlines), instead of a timer
+    thread per call: at 10,000 calls in flight that is 10,000 threads fewer, and no thread start per run."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._order = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, watchdog: _Watchdog) -> None:
+        with self._cond:
+            self._order += 1
+            heapq.heappush(self._heap, (at, self._order, watchdog))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tickwork-http-deadlines", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is watchdog:
+                self._cond.notify()  # the new deadline is the earliest: wake the thread to wait for it
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)  # cancelled: the call ended before its deadline
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                at, _, watchdog = self._heap[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            watchdog.fire()
+
+
+_ALARMS = _Alarms()
+
+
 class _Watchdog:
     """Shuts the connection down when the call's timeout passes, whatever the call is blocked in.
 
     Socket timeouts bound one socket operation, and `http.client` reads a status line, a header or a body
     of known length with as many operations as the server cares to trickle bytes: a server sending a byte
-    every few seconds would hold the call for minutes under any socket timeout. At the deadline this timer
-    shuts the socket down, the blocked read returns, and the call reports a timeout (`fired`).
+    every few seconds would hold the call for minutes under any socket timeout. At the deadline the shared
+    alarm thread shuts the socket down, the blocked read returns, and the call reports a timeout (`fired`).
     """
 
     def __init__(self, seconds: float) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.fired = False
-        self._timer = threading.Timer(max(0.0, seconds), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self.done = False
+        _ALARMS.add(time.monotonic() + max(0.0, seconds), self)
 
     def guard(self, sock: socket.socket) -> None:
         """Watch this socket from now on (the TCP socket, then the TLS socket that wraps it)."""
@@ -88,10 +128,13 @@ class _Watchdog:
             _shut_down(sock)
 
     def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _fire(self) -> None:
         with self._lock:
+            self.done = True
+
+    def fire(self) -> None:
+        with self._lock:
+            if self.done:
+                return
             self.fired = True
             sock = self._sock
         if sock is not None:
