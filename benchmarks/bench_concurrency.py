@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -42,6 +43,14 @@ from _e2e import (
 from tickwork.resources import RUNS
 
 
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def sample_in_flight(target: Target, stop: threading.Event, out: list[tuple[float, int]]) -> None:
     while not stop.wait(0.02):
         out.append((time.time(), target.in_flight))
@@ -54,10 +63,16 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=1.0, help="seconds the target holds each call")
     parser.add_argument("--lookahead", type=int, default=60)
     parser.add_argument("--tick-interval", type=float, default=10.0)
+    parser.add_argument("--engine", choices=["sqlite", "emulator"], default="sqlite")
     args = parser.parse_args()
     n, cap = args.jobs, args.cap
     settings = LocalSettings(
-        shards=16, queues=4, cap=cap, lookahead=args.lookahead, tick_interval=args.tick_interval
+        shards=16,
+        queues=4,
+        cap=cap,
+        lookahead=args.lookahead,
+        tick_interval=args.tick_interval,
+        engine=args.engine,
     )
     exit_cleanly_on_sigterm()
     print(f"machine: {machine()}")
@@ -95,6 +110,7 @@ def main() -> None:
             executor_metrics = json.loads(
                 (Path(tmp) / "tickwork" / "run" / "metrics-executor.json").read_text()
             )
+            peak_rss = {role: peak_rss_mib(pid) for role, pid in local.pids().items()}
     finally:
         stop.set()
         target.stop()
@@ -118,6 +134,14 @@ def main() -> None:
         f"{executor_metrics.get('gauges', {}).get('PeakRunsInFlight')}"
     )
     print(f"  above the cap     {'NEVER' if peak <= cap else 'YES: cap exceeded'}")
+    reached = next((at for at, v in samples if v >= peak), None)
+    if reached is not None:
+        print(f"  peak reached      {reached - due:.2f} s after the due second (target samples every 20 ms)")
+    print(
+        "  peak memory (RSS) "
+        + ", ".join(f"{role} {mib:.0f} MiB" for role, mib in peak_rss.items())
+        + f"; the benchmark's own process (the target) {peak_rss_mib(os.getpid()):.0f} MiB"
+    )
     print(
         f"  first call        {first - due:.2f} s after the due second; last call {last_arrival - due:.2f} s"
     )

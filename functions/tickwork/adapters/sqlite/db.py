@@ -26,6 +26,9 @@ BUSY_TIMEOUT_MS = 10_000
 # NORMAL: a commit survives any crash of the processes, and a power cut loses at most the last commits, in
 # order (the WAL is synced at checkpoints): a prefix of the history survives.
 SYNCHRONOUS = ("FULL", "NORMAL")
+# Reader connections a process keeps at most (reads beyond wait for one): WAL readers never block each
+# other or the writer, so a few are enough for the API's threads.
+READERS = 8
 
 
 class SchemaTooNewError(StoreError):
@@ -104,19 +107,28 @@ def translate(error: sqlite3.Error) -> Exception:
 
 
 class Database:
-    """One SQLite file shared by every process of an installation. A connection per thread (SQLite
-    connections are not shared across threads); writes are `BEGIN IMMEDIATE` transactions, so the
-    read-check-write each adapter does inside one is atomic against every other writer."""
+    """One SQLite file shared by every process of an installation.
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+    Connections are few and shared, not one per thread (an executor has a thread per run in flight: 10,000
+    connections would be 20,000+ file descriptors): one writer connection, used only under this process's
+    write lock; a bounded pool of reader connections; one watcher for `data_version`. Writes are
+    `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
+    every other writer, in this process or another."""
+
+    def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.path = path
         self._synchronous = synchronous
-        self._local = threading.local()
         # This process's writers queue here, woken as soon as the lock is free; only one of them at a time
         # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._readers = threading.BoundedSemaphore(readers)
+        self._pool_lock = threading.Lock()
+        self._watch_lock = threading.Lock()
+        self._watcher: sqlite3.Connection | None = None
         self._opened = False
         self._open_lock = threading.Lock()
 
@@ -126,54 +138,62 @@ class Database:
             if self._opened:
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = self._connection()
-            try:
-                connection.execute("BEGIN IMMEDIATE")
+            with self._write_lock:
+                connection = self._writer_connection()
                 try:
-                    version = int(connection.execute("PRAGMA user_version").fetchone()[0])
-                    if version > SCHEMA_VERSION:
-                        raise SchemaTooNewError(
-                            f"{self.path} has schema version {version}, newer than this Tickwork's "
-                            f"{SCHEMA_VERSION}: upgrade Tickwork, or point --state-dir at another directory",
-                            code="SchemaTooNew",
-                        )
-                    for step in range(version, SCHEMA_VERSION):
-                        MIGRATIONS[step](connection)
-                    if version != SCHEMA_VERSION:
-                        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    connection.execute("COMMIT")
-                except BaseException:
-                    connection.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as error:
-                raise translate(error) from error
+                    connection.execute("BEGIN IMMEDIATE")
+                    try:
+                        version = int(connection.execute("PRAGMA user_version").fetchone()[0])
+                        if version > SCHEMA_VERSION:
+                            raise SchemaTooNewError(
+                                f"{self.path} has schema version {version}, newer than this Tickwork's "
+                                f"{SCHEMA_VERSION}: upgrade Tickwork, or point --state-dir at another "
+                                "directory",
+                                code="SchemaTooNew",
+                            )
+                        for step in range(version, SCHEMA_VERSION):
+                            MIGRATIONS[step](connection)
+                        if version != SCHEMA_VERSION:
+                            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                        connection.execute("COMMIT")
+                    except BaseException:
+                        connection.execute("ROLLBACK")
+                        raise
+                except sqlite3.Error as error:
+                    raise translate(error) from error
             self._opened = True
         return self
 
     def schema_version(self) -> int:
-        return int(self._connection().execute("PRAGMA user_version").fetchone()[0])
+        with self.read() as connection:
+            return int(connection.execute("PRAGMA user_version").fetchone()[0])
 
-    def _connection(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            try:
-                connection = sqlite3.connect(
-                    self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True
-                )
-                connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                connection.execute("PRAGMA journal_mode = WAL")
-                connection.execute(f"PRAGMA synchronous = {self._synchronous}")
-            except sqlite3.Error as error:
-                raise translate(error) from error
-            self._local.connection = connection
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # check_same_thread off: a connection moves between threads, never used by two at once (the
+            # write lock, the reader pool and the watch lock see to that).
+            connection = sqlite3.connect(
+                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            )
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except sqlite3.Error as error:
+            raise translate(error) from error
         return connection
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The one writer connection; only called under the write lock."""
+        if self._writer is None:
+            self._writer = self._connect()
+        return self._writer
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
         errors inside become domain errors (busy: TransientStoreError)."""
-        connection = self._connection()
         with self._write_lock:
+            connection = self._writer_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as error:
@@ -194,28 +214,40 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: every statement in the block sees one snapshot."""
-        connection = self._connection()
-        try:
-            connection.execute("BEGIN")
+        """A read transaction on a pooled reader: every statement in the block sees one snapshot."""
+        with self._readers:
+            with self._pool_lock:
+                connection = self._idle_readers.pop() if self._idle_readers else None
+            if connection is None:
+                connection = self._connect()
             try:
-                yield connection
+                connection.execute("BEGIN")
+                try:
+                    yield connection
+                finally:
+                    connection.execute("COMMIT")
+            except sqlite3.Error as error:
+                raise translate(error) from error
             finally:
-                connection.execute("COMMIT")
-        except sqlite3.Error as error:
-            raise translate(error) from error
+                with self._pool_lock:
+                    self._idle_readers.append(connection)
 
     def data_version(self) -> int:
-        """A number that changes when another connection (any process) commits: a poller that saw it
-        unchanged knows nothing was written since it last looked, without a query."""
-        try:
-            return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error as error:
-            raise translate(error) from error
+        """A number that changes whenever a commit lands, from any connection of any process (the watcher
+        connection never writes itself): a poller that saw it unchanged knows nothing was written since it
+        last looked, without a query."""
+        with self._watch_lock:
+            if self._watcher is None:
+                self._watcher = self._connect()
+            try:
+                return int(self._watcher.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as error:
+                raise translate(error) from error
 
     def close(self) -> None:
-        """Close this thread's connection (other threads' close with their thread)."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            connection.close()
-            self._local.connection = None
+        """Close every connection this process holds (none may be in use)."""
+        with self._write_lock, self._pool_lock, self._watch_lock:
+            for connection in [self._writer, self._watcher, *self._idle_readers]:
+                if connection is not None:
+                    connection.close()
+            self._writer, self._watcher, self._idle_readers = None, None, []

@@ -1,0 +1,118 @@
+"""The SQLite engine's database: schema versions, error translation, and how few connections it holds."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError
+from tickwork.domain.errors import TransientStoreError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_new_file_gets_the_current_schema_and_a_second_open_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    assert Database(path).open().schema_version() == SCHEMA_VERSION
+    assert Database(path).open().schema_version() == SCHEMA_VERSION
+    with sqlite3.connect(path) as raw:
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        journal = raw.execute("PRAGMA journal_mode").fetchone()[0]
+    assert {"jobs", "runs", "shards", "messages"} <= tables
+    # The DynamoDB indexes of resources.py, as partial SQL indexes, and the run expiry index.
+    assert {"jobs_due", "jobs_by_owner", "runs_open_runs", "runs_expiry"} <= indexes
+    assert journal == "wal"
+
+
+def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    Database(path).open()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(SchemaTooNewError, match="newer than this Tickwork"):
+        Database(path).open()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
+def test_tickwork_local_says_so_and_exits_2_on_a_newer_database(tmp_path: Path) -> None:
+    path = tmp_path / "tickwork.db"
+    Database(path).open()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork.cli", "local", "--state-dir", str(tmp_path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "newer than this Tickwork" in done.stderr
+
+
+def test_a_write_lock_held_by_another_process_is_transient(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    Database(path).open()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        db = Database(path)  # not opened again: the schema is there, and opening would wait for the lock
+        with pytest.raises(TransientStoreError), _short_busy_timeout(db), db.write() as connection:
+            connection.execute("DELETE FROM shards")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+class _short_busy_timeout:
+    """Make the database give up on a held lock at once (the default waits 10 s)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        with self.db._write_lock:  # the writer is created under the lock, as write() does
+            self.db._writer_connection().execute("PRAGMA busy_timeout = 0")
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
+    """An executor has a thread per run in flight: each holding its own connection would be thousands of
+    open files. The database holds one writer, one watcher and at most READERS readers."""
+    path = tmp_path / "t.db"
+    db = Database(path).open()
+    barrier = threading.Barrier(200)
+
+    def work(index: int) -> None:
+        barrier.wait()
+        with db.write() as connection:
+            connection.execute("INSERT INTO shards (shard_id, item) VALUES (?, ?)", (f"{index:04d}", "{}"))
+        with db.read() as connection:
+            connection.execute("SELECT COUNT(*) FROM shards").fetchone()
+        db.data_version()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    with db.read() as connection:
+        assert connection.execute("SELECT COUNT(*) FROM shards").fetchone()[0] == 200
+    open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+    main_file = [name for name in open_files if name == str(path)]
+    assert 1 <= len(main_file) <= READERS + 2, len(main_file)
+    db.close()
