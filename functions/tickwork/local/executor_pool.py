@@ -42,7 +42,7 @@ DELETE_LINGER_SECONDS = 0.05
 # On stop, how long the last deletes may take before the pool gives up on them (they then come back).
 DELETE_CLOSE_TIMEOUT_SECONDS = 10.0
 # How often run() checks whether a receive loop crashed (a stop is seen at once).
-CRASH_CHECK_SECONDS = 0.25
+CRASH_CHECK_SECONDS = 1.0
 
 
 @dataclass

@@ -211,7 +211,7 @@ def make_api_server(app: HttpApiApp, host: str = "127.0.0.1", port: int = 8080) 
 
 def serve_until(server: WSGIServer, stop: threading.Event) -> None:
     """Serve until `stop` is set, then close the socket."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
     thread.start()
     stop.wait()
     server.shutdown()

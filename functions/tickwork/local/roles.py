@@ -46,7 +46,7 @@ def _every(interval: float, stop: threading.Event, work: Callable[[], None]) -> 
 
 def _snapshots(metrics: SnapshotMetrics, stop: threading.Event) -> None:
     while not stop.wait(1.0):
-        metrics.write()
+        metrics.write_if_due()
     metrics.write()
 
 
@@ -93,7 +93,7 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
     metrics = parts.metrics
 
     def report_in_flight() -> None:
-        while not stop.wait(0.5):
+        while not stop.wait(1.0):
             if isinstance(metrics, SnapshotMetrics):
                 metrics.gauge("RunsInFlight", pool.stats.in_flight)
                 metrics.gauge("PeakRunsInFlight", pool.stats.peak_in_flight)

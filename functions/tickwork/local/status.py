@@ -14,6 +14,10 @@ from typing import Any
 WINDOW_SECONDS = 60.0
 
 
+# An unchanged snapshot is still rewritten this often, so timings older than the window leave the file.
+REWRITE_SECONDS = 10.0
+
+
 class SnapshotMetrics:
     """The Metrics port for local role processes: counters plus timings stamped with when they happened,
     so the status line can show start delay percentiles over the last minute."""
@@ -24,22 +28,38 @@ class SnapshotMetrics:
         self._counts: dict[str, float] = defaultdict(float)
         self._timings: dict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=100_000))
         self._gauges: dict[str, float] = {}
+        self._changed = True
+        self._written_at = 0.0
 
     def gauge(self, name: str, value: float) -> None:
         with self._lock:
-            self._gauges[name] = value
+            if self._gauges.get(name) != value:
+                self._gauges[name] = value
+                self._changed = True
 
     def count(self, name: str, value: float = 1.0) -> None:
         with self._lock:
             self._counts[name] += value
+            self._changed = True
 
     def timing_ms(self, name: str, value_ms: float) -> None:
         with self._lock:
             self._timings[name].append((time.time(), value_ms))
+            self._changed = True
+
+    def write_if_due(self) -> None:
+        """Write when something changed, and at least every REWRITE_SECONDS (the last-minute timings age
+        out of the file): an idle role does not rewrite the same file every second."""
+        with self._lock:
+            due = self._changed or time.time() - self._written_at >= REWRITE_SECONDS
+        if due:
+            self.write()
 
     def write(self, extra: dict[str, Any] | None = None) -> None:
         now = time.time()
         with self._lock:
+            self._changed = False
+            self._written_at = now
             snapshot = {
                 "written_at": now,
                 "counts": dict(self._counts),
