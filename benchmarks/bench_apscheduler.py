@@ -5,11 +5,13 @@ jobs on a cron trigger for one second, each calling the same loopback HTTP targe
 Start delay = arrival at the target - the scheduled second, for both. CPU per fire:
 - APScheduler: CPU time (user + system, all threads) of the scheduler process, which runs only the scheduler
   (the target runs in this process), from the last job added to the last fire done, / fires.
-- Tickwork: CPU time of every process of `tickwork local` (api, executor, ticker, sweeper role processes and
-  the MiniStack emulator) from the last job seeded to the last run done (so the planning tick, the idle ticks
-  while waiting and the execution), / fires. The supervisor (`tickwork local` itself) is not included.
+- Tickwork: CPU time of every process of `tickwork local` (api, executor, ticker, sweeper role processes, and
+  the MiniStack emulator on that engine) from the last job seeded to the last run done (so the planning
+  tick, the idle ticks while waiting and the execution), / fires. The supervisor (`tickwork local`
+  itself) is not included.
 
-    python benchmarks/bench_apscheduler.py [N ...]            # default: 1000
+    python benchmarks/bench_apscheduler.py [N ...]            # default: 1000, Tickwork on SQLite
+    python benchmarks/bench_apscheduler.py 1000 --engines sqlite,emulator   # both local engines too
     python benchmarks/bench_apscheduler.py 10000 --side tickwork   # then --side aps: each under 10 min
     python benchmarks/bench_apscheduler.py --chart docs/burst_start_delay.png   # from saved results
 """
@@ -27,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +195,10 @@ def chart(out: Path, results_dir: Path) -> None:
     if not files:
         raise SystemExit(f"no results in {results_dir}: run the benchmark first")
     fig, axes = plt.subplots(1, len(files), figsize=(6.2 * len(files), 4.6), squeeze=False)
-    colors = {"Tickwork (tickwork local)": "#1f77b4", "APScheduler 3 + SQLite": "#d62728"}
+    colors = {"tickwork": "#1f77b4", "tickwork_emulator": "#7f7f7f", "aps": "#d62728"}
     for ax, path in zip(axes[0], files, strict=True):
         data = json.loads(path.read_text())
-        for label, key in (("Tickwork (tickwork local)", "tickwork"), ("APScheduler 3 + SQLite", "aps")):
+        for key, label in LABELS.items():
             delays = data.get(key, {}).get("delays_target")
             if not delays:
                 continue
@@ -205,7 +208,7 @@ def chart(out: Path, results_dir: Path) -> None:
                 values,
                 np.arange(1, len(values) + 1) / len(values) * 100,
                 where="post",
-                color=colors[label],
+                color=colors[key],
                 linewidth=2,
                 label=(
                     f"{label}\np50 {stats['p50']:.2f} s, p99 {stats['p99']:.2f} s, max {stats['max']:.2f} s"
@@ -219,7 +222,7 @@ def chart(out: Path, results_dir: Path) -> None:
         ax.set_title(f"{data['n']:,} jobs due in the same second")
         ax.legend(loc="upper left", fontsize=8.5)
     fig.suptitle(
-        "Burst start delay, CDF: tickwork local (MiniStack) vs APScheduler 3 + SQLite, "
+        "Burst start delay, CDF: tickwork local on its two engines vs APScheduler 3 + SQLite, "
         "same 2-vCPU machine, same loopback HTTP target",
         fontsize=11,
     )
@@ -230,6 +233,41 @@ def chart(out: Path, results_dir: Path) -> None:
 
 
 # --- main -----------------------------------------------------------------------------------------------
+
+# Where each engine's Tickwork results are kept in the saved JSON, and how the table and chart name them.
+ENGINE_KEYS = {"sqlite": "tickwork", "emulator": "tickwork_emulator"}
+LABELS = {
+    "tickwork": "Tickwork, SQLite engine",
+    "tickwork_emulator": "Tickwork, emulator engine",
+    "aps": "APScheduler 3 + SQLite",
+}
+
+
+def side_by_side(n: int, saved: dict[str, Any]) -> None:
+    """The last lines: every side measured for `n`, and the ratios to APScheduler."""
+    aps = saved["aps"]
+    a = summary(aps["delays_target"])
+    print(f"\nside by side, {n} jobs due in the same second (start delay at the target)")
+    print(f"  {'':28} {'p50':>9} {'p99':>9} {'max':>9} {'CPU/fire':>10} {'lost':>5} {'dup':>4}")
+    rows: list[tuple[str, dict[str, Any]]] = []
+    if "baseline" in saved:
+        rows.append((f"Tickwork @{saved['baseline']['ref'][:10]}", saved["baseline"]))
+    rows += [(LABELS[key], saved[key]) for key in ENGINE_KEYS.values() if key in saved]
+    rows.append((LABELS["aps"], {**aps, "not_succeeded": aps["counts"]["missed"] + aps["counts"]["error"]}))
+    for name, side in rows:
+        s = summary(side["delays_target"])
+        print(
+            f"  {name:28} {s['p50']:8.2f}s {s['p99']:8.2f}s {s['max']:8.2f}s "
+            f"{side['cpu_per_fire_ms']:8.2f}ms {side.get('not_succeeded', 0):5} {side.get('duplicates', 0):4}"
+        )
+    for key in ENGINE_KEYS.values():
+        if key in saved:
+            t = summary(saved[key]["delays_target"])
+            print(
+                f"  ratio {LABELS[key]} / APScheduler: p99 {t['p99'] / a['p99']:.2f}x, "
+                f"last start {t['max'] / a['max']:.2f}x, CPU per fire "
+                f"{saved[key]['cpu_per_fire_ms'] / aps['cpu_per_fire_ms']:.2f}x"
+            )
 
 
 @contextmanager
@@ -265,6 +303,9 @@ def main() -> None:
         metavar="REF",
         help="also run the Tickwork side from this git commit (a temporary worktree), in the same run",
     )
+    parser.add_argument(
+        "--engines", default="sqlite", help="Tickwork's engines to run, in order: sqlite, emulator"
+    )
     parser.add_argument("--lookahead", type=int, default=180)
     parser.add_argument("--tick-interval", type=float, default=20.0)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -279,6 +320,9 @@ def main() -> None:
     if args.chart is not None:
         chart(args.chart, args.results_dir)
         return
+    engines = [e for e in args.engines.split(",") if e]
+    if not engines or set(engines) - set(ENGINE_KEYS):
+        raise SystemExit(f"--engines: choose from {', '.join(ENGINE_KEYS)}")
     settings = LocalSettings(cap=args.pool, lookahead=args.lookahead, tick_interval=args.tick_interval)
     exit_cleanly_on_sigterm()
     print(f"machine: {machine()}")
@@ -303,14 +347,15 @@ def main() -> None:
                         "cpu_per_fire_ms": before.cpu_per_fire_ms(),
                         "not_succeeded": n - before.states.get("succeeded", 0),
                     }
-                if args.side in ("both", "tickwork"):
-                    result = run_tickwork_burst(n, target, settings, Path(tmp))
+                for engine in engines if args.side in ("both", "tickwork") else []:
+                    result = run_tickwork_burst(n, target, replace(settings, engine=engine), Path(tmp))
                     report(result)
-                    saved["tickwork"] = {
+                    saved[ENGINE_KEYS[engine]] = {
                         "delays_target": result.delays_target,
                         "delays_record": result.delays_record,
                         "cpu_per_fire_ms": result.cpu_per_fire_ms(),
                         "not_succeeded": n - result.states.get("succeeded", 0),
+                        "duplicates": result.duplicates,
                     }
                 if args.side in ("both", "aps"):
                     if others := other_benchmarks():
@@ -318,27 +363,8 @@ def main() -> None:
                     outcome = run_apscheduler_burst(n, target, args.pool, args.misfire_grace, Path(tmp))
                     report_aps(n, args.pool, args.misfire_grace, outcome)
                     saved["aps"] = outcome
-                if "tickwork" in saved and "aps" in saved:
-                    outcome = saved["aps"]
-                    t, a = summary(saved["tickwork"]["delays_target"]), summary(outcome["delays_target"])
-                    print(f"\nside by side, {n} jobs due in the same second (start delay at the target)")
-                    print(f"  {'':12} {'p50':>9} {'p99':>9} {'max':>9} {'CPU/fire':>10}")
-                    rows = [
-                        ("Tickwork", t, saved["tickwork"]["cpu_per_fire_ms"]),
-                        ("APScheduler", a, outcome["cpu_per_fire_ms"]),
-                    ]
-                    if "baseline" in saved:
-                        base = saved["baseline"]
-                        rows.insert(
-                            0,
-                            (f"@{base['ref'][:10]}", summary(base["delays_target"]), base["cpu_per_fire_ms"]),
-                        )
-                    for name, s, cpu in rows:
-                        print(f"  {name:12} {s['p50']:8.2f}s {s['p99']:8.2f}s {s['max']:8.2f}s {cpu:8.2f}ms")
-                    print(
-                        f"  ratio Tickwork/APScheduler: last start {t['max'] / a['max']:.2f}x, "
-                        f"p50 {t['p50'] / a['p50']:.2f}x"
-                    )
+                if "aps" in saved and any(key in saved for key in ENGINE_KEYS.values()):
+                    side_by_side(n, saved)
                 args.results_dir.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(saved))
     finally:

@@ -124,7 +124,7 @@ def run_tickwork_burst(
     drain_timeout: float = 240.0,
     source: Path | None = None,
 ) -> BurstResult:
-    name = f"tickwork-{n}" if source is None else f"tickwork-{n}-baseline"
+    name = f"tickwork-{settings.engine}-{n}" if source is None else f"tickwork-{n}-baseline"
     with LocalTickwork(workdir / name, settings, source=source) as local:
         parts = local.components()
         runs_table = parts.settings.resource_names.table(RUNS)

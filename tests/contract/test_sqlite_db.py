@@ -8,12 +8,17 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ANCHOR
 from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError
+from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.models import Job, Run, RunState, Target, Trigger
+from tickwork.domain.schedule import parse_schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,3 +125,29 @@ def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
     main_file = [name for name in open_files if name == str(path)]
     assert 1 <= len(main_file) <= READERS + 2, len(main_file)
     db.close()
+
+
+def test_runs_past_their_retention_are_deleted_and_the_rest_kept(tmp_path: Path) -> None:
+    """DynamoDB's TTL, done by the SQLite engine's sweeper: `delete_expired` at each sweep."""
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    job = Job(
+        job_id="job_ttl",
+        owner="alice",
+        name="ttl",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=Target("http", {"url": "http://127.0.0.1:9/"}),
+        shard=0,
+        created_at=ANCHOR,
+        updated_at=ANCHOR,
+        retention_days=1,
+    )
+    fires = [ANCHOR + timedelta(minutes=5 * i) for i in range(3)]
+    store.create_job(
+        job,
+        [Run.for_fire(job, f, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED) for f in fires],
+    )
+
+    # A day after the second fire: the first two are past their retention, the third is not.
+    assert store.delete_expired(fires[1] + timedelta(days=1, seconds=1)) == 2
+    assert [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)] == fires[2:]
+    assert store.delete_expired(fires[1] + timedelta(days=1, seconds=1)) == 0
