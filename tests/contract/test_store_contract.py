@@ -1,6 +1,6 @@
-"""One contract suite for the storage adapters, run against moto, MiniStack and the embedded SQLite engine:
-any difference between them shows up here as a failing test, not as a surprise in `tickwork local`. (The
-SQLite queue has its own suite, tests/contract/test_sqlite_queue.py.)"""
+"""One contract suite for the storage and queue adapters, run against moto, MiniStack and the embedded SQLite
+engine: any difference between them shows up here as a failing test, not as a surprise in `tickwork local`.
+(The SQLite queue's own semantics in depth: tests/contract/test_sqlite_queue.py.)"""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tickwork.adapters.dynamodb.items import deserialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
@@ -260,11 +261,14 @@ def test_list_runs_is_time_ordered(backend: Backend) -> None:
 
 
 def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backend) -> None:
-    if backend.name == "sqlite":
-        pytest.skip("SQS queues only: the SQLite queue's suite is tests/contract/test_sqlite_queue.py")
-    sqs = backend.clients["sqs"]
-    urls, dlq_url = ensure_queues(sqs, backend.names, dispatch_queues=2)
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+    sqs: Any
+    if backend.name == "sqlite":
+        urls, dlq_url, configs = queue_configs(backend.names, 2)
+        sqs = SqliteQueues(backend.store.db, configs, lambda: int(now.timestamp() * 1000))
+    else:
+        sqs = backend.clients["sqs"]
+        urls, dlq_url = ensure_queues(sqs, backend.names, dispatch_queues=2)
     job = a_job()
     due_now, due_later = a_run(job, now), a_run(job, now + timedelta(seconds=30))
     dispatcher = SqsDispatcher(sqs, urls)
@@ -280,9 +284,14 @@ def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backen
         QueueUrl=dispatcher.queue_for(due_later), AttributeNames=["ApproximateNumberOfMessagesDelayed"]
     )["Attributes"]
     assert later["ApproximateNumberOfMessagesDelayed"] == "1"
-    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
-    redrive = json.loads(attributes["RedrivePolicy"])
-    assert int(redrive["maxReceiveCount"]) == 5 and redrive["deadLetterTargetArn"].endswith("dispatch-dlq")
+    if backend.name == "sqlite":  # the redrive rule is the queue adapter's configuration, from resources.py
+        assert (configs[queue].max_receive_count, configs[queue].dead_letter) == (5, dlq_url)
+    else:
+        attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+        redrive = json.loads(attributes["RedrivePolicy"])
+        assert int(redrive["maxReceiveCount"]) == 5 and redrive["deadLetterTargetArn"].endswith(
+            "dispatch-dlq"
+        )
 
     sqs.send_message(QueueUrl=dlq_url, MessageBody=RunMessage.for_run(due_now).to_json())
     sqs.send_message(QueueUrl=dlq_url, MessageBody="not a run message")
