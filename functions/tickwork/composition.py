@@ -68,11 +68,14 @@ class Components:
         return SqliteQueues(self.database, configs, lambda: int(self.clock.now().timestamp() * 1000))
 
     def expire_runs(self) -> int | None:
-        """Delete runs past their retention where the engine does not do it itself (DynamoDB's TTL does):
-        how many went, or None when the engine expires them on its own."""
+        """Delete runs (and Idempotency-Key records) past their retention where the engine does not do it
+        itself (DynamoDB's TTL does): how many runs went, or None when the engine expires them on its own."""
         if self.settings.engine != "sqlite":
             return None
-        return SqliteStore(self.database).delete_expired(self.clock.now())
+        store = SqliteStore(self.database)
+        now = self.clock.now()
+        store.delete_expired_requests(now)
+        return store.delete_expired(now)
 
     @cached_property
     def dispatcher(self) -> SqsDispatcher:

@@ -64,6 +64,10 @@ RUNS = TableDef(
         # should look, and a claim does not move it. Keys only, so a claim writes nothing to the index:
         # planning adds the run's entry, finishing drops it, and the sweeper reads the runs it lists.
         IndexDef("open_runs", KeyAttr("open_key"), KeyAttr("check_at"), projection="KEYS_ONLY"),
+        # Sparse: only failed runs carry `failed_key` (owner x write shard); `failed_order` is the finish
+        # time then the run id, so "what broke in the last hour, across my jobs" is one read per write
+        # shard, newest first. A retry of the run takes it out again.
+        IndexDef("failed_runs", KeyAttr("failed_key"), KeyAttr("failed_order")),
     ),
     ttl_attribute="expires_at",
     purpose="one record per scheduled fire: state, attempts, timings, outcome",
@@ -75,7 +79,14 @@ SHARDS = TableDef(
     purpose="per-shard ticker watermark: how far the shard is fully planned",
 )
 
-TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS)
+REQUESTS = TableDef(
+    logical_name="requests",
+    partition=KeyAttr("request_key"),
+    ttl_attribute="expires_at",
+    purpose="Idempotency-Key records of run requests (run now, retry, backfill) and what each answered",
+)
+
+TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS)
 
 DISPATCH_DLQ = QueueDef(
     logical_name="dispatch-dlq",

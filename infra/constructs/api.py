@@ -20,7 +20,7 @@ from constructs import Construct
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
-from tickwork.resources import JOBS, RUNS
+from tickwork.resources import JOBS, REQUESTS, RUNS
 
 ACCESS_LOG_FIELDS: dict[str, str] = {
     "requestId": "$context.requestId",
@@ -90,13 +90,20 @@ class Api(Construct):
                 reserved_concurrency=reserved_concurrency,
             ),
         )
-        jobs, runs = storage.table(JOBS), storage.table(RUNS)
+        jobs, runs, requests = storage.table(JOBS), storage.table(RUNS), storage.table(REQUESTS)
         allow(
             self.function,
             DYNAMODB_READ,
-            [jobs.table_arn, runs.table_arn, *storage.index_arns(JOBS), *storage.index_arns(RUNS)],
+            [
+                jobs.table_arn,
+                runs.table_arn,
+                requests.table_arn,
+                *storage.index_arns(JOBS),
+                *storage.index_arns(RUNS),
+            ],
         )
-        allow(self.function, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
+        # Runs on request write their Idempotency-Key record in the runs' own transaction.
+        allow(self.function, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn, requests.table_arn])
         allow(self.function, ("dynamodb:DeleteItem",), [jobs.table_arn])
         # list_jobs reads a page of owned jobs (from the keys-only by_owner index) in one BatchGetItem.
         allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn])

@@ -188,6 +188,8 @@ RULES_IN_WORDS = (
     ("schedule.end_at", "is before start_at"),
     ("policies.retry.backoff_max_seconds", "is below backoff_base_seconds"),
     ("schedule.expression", "never occurs in month field"),  # 31 in February
+    ("to", "is in the future"),  # backfill: against the clock
+    ("to", "the window holds more than"),  # backfill: fires of the job's own schedule, counted
 )
 
 

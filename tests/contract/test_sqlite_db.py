@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ANCHOR
-from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError
+from tickwork.adapters.records import run_to_item
+from tickwork.adapters.sqlite.base import put
+from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError, _table_ddl
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
+from tickwork.resources import JOBS, RUNS, SHARDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,6 +40,61 @@ def test_a_new_file_gets_the_current_schema_and_a_second_open_changes_nothing(tm
     # The DynamoDB indexes of resources.py, as partial SQL indexes, and the run expiry index.
     assert {"jobs_due", "jobs_by_owner", "runs_open_runs", "runs_expiry"} <= indexes
     assert journal == "wal"
+
+
+def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path) -> None:
+    """Version 1 had no requests table and no failed-runs index: opening it adds both, in place."""
+    path = tmp_path / "t.db"
+    version_1_runs = replace(RUNS, indexes=tuple(i for i in RUNS.indexes if i.name != "failed_runs"))
+    job = Job(
+        job_id="job_v1",
+        owner="alice",
+        name="v1",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=Target("http", {"url": "http://127.0.0.1:9/"}),
+        shard=0,
+        created_at=ANCHOR,
+        updated_at=ANCHOR,
+    )
+    old_run = Run.for_fire(job, ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    with sqlite3.connect(path) as raw:
+        for table in (JOBS, version_1_runs, SHARDS):
+            for statement in _table_ddl(table):
+                raw.execute(statement)
+        item = {k: v for k, v in run_to_item(old_run).items() if k != "owner"}
+        raw.execute(
+            "INSERT INTO runs (job_id, scheduled_for, open_key, check_at, expires_at, item) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                item["job_id"],
+                item["scheduled_for"],
+                item["open_key"],
+                item["check_at"],
+                item["expires_at"],
+                json.dumps(item),
+            ),
+        )
+        raw.execute("PRAGMA user_version = 1")
+    store = SqliteStore(Database(path).open())
+    assert store.db.schema_version() == SCHEMA_VERSION == 2
+    with sqlite3.connect(path) as raw:
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "requests" in tables and "runs_failed_runs" in indexes
+    kept = store.get_run(old_run.job_id, old_run.scheduled_for)
+    assert kept is not None and kept.state is RunState.PLANNED and kept.owner == ""
+    failed = replace(
+        old_run,
+        state=RunState.FAILED,
+        finished_at=ANCHOR,
+        owner="alice",
+        scheduled_for=ANCHOR + timedelta(minutes=5),
+    )
+    with store.db.write() as connection:
+        put(connection, RUNS, run_to_item(failed))
+    assert [r.run_id for r in store.failed_runs("alice", since=None, before=None, limit=5)[0]] == [
+        failed.run_id
+    ]
 
 
 def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -462,6 +462,20 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
         assert call("GET", f"/jobs/{minutely.body['id']}/runs/{runs.body['items'][0]['id']}").status == 200
         assert call("GET", f"/jobs/{job_id}/preview").status == 200
         assert call("POST", "/schedules/preview", body={"expression": "0 9 * * *"}).status == 200
+        # Runs on request: run now (with its Idempotency-Key record), a backfill, the failed-runs index.
+        now = call("POST", f"/jobs/{minutely.body['id']}/runs", headers={"Idempotency-Key": "r1"})
+        assert now.status == 201, now.body
+        again = call("POST", f"/jobs/{minutely.body['id']}/runs", headers={"Idempotency-Key": "r1"})
+        assert again.status == 200 and again.body["id"] == now.body["id"]
+        filled = call(
+            "POST",
+            f"/jobs/{minutely.body['id']}/backfill",
+            body={"from": "2026-12-02T11:50:00Z", "to": "2026-12-02T11:55:00Z"},
+        )
+        assert filled.status == 202 and filled.body["created"] == 6, filled.body
+        assert call("GET", "/runs", query="state=failed").status == 200
+        refused = call("POST", f"/jobs/{minutely.body['id']}/runs/{now.body['id']}/retry")
+        assert refused.status == 409, refused.body
         assert call("DELETE", f"/jobs/{job_id}").status == 204
 
     prefix = default.stack.config.prefix
@@ -469,6 +483,13 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
     jobs_table = _arn("dynamodb", f"table/{prefix}-jobs")
     assert ("dynamodb:BatchGetItem", jobs_table) in done, "list_jobs was not exercised"
     assert ("dynamodb:Query", f"{jobs_table}/index/by_owner") in done
+    runs_table = _arn("dynamodb", f"table/{prefix}-runs")
+    assert ("dynamodb:Query", f"{runs_table}/index/failed_runs") in done, "failed runs were not listed"
+    requests_table = _arn("dynamodb", f"table/{prefix}-requests")
+    assert ("dynamodb:PutItem", requests_table) in done or (
+        "dynamodb:TransactWriteItems",
+        requests_table,
+    ) in done, "no Idempotency-Key record was written"
     dispatch_queues = {_arn("sqs", f"{prefix}-dispatch-{i}") for i in range(2)}
     assert {("sqs:SendMessage", q) for q in dispatch_queues} & done, "no immediate fire was dispatched"
     assert missing_grants(default, "api", recorder.calls) == []

@@ -5,15 +5,16 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from tests.conftest import ANCHOR, RacingEngine
 from tests.fakes import RecordingDispatcher
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.models import Target
+from tickwork.domain.models import Target, Trigger, split_run_id
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
 from tickwork.services.planning import Planner, TickReport
+from tickwork.services.requests import RunRequests
 
 SHARDS = 2
 JOBS = 40
@@ -61,3 +62,46 @@ def test_tickers_racing_on_one_shard_create_each_run_exactly_once(racing_engine:
     dispatched = Counter(r.run_id for d in dispatchers for r in d.sent)
     assert sum(planned) == len(on_shard) * 5 == len(dispatched)
     assert set(dispatched.values()) == {1}  # every run dispatched by exactly one ticker
+
+
+def test_runs_now_racing_the_ticker_on_the_same_second_are_their_own_runs(
+    racing_engine: RacingEngine,
+) -> None:
+    """Runs now asked at the very second a fire is planned: each is a run of its own (keyed off the slot),
+    the slot's run is planned exactly once, and the job's next fire moves only with the ticker."""
+    clock = FakeClock(ANCHOR)
+    seeding = JobService(racing_engine.store(), RecordingDispatcher(), clock, JobServiceConfig(shard_count=1))
+    spec = JobSpec(
+        name="race", schedule=parse_schedule("0 * * * *"), target=Target("http", {"url": "http://127.0.0.1/"})
+    )
+    job = seeding.create("alice", spec)
+    fire = datetime(2026, 12, 2, 13, 0, 0, tzinfo=UTC)
+    assert job.next_fire_at == fire
+    requesters = 3
+    barrier = threading.Barrier(requesters + 1)
+
+    def run_now(_: int) -> str:
+        requests = RunRequests(racing_engine.store(), RecordingDispatcher(), FakeClock(fire))
+        barrier.wait()
+        return requests.run_now("alice", job.job_id).runs[0].run_id
+
+    def tick() -> TickReport:
+        planner = Planner(racing_engine.store(), RecordingDispatcher(), FakeClock(fire))
+        barrier.wait()
+        return planner.plan(job.shard, fire)
+
+    with ThreadPoolExecutor(requesters + 1) as pool:
+        ticked = pool.submit(tick)
+        manual = list(pool.map(run_now, range(requesters)))
+    report = ticked.result()
+    store = racing_engine.store()
+    runs = store.list_runs(job.job_id, newest_first=False)
+    slot = [r for r in runs if r.scheduled_for == fire]
+    assert len(slot) == 1 and slot[0].trigger is Trigger.SCHEDULE
+    assert sorted(manual) == sorted(r.run_id for r in runs if r.trigger is Trigger.MANUAL)
+    assert len(set(manual)) == requesters and slot[0].run_id not in manual
+    assert all(split_run_id(m)[1] - fire < timedelta(milliseconds=1) for m in manual), "at the fire's second"
+    assert report.runs_planned == 1
+    after = store.get_job(job.job_id)
+    assert after is not None and after.next_fire_at == datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
+    assert after.run_requests == requesters

@@ -22,11 +22,14 @@ from tickwork.domain.models import (
     Target,
     Trigger,
 )
+from tickwork.domain.requests import RequestKind, RunRequest
 from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
 
 # Write shards per shard in the open-runs index (see `open_key`).
 OPEN_KEY_SPREAD = 8
+# Write shards per owner in the failed-runs index (see `failed_key`).
+FAILED_KEY_SPREAD = 4
 
 
 def _opt_instant(value: datetime | None) -> str | None:
@@ -91,6 +94,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         },
         "timeout_seconds": job.timeout_seconds,
         "retention_days": job.retention_days,
+        "run_requests": job.run_requests or None,
         "created_at": format_instant_ms(job.created_at),
         "updated_at": format_instant_ms(job.updated_at),
     }
@@ -124,6 +128,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         ),
         timeout_seconds=int(item.get("timeout_seconds", 60)),
         retention_days=int(item.get("retention_days", 30)),
+        run_requests=int(item.get("run_requests", 0)),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
     )
@@ -140,6 +145,23 @@ def open_key(shard: int, run_id: str) -> str:
 def open_keys(shard: int) -> list[str]:
     """Every open-runs partition of a shard (what the sweeper reads)."""
     return [f"{shard:04d}#{spread}" for spread in range(OPEN_KEY_SPREAD)]
+
+
+def failed_key(owner: str, run_id: str) -> str:
+    """Partition key of a failed run in the failed-runs index: its owner and one of FAILED_KEY_SPREAD write
+    shards, so a burst of failures of one owner is not one hot key."""
+    digest = hashlib.blake2b(run_id.encode(), digest_size=4, person=b"tickwork-fail").digest()
+    return f"{owner}#{int.from_bytes(digest, 'big') % FAILED_KEY_SPREAD}"
+
+
+def failed_keys(owner: str) -> list[str]:
+    """Every failed-runs partition of an owner (a listing reads them all and merges)."""
+    return [f"{owner}#{spread}" for spread in range(FAILED_KEY_SPREAD)]
+
+
+def failed_order(finished_at: datetime, run_id: str) -> str:
+    """Sort key in the failed-runs index: the finish time, then the run id (unique, so it is a cursor)."""
+    return f"{format_instant_ms(finished_at)}#{run_id}"
 
 
 def job_view_to_item(view: JobView) -> dict[str, Any]:
@@ -204,7 +226,11 @@ def run_to_item(run: Run) -> dict[str, Any]:
         # Sparse index of unfinished runs: the sweeper's work list, never a scan of all runs.
         "open_key": None if sweep_at is None else open_key(run.shard, run.run_id),
         "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
+        "owner": run.owner or None,
     }
+    if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
+        item["failed_key"] = failed_key(run.owner, run.run_id)
+        item["failed_order"] = failed_order(run.finished_at, run.run_id)
     return {k: v for k, v in item.items() if v is not None}
 
 
@@ -236,4 +262,31 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         attempts=tuple(item.get("attempts", ())),
         expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
         job_view=None if item.get("job_view") is None else job_view_from_item(item["job_view"]),
+        owner=str(item.get("owner", "")),
+    )
+
+
+def request_to_item(request: RunRequest) -> dict[str, Any]:
+    return {
+        "request_key": request.request_key,
+        "owner": request.owner,
+        "kind": str(request.kind),
+        "job_id": request.job_id,
+        "fingerprint": request.fingerprint,
+        "created_at": format_instant_ms(request.created_at),
+        "expires_at": epoch_seconds(request.expires_at),
+        "answer": dict(request.answer),
+    }
+
+
+def request_from_item(item: Mapping[str, Any]) -> RunRequest:
+    return RunRequest(
+        request_key=str(item["request_key"]),
+        owner=str(item["owner"]),
+        kind=RequestKind(item["kind"]),
+        job_id=str(item["job_id"]),
+        fingerprint=str(item["fingerprint"]),
+        created_at=parse_instant(str(item["created_at"])),
+        expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
+        answer=dict(item.get("answer", {})),
     )

@@ -34,6 +34,12 @@ from tickwork.domain.models import (
     Target,
     Trigger,
 )
+from tickwork.domain.requests import (
+    DEFAULT_BACKFILL_RATE,
+    MAX_BACKFILL_RATE,
+    MIN_BACKFILL_RATE,
+    BackfillWindow,
+)
 from tickwork.domain.schedule import (
     MAX_JITTER_SECONDS,
     MAX_PREVIEW_COUNT,
@@ -57,6 +63,7 @@ from tickwork.services.jobs import (
     SchedulePreview,
     check_retry,
 )
+from tickwork.services.requests import BackfillResult
 
 # The executor Lambda stops at 900 s: a call must end, and its outcome be written, well inside that, or the
 # run is retried after its lease as if the worker had died (a second call of the target).
@@ -382,6 +389,25 @@ def _given(value: Any) -> Any:
     return UNSET if value is None else value
 
 
+class BackfillIn(RequestModel):
+    start: Instant = Field(alias="from", description="The window's first instant (inclusive).")
+    end: Instant = Field(alias="to", description="The window's last instant (inclusive); not in the future.")
+    rerun: bool = Field(
+        default=False, description="Also run the slots that already have a run (a second run of each)."
+    )
+    rate_per_second: float = Field(
+        default=DEFAULT_BACKFILL_RATE,
+        ge=MIN_BACKFILL_RATE,
+        le=MAX_BACKFILL_RATE,
+        description="How many of the created runs start per second (they start gradually, oldest first).",
+    )
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    def to_window(self) -> BackfillWindow:
+        return BackfillWindow(self.start, self.end, rerun=self.rerun, rate_per_second=self.rate_per_second)
+
+
 class SchedulePreviewIn(ScheduleIn):
     count: JsonInt = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
     after: Instant | None = Field(default=None, description="List fires after this instant (default: now).")
@@ -600,6 +626,22 @@ class RunOut(BaseModel):
 class RunListOut(BaseModel):
     items: list[RunOut]
     next_cursor: str | None
+
+
+class BackfillOut(BaseModel):
+    created: int = Field(description="Runs created.")
+    skipped: int = Field(description="Slots left alone: they already had a run (rerun not set).")
+    first_due_at: datetime | None = Field(description="When the first created run starts.")
+    last_due_at: datetime | None = Field(description="When the last created run starts.")
+
+    @classmethod
+    def of(cls, result: BackfillResult) -> BackfillOut:
+        return cls(
+            created=result.created,
+            skipped=result.skipped,
+            first_due_at=result.first_due_at,
+            last_due_at=result.last_due_at,
+        )
 
 
 class FireOut(BaseModel):

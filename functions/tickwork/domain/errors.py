@@ -61,6 +61,16 @@ class PlanConflictError(ConflictError):
         self.job_changed = job_changed
 
 
+class RequestConflictError(ConflictError):
+    """Runs on request could not be created: one of them exists already (`run_exists`), or the request's
+    Idempotency-Key record was written meanwhile by the same request sent twice (`request_exists`)."""
+
+    def __init__(self, message: str, *, run_exists: bool, request_exists: bool) -> None:
+        super().__init__(message)
+        self.run_exists = run_exists
+        self.request_exists = request_exists
+
+
 class DispatchError(TickworkError):
     """Some runs could not be handed to the queue; the sweeper re-sends them."""
 

@@ -21,7 +21,7 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.schedule import is_fire_time
 from tickwork.domain.targets import TargetResult
-from tickwork.domain.timekeys import format_instant_ms, truncate_ms
+from tickwork.domain.timekeys import format_instant_ms, is_whole_second, truncate_ms
 
 # Time beyond the target's own timeout before a silent worker counts as dead.
 LEASE_MARGIN = timedelta(seconds=30)
@@ -53,9 +53,12 @@ def waiting_slot_is_stale(holder: Run | None) -> bool:
 def standing_of(job: Job | None, scheduled_for: datetime) -> Standing:
     """The job's state at claim time rules (recorded in docs/design.md): deleted, paused, or the fire no
     longer on the (edited) schedule stop the run; anything else, including a changed target, runs with the
-    job as it is now."""
+    job as it is now. A run keyed off every schedule slot (run now: see `is_whole_second`) was asked for
+    explicitly: only a delete stops it (the API refuses it on a paused job unless the caller insists)."""
     if job is None:
         return Standing.DELETED
+    if not is_whole_second(scheduled_for):
+        return Standing.ACTIVE
     if job.state is JobState.PAUSED:
         return Standing.PAUSED
     if not is_fire_time(job.schedule, scheduled_for):

@@ -43,6 +43,8 @@ TERMINAL_RUN_STATES = frozenset(
 class Trigger(StrEnum):
     SCHEDULE = "schedule"
     CATCH_UP = "catch-up"  # planned after its fire time had passed (the ticker was behind)
+    MANUAL = "manual"  # run now: keyed off every schedule slot (docs/design.md "Runs on request")
+    BACKFILL = "backfill"  # a past fire of the schedule, asked for by the backfill endpoint
 
 
 class OverlapPolicy(StrEnum):
@@ -109,6 +111,9 @@ class Job:
     retention_days: int = 30
     description: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    # Counts the runs created on request (run now, retry, backfill). Each request moves it, and job writes
+    # are conditional on it, so an edit or a delete cannot miss a run requested while it was being written.
+    run_requests: int = 0
 
     @property
     def due_key(self) -> str | None:
@@ -205,6 +210,7 @@ class Run:
     reason: str | None = None
     attempts: tuple[Mapping[str, Any], ...] = ()
     job_view: JobView | None = None  # the job as the run's next claim sees it (None: read the job)
+    owner: str = ""  # the job's owner (keys the failed-runs index); "" on runs planned before it was kept
 
     @property
     def run_id(self) -> str:
@@ -220,8 +226,12 @@ class Run:
         trigger: Trigger,
         state: RunState,
         reason: str | None = None,
+        due_at: datetime | None = None,
     ) -> Run:
-        due_at = scheduled_for + jitter_offset(job.schedule, job.job_id, scheduled_for)
+        """A run of one fire of the job (`due_at`: when it should start, by default the fire plus the job's
+        jitter)."""
+        if due_at is None:
+            due_at = scheduled_for + jitter_offset(job.schedule, job.job_id, scheduled_for)
         return cls(
             job_id=job.job_id,
             scheduled_for=scheduled_for,
@@ -235,4 +245,5 @@ class Run:
             reason=reason,
             finished_at=now if state.is_terminal else None,
             job_view=None if state.is_terminal else JobView.planned(job),
+            owner=job.owner,
         )

@@ -1,4 +1,9 @@
-"""Fixed-width UTC strings used as DynamoDB keys, so lexical order is time order."""
+"""UTC strings used as DynamoDB keys, so lexical order is time order.
+
+Fire times of a schedule are whole seconds and are written fixed width ('2026-12-02T12:05:00Z'). A run
+that is not a schedule slot (run now) is keyed at an instant with a non-zero microsecond, written with a
+suffix after the 'Z' ('2026-12-02T12:05:00Z~123456'): '~' sorts after every character of the whole-second
+form, so the order stays the time order, and the two forms can never name the same key."""
 
 from __future__ import annotations
 
@@ -15,9 +20,15 @@ def _utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
 
 
+_SUB_SECOND = "~"
+
+
 def format_instant(instant: datetime) -> str:
-    """'2026-12-02T12:05:00Z' (second precision; fire times are whole seconds)."""
-    return _utc(instant).strftime(_INSTANT)
+    """'2026-12-02T12:05:00Z' for a whole second (every fire time); '2026-12-02T12:05:00Z~123456' for an
+    instant with microseconds (see the module's note)."""
+    utc = _utc(instant)
+    text = utc.strftime(_INSTANT)
+    return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
 
 def format_instant_ms(instant: datetime) -> str:
@@ -26,8 +37,20 @@ def format_instant_ms(instant: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+def _split_sub_second(text: str) -> tuple[str, int]:
+    head, sep, micros = text.partition(_SUB_SECOND)
+    if not sep:
+        return text, 0
+    if len(micros) != 6 or not micros.isdigit() or int(micros) == 0:
+        raise ValueError(f"not an instant: {text!r}")
+    return head, int(micros)
+
+
 def parse_instant(text: str) -> datetime:
     """Inverse of format_instant / format_instant_ms."""
+    text, micros = _split_sub_second(text)
+    if micros:
+        return parse_instant(text).replace(microsecond=micros)
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     return datetime.fromisoformat(text).astimezone(UTC)
@@ -58,11 +81,20 @@ def due_key(shard: int, instant: datetime) -> str:
 
 
 def compact_instant(instant: datetime) -> str:
-    return _utc(instant).strftime(_COMPACT)
+    """'20261202T120500Z', or '20261202T120500Z~123456' for an instant with microseconds."""
+    utc = _utc(instant)
+    text = utc.strftime(_COMPACT)
+    return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
 
 def parse_compact_instant(text: str) -> datetime:
-    return datetime.strptime(text, _COMPACT).replace(tzinfo=UTC)
+    text, micros = _split_sub_second(text)
+    return datetime.strptime(text, _COMPACT).replace(tzinfo=UTC, microsecond=micros)
+
+
+def is_whole_second(instant: datetime) -> bool:
+    """Whether an instant can be a schedule's fire time (they are whole seconds)."""
+    return instant.microsecond == 0
 
 
 def epoch_seconds(instant: datetime) -> int:

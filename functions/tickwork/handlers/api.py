@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Request, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -34,6 +34,8 @@ from tickwork.api.models import (
     INSTANT_PATTERN,
     MAX_YEAR,
     MIN_YEAR,
+    BackfillIn,
+    BackfillOut,
     HealthOut,
     JobCreate,
     JobListOut,
@@ -48,9 +50,11 @@ from tickwork.api.models import (
 from tickwork.api.problems import ApiProblem
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Job, JobState, RunState
+from tickwork.domain.requests import MAX_BACKFILL_FIRES
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.jobs import JobQuery, JobService
+from tickwork.services.requests import RunRequests
 from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
 
 API_VERSION = "1.0.0"
@@ -255,6 +259,25 @@ def jobs() -> JobService:
 
 def runs() -> RunService:
     return RunService(components().store)
+
+
+def requests() -> RunRequests:
+    parts = components()
+    return RunRequests(parts.store, parts.dispatcher, parts.clock)
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="idempotency-key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[!-~]+$",
+        description="Any unique visible-ASCII string (a UUID): a retried request with the same key is "
+        "answered as the first was, without doing it again; the same key with another request is a 409.",
+    ),
+]
+_REPLAYED = {"Idempotent-Replayed": "true"}
 
 
 def etag(job: Job) -> str:
@@ -589,6 +612,118 @@ def list_runs(
 def get_run(job_id: str, run_id: str, request: Request) -> Response[RunOut]:
     owner = current_owner(request)
     return json_response(RunOut.of(runs().get(owner, job_id, run_id)))
+
+
+@router.post(
+    "/jobs/<job_id>/runs",
+    operation_id="runJobNow",
+    summary="Run a job now",
+    description="Starts a run now (trigger `manual`), besides the schedule: the next fire does not move. It "
+    "goes through the same claim as any run, so the overlap policy and the concurrency cap apply, and it is "
+    "in the history like any run. Its id can never be a scheduled slot's (`<job_id>:<YYYYMMDDTHHMMSSZ>~"
+    "<microseconds>`). A paused job answers 409 unless `even_if_paused=true`.",
+    tags=["runs"],
+    responses={
+        **ok(RunOut, "Created: the run, planned to start at once.", 201),
+        **ok(RunOut, "Replayed: the run an earlier request with this Idempotency-Key created.", 200),
+        **problems.problem_responses(404, 409),
+    },
+)
+def run_job_now(
+    job_id: str,
+    request: Request,
+    even_if_paused: Annotated[bool, Query(description="Run a paused job anyway.")] = False,
+    idempotency_key: IdempotencyKey = None,
+) -> Response[RunOut]:
+    owner = current_owner(request)
+    result = requests().run_now(owner, job_id, even_if_paused=even_if_paused, idempotency_key=idempotency_key)
+    run = result.runs[0]
+    location = {"Location": f"/jobs/{job_id}/runs/{run.run_id}"}
+    if result.replayed:
+        return json_response(RunOut.of(run), 200, {**location, **_REPLAYED})
+    return json_response(RunOut.of(run), 201, location)
+
+
+@router.post(
+    "/jobs/<job_id>/runs/<run_id>/retry",
+    operation_id="retryRun",
+    summary="Retry a failed run",
+    description="Starts the next attempt of a `failed` or `cancelled` run, fenced like any attempt; its "
+    "earlier attempts stay in its record. A run in any other state answers 409, as does a paused job (for "
+    "a scheduled slot) or a slot no longer on the schedule: use run now for those.",
+    tags=["runs"],
+    responses={
+        **ok(RunOut, "The run, waiting for its next attempt.", 202),
+        **ok(RunOut, "Replayed: the run an earlier request with this Idempotency-Key retried.", 200),
+        **problems.problem_responses(404, 409),
+    },
+)
+def retry_run(
+    job_id: str, run_id: str, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response[RunOut]:
+    owner = current_owner(request)
+    result = requests().retry(owner, job_id, run_id, idempotency_key=idempotency_key)
+    if result.replayed:
+        return json_response(RunOut.of(result.runs[0]), 200, _REPLAYED)
+    return json_response(RunOut.of(result.runs[0]), 202)
+
+
+@router.post(
+    "/jobs/<job_id>/backfill",
+    operation_id="backfillJob",
+    summary="Backfill a past window",
+    description="Creates a run (trigger `backfill`) of every fire of the job's schedule from `from` to `to` "
+    f"(at most {MAX_BACKFILL_FIRES}: a larger window is a 422), started gradually at `rate_per_second`. "
+    "A slot that already has a run is left alone unless `rerun` is set. Without `rerun` a repeated request "
+    "creates nothing twice; with it, send an Idempotency-Key. A paused job answers 409.",
+    tags=["runs"],
+    responses={
+        **ok(BackfillOut, "What the backfill created and skipped.", 202),
+        **ok(BackfillOut, "Replayed: what an earlier request with this Idempotency-Key did.", 200),
+        **problems.problem_responses(400, 404, 409, 415, 422),
+    },
+)
+def backfill_job(
+    job_id: str, body: BackfillIn, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response[BackfillOut]:
+    owner = current_owner(request)
+    result = requests().backfill(owner, job_id, body.to_window(), idempotency_key=idempotency_key)
+    if result.replayed:
+        return json_response(BackfillOut.of(result), 200, _REPLAYED)
+    return json_response(BackfillOut.of(result), 202)
+
+
+@router.get(
+    "/runs",
+    operation_id="listFailedRuns",
+    summary="List failed runs across jobs",
+    description="The caller's failed runs across all their jobs, newest first by when they failed, from a "
+    "sparse index that holds only failed runs. `from` bounds when they failed. `state` must be `failed` "
+    "(the only cross-job listing).",
+    tags=["runs"],
+    responses={
+        **ok(RunListOut, "A page of failed runs."),
+        **problems.problem_responses(400, 422),
+    },
+)
+def list_failed_runs(
+    request: Request,
+    state: Annotated[Literal["failed"], Query(description="Must be `failed`.")],
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Cursor = None,
+    start: Annotated[
+        datetime | None,
+        Query(
+            alias="from",
+            description="Earliest failure time (RFC 3339, year 1970-9000).",
+            json_schema_extra={"pattern": INSTANT_PATTERN},
+        ),
+    ] = None,
+) -> Response[RunListOut]:
+    owner = current_owner(request)
+    _check_query_instant("from", start)
+    page = runs().failed(owner, since=start, limit=limit, cursor=cursor)
+    return json_response(RunListOut(items=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
 
 
 @router.get(

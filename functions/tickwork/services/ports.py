@@ -9,6 +9,7 @@ from typing import Protocol
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
+from tickwork.domain.requests import RunRequest
 
 
 class PlanStore(Protocol):
@@ -115,6 +116,44 @@ class RunReader(Protocol):
         after: datetime | None = None,
         newest_first: bool = True,
     ) -> tuple[list[Run], datetime | None]: ...
+
+
+class FailedRunReader(Protocol):
+    def failed_runs(
+        self, owner: str, *, since: datetime | None, before: str | None, limit: int
+    ) -> tuple[list[Run], str | None]:
+        """The owner's failed runs that finished at or after `since`, newest first, from after the position
+        `before` (the failed-runs index's sort key, from an earlier page); returns at most `limit` runs and
+        the position to continue from (None: no more)."""
+        ...
+
+
+class RunRequestStore(Protocol):
+    """Storage as runs on request (run now, retry, backfill) see it."""
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
+
+    def get_request(self, request_key: str) -> RunRequest | None:
+        """The Idempotency-Key record under this key, if any (strongly consistent)."""
+        ...
+
+    def request_runs(
+        self,
+        job: Job,
+        created: Sequence[Run],
+        retried: Sequence[tuple[Run, Run]] = (),
+        record: RunRequest | None = None,
+    ) -> None:
+        """In one transaction: move the job's request counter on (the job must still be at `job`'s version
+        and counter), create each of `created` (none may exist), move each retried run from its expected to
+        its updated state (fenced like any run write), and write `record` (its key must be free).
+        NotFoundError if the job is gone, VersionMismatchError if it changed, StaleRunError if a retried
+        run moved, RequestConflictError if a run or the record exists already."""
+        ...
 
 
 class Dispatcher(Protocol):

@@ -15,12 +15,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from tickwork.domain.errors import NotFoundError, ValidationError
 from tickwork.domain.models import Job, Run, RunState, split_run_id
 from tickwork.domain.timekeys import compact_instant, parse_compact_instant
-from tickwork.services.ports import RunReader
+from tickwork.services.ports import FailedRunReader, RunReader
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
@@ -105,9 +105,26 @@ def _aware_utc(value: datetime | None, field: str) -> datetime | None:
         raise ValidationError(field, "is outside the supported range of dates") from None
 
 
+class RunHistoryStore(RunReader, FailedRunReader, Protocol):
+    """What run history reads: a job's runs, and an owner's failed runs across jobs."""
+
+
 class RunService:
-    def __init__(self, store: RunReader) -> None:
+    def __init__(self, store: RunHistoryStore) -> None:
         self._store = store
+
+    def failed(self, owner: str, *, since: datetime | None, limit: int, cursor: str | None) -> RunPage:
+        """The owner's failed runs across every job, newest first (by when they failed), from the sparse
+        failed-runs index: only failed runs are in it, so the read never touches the rest."""
+        if not 1 <= limit <= MAX_PAGE_SIZE:
+            raise ValidationError("limit", f"must be 1-{MAX_PAGE_SIZE}")
+        since = _aware_utc(since, "from")
+        since_text = "" if since is None else since.isoformat()
+        scope = f"failed\0{owner}\0{since_text}"
+        before = None if cursor is None else decode_cursor(cursor, ["failed_order"], scope)["failed_order"]
+        runs, position = self._store.failed_runs(owner, since=since, before=before, limit=limit)
+        next_cursor = None if position is None else encode_cursor({"failed_order": position}, scope)
+        return RunPage(tuple(runs), next_cursor)
 
     def _owned_job(self, owner: str, job_id: str) -> Job:
         job = self._store.get_job(job_id) if plausible_id(job_id) else None

@@ -18,7 +18,7 @@ from tickwork.domain.errors import (
 from tickwork.domain.execution import CLAIMABLE_STATES
 from tickwork.domain.models import Job, JobView, Run
 from tickwork.domain.timekeys import format_instant, format_instant_ms
-from tickwork.resources import JOBS, RUNS, SHARDS, ResourceNames
+from tickwork.resources import JOBS, REQUESTS, RUNS, SHARDS, ResourceNames
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -55,10 +55,16 @@ class TableNames:
     jobs: str
     runs: str
     shards: str
+    requests: str
 
     @classmethod
     def from_resources(cls, names: ResourceNames) -> TableNames:
-        return cls(jobs=names.table(JOBS), runs=names.table(RUNS), shards=names.table(SHARDS))
+        return cls(
+            jobs=names.table(JOBS),
+            runs=names.table(RUNS),
+            shards=names.table(SHARDS),
+            requests=names.table(REQUESTS),
+        )
 
 
 def _code(error: ClientError) -> str:
@@ -96,14 +102,20 @@ class _Cancelled(Exception):
 def _job_condition(expected: Job) -> tuple[str, dict[str, Any]]:
     """A job write's condition: the job is still at the version and next fire it was read at (the ticker
     moves the next fire without a new version)."""
+    values: dict[str, Any] = {":expected_version": expected.version}
     if expected.next_fire_at is None:
-        return "version = :expected_version AND attribute_not_exists(next_fire_at)", {
-            ":expected_version": expected.version
-        }
-    return "version = :expected_version AND next_fire_at = :expected_fire", {
-        ":expected_version": expected.version,
-        ":expected_fire": format_instant(expected.next_fire_at),
-    }
+        condition = "version = :expected_version AND attribute_not_exists(next_fire_at)"
+    else:
+        condition = "version = :expected_version AND next_fire_at = :expected_fire"
+        values[":expected_fire"] = format_instant(expected.next_fire_at)
+    # A run requested meanwhile (run now, retry, backfill) moves the counter: the write reads the job's
+    # runs again, so it rewrites that run's view too.
+    if expected.run_requests:
+        condition += " AND run_requests = :expected_requests"
+        values[":expected_requests"] = expected.run_requests
+    else:
+        condition += " AND attribute_not_exists(run_requests)"
+    return condition, values
 
 
 def _run_key(run: Run) -> dict[str, Any]:

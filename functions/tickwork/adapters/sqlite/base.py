@@ -17,9 +17,9 @@ from tickwork.adapters.sqlite.db import Database, key_columns
 from tickwork.domain.execution import CLAIMABLE_STATES
 from tickwork.domain.models import Job, Run
 from tickwork.domain.timekeys import format_instant, format_instant_ms
-from tickwork.resources import JOBS, RUNS, SHARDS, TableDef
+from tickwork.resources import TABLES, TableDef
 
-_COLUMNS = {table.logical_name: key_columns(table) for table in (JOBS, RUNS, SHARDS)}
+_COLUMNS = {table.logical_name: key_columns(table) for table in TABLES}
 
 
 def _upsert_sql(table: TableDef) -> str:
@@ -30,7 +30,7 @@ def _upsert_sql(table: TableDef) -> str:
     )
 
 
-_UPSERT = {table.logical_name: _upsert_sql(table) for table in (JOBS, RUNS, SHARDS)}
+_UPSERT = {table.logical_name: _upsert_sql(table) for table in TABLES}
 
 
 def row_values(table: TableDef, item: Mapping[str, Any]) -> list[Any]:
@@ -52,6 +52,8 @@ def load(raw: str) -> dict[str, Any]:
 def job_still_at(item: Mapping[str, Any] | None, expected: Job) -> bool:
     """The job write's condition: the stored job is at the version and next fire it was read at."""
     if item is None or item.get("version") != expected.version:
+        return False
+    if item.get("run_requests", 0) != expected.run_requests:
         return False
     expected_fire = None if expected.next_fire_at is None else format_instant(expected.next_fire_at)
     return item.get("next_fire_at") == expected_fire

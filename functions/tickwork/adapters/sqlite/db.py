@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tickwork.domain.errors import StoreError, TransientStoreError
-from tickwork.resources import TABLES, TableDef
+from tickwork.resources import REQUESTS, RUNS, TABLES, IndexDef, TableDef
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
 # (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # How long a write waits for another process's write transaction before it counts as throttled.
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
@@ -47,6 +47,15 @@ def key_columns(table: TableDef) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _index_ddl(table: TableDef, index: IndexDef) -> str:
+    index_keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
+    # Partial: a row without the index's partition key is not in it (DynamoDB's sparse index).
+    return (
+        f"CREATE INDEX {table.logical_name}_{index.name} ON {table.logical_name} "
+        f"({', '.join(index_keys)}) WHERE {index.partition.name} IS NOT NULL"
+    )
+
+
 def _table_ddl(table: TableDef) -> list[str]:
     columns = key_columns(table)
     keys = [table.partition.name] + ([table.sort.name] if table.sort else [])
@@ -59,13 +68,7 @@ def _table_ddl(table: TableDef) -> list[str]:
         f"CREATE TABLE {table.logical_name} ({column_sql}, item TEXT NOT NULL, "
         f"PRIMARY KEY ({', '.join(keys)})) WITHOUT ROWID"
     ]
-    for index in table.indexes:
-        index_keys = [index.partition.name] + ([index.sort.name] if index.sort else [])
-        # Partial: a row without the index's partition key is not in it (DynamoDB's sparse index).
-        statements.append(
-            f"CREATE INDEX {table.logical_name}_{index.name} ON {table.logical_name} "
-            f"({', '.join(index_keys)}) WHERE {index.partition.name} IS NOT NULL"
-        )
+    statements.extend(_index_ddl(table, index) for index in table.indexes)
     if table.ttl_attribute:
         statements.append(
             f"CREATE INDEX {table.logical_name}_expiry ON {table.logical_name} ({table.ttl_attribute}) "
@@ -86,7 +89,8 @@ _MESSAGES_DDL = [
 ]
 
 
-def _create_v1(connection: sqlite3.Connection) -> None:
+def _create_current(connection: sqlite3.Connection) -> None:
+    """An empty file gets the current schema at once (the migrations are for files written before)."""
     for table in TABLES:
         for statement in _table_ddl(table):
             connection.execute(statement)
@@ -94,8 +98,21 @@ def _create_v1(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
-# MIGRATIONS[v]: from schema version v to v + 1. Version 0 is an empty file.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create_v1}
+def _v1_to_v2(connection: sqlite3.Connection) -> None:
+    """Runs on request: the requests table (Idempotency-Key records), and the runs' failed-runs index
+    (its key columns filled from the failed runs already stored)."""
+    for statement in _table_ddl(REQUESTS):
+        connection.execute(statement)
+    index = next(i for i in RUNS.indexes if i.name == "failed_runs")
+    for key in (index.partition, index.sort):
+        if key is not None:
+            connection.execute(f"ALTER TABLE runs ADD COLUMN {key.name} TEXT")
+    # Runs stored before this version carry no owner: they stay out of the index (as they would in AWS).
+    connection.execute(_index_ddl(RUNS, index))
+
+
+# MIGRATIONS[v]: from schema version v to v + 1, for a file written at version v >= 1.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2}
 
 
 def translate(error: sqlite3.Error) -> Exception:
@@ -151,8 +168,11 @@ class Database:
                                 "directory",
                                 code="SchemaTooNew",
                             )
-                        for step in range(version, SCHEMA_VERSION):
-                            MIGRATIONS[step](connection)
+                        if version == 0:
+                            _create_current(connection)
+                        else:
+                            for step in range(version, SCHEMA_VERSION):
+                                MIGRATIONS[step](connection)
                         if version != SCHEMA_VERSION:
                             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                         connection.execute("COMMIT")

@@ -4,13 +4,14 @@ shards) over one database file (adapters/sqlite/db.py)."""
 from __future__ import annotations
 
 from tickwork.adapters.sqlite.jobs import SqliteJobRecords
+from tickwork.adapters.sqlite.requests import SqliteRequestRecords
 from tickwork.adapters.sqlite.runs import SqliteRunRecords
 from tickwork.adapters.sqlite.shards import SqliteShardRecords
 
 __all__ = ["SqliteStore"]
 
 
-class SqliteStore(SqliteJobRecords, SqliteRunRecords, SqliteShardRecords):
+class SqliteStore(SqliteJobRecords, SqliteRunRecords, SqliteShardRecords, SqliteRequestRecords):
     """Jobs, runs and shard watermarks in SQLite: what the services' ports ask of storage."""
 
     def job_count(self) -> int:
