@@ -15,12 +15,13 @@ from decimal import Decimal
 from random import Random
 from typing import Any
 
-from tickwork.adapters.records import job_to_item, run_to_item
+from tickwork.adapters.records import job_to_item, request_to_item, run_to_item
 from tickwork.domain.execution import after_attempt, claimed
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
+from tickwork.domain.requests import RequestKind, RunRequest, manual_run, off_slot_instant, retried
 from tickwork.domain.schedule import next_fire_after, parse_schedule
 from tickwork.domain.targets import TargetResult
-from tickwork.resources import JOBS, RUNS, IndexDef, TableDef
+from tickwork.resources import JOBS, REQUESTS, RUNS, IndexDef, TableDef
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -124,6 +125,45 @@ def main() -> None:
     total = sum(w for _, w in steps)
     minimum = 2 + 2 + 1 + 1 + 2  # txn put run, txn update job, claim, finish, due-index move
     print(f"total per successful run: {total} WCU; design minimum {minimum} WCU; ratio {total / minimum:.2f}")
+    requests_costs(job, running, ok)
+
+
+def requests_costs(job: Job, running: Run, ok: TargetResult) -> None:
+    """Runs on request: what a run now, a backfilled run, a retry and a failure cost in write units."""
+    requested = replace(job, run_requests=1)
+    counter = write(JOBS, job_to_item(job), job_to_item(requested), True)
+    manual = manual_run(job, off_slot_instant(NOW), now=NOW)
+    record = RunRequest(
+        request_key="0" * 64,
+        owner=job.owner,
+        kind=RequestKind.RUN_NOW,
+        job_id=job.job_id,
+        fingerprint="0" * 64,
+        created_at=NOW,
+        expires_at=NOW + timedelta(hours=24),
+        answer={"run_ids": [manual.run_id]},
+    )
+    put_run = write(RUNS, None, run_to_item(manual), True)
+    put_record = write(REQUESTS, None, request_to_item(record), True)
+    bad = TargetResult(ok=False, retryable=False, status="400", latency_ms=84, detail='{"error":"bad"}')
+    failed = after_attempt(running, job.retry, bad, now=running.started_at or NOW, rng=Random(1))
+    fail = write(RUNS, run_to_item(running), run_to_item(failed), False)
+    succeed = write(
+        RUNS,
+        run_to_item(running),
+        run_to_item(after_attempt(running, job.retry, ok, now=NOW, rng=Random(1))),
+        False,
+    )
+    again = retried(failed, job, now=NOW)
+    retry = write(RUNS, run_to_item(failed), run_to_item(again), True)
+    print("runs on request (each a transaction with the job's request counter):")
+    print(f"  job request counter (transaction)  {counter:>3} WCU")
+    print(f"  run now: put run (transaction)     {put_run:>3} WCU")
+    print(f"  Idempotency-Key record             {put_record:>3} WCU")
+    print(f"  run now with a key, until claimed  {counter + put_run + put_record:>3} WCU")
+    print(f"  backfill: per run (90 a txn)       {put_run + counter / 90:>5.2f} WCU")
+    print(f"  finish failed (+ failed_runs, ALL) {fail:>3} WCU (succeeded: {succeed})")
+    print(f"  retry: run failed -> retry_wait    {retry + counter:>3} WCU (with the counter)")
 
 
 if __name__ == "__main__":
