@@ -11,7 +11,7 @@ CDK_CLI := aws-cdk@2.1148.1
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet -e '.[dev,infra]'
+	$(VENV)/bin/pip install --quiet -e '.[dev,infra,cli]'
 	touch $@
 
 # MiniStack pins an older botocore, so it lives in a virtual environment of its own.

@@ -93,7 +93,10 @@ class DeploymentConfig:
     # Reserved concurrency of the other functions. None: one per ticker shard group (they start together).
     ticker_reserved_concurrency: int | None = None
     sweeper_reserved_concurrency: int = 2
-    api_reserved_concurrency: int = 10
+    # The API: `tickwork jobs apply` of 10,000 jobs a minute is ~170 requests/s from one caller. A create is
+    # ~30-60 ms in the function (one transaction, a few small writes), so 20 environments carry ~300-600/s:
+    # the stage throttle (200/s, bursts of 400) binds first, and one bulk apply leaves others room.
+    api_reserved_concurrency: int = 20
     # DynamoDB warm throughput (units per second) of the jobs and runs tables; None: DynamoDB's default start.
     jobs_warm_reads: int | None = None
     jobs_warm_writes: int | None = None
@@ -109,8 +112,8 @@ class DeploymentConfig:
     jwt_audience: tuple[str, ...] = ()
     start_delay_objective_ms: int = 1000
     oldest_message_age_seconds: int = 1200
-    api_rate_limit: int = 50
-    api_burst_limit: int = 100
+    api_rate_limit: int = 200
+    api_burst_limit: int = 400
     log_retention_days: int = 30
     target_arns: tuple[str, ...] = ()
     allowed_networks: tuple[str, ...] = ()

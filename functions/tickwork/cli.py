@@ -195,16 +195,32 @@ def _local_clients(env: dict[str, str]) -> Callable[[str], Any]:
     return boto3_client_factory(region_name=env.get("AWS_DEFAULT_REGION", "us-east-1"))
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_local_command(argv: list[str]) -> int:
+    """`tickwork local ARGS`: parse the local runtime's options and run it until stopped."""
     parser = argparse.ArgumentParser(prog="tickwork", description="Tickwork: a serverless cron scheduler")
     sub = parser.add_subparsers(dest="command", required=True)
     _local_parser(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(["local", *argv])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    if args.command == "local":
-        return run_local(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    return run_local(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`tickwork local ...` runs the scheduler here; every other command drives an API (client/commands.py,
+    which needs the `cli` extra: click, rich, PyYAML)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["local"]:
+        return run_local_command(arguments[1:])
+    try:
+        from tickwork.client.commands import main as client_main
+    except ImportError as error:
+        print(
+            f"tickwork: the API commands need the cli extra ({error.name} is missing): "
+            "pip install 'tickwork[cli]'. `tickwork local` works without it.",
+            file=sys.stderr,
+        )
+        return 2
+    return client_main(arguments)
 
 
 if __name__ == "__main__":

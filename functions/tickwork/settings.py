@@ -10,6 +10,8 @@ from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.resources import ResourceNames
 
 ENGINES = ("dynamodb", "sqlite")
+# Under a `tickwork local` state dir: the running instance's API URL and a token, for the `tickwork` CLI.
+LOCAL_API_FILE = "run/api.json"
 
 
 class SettingsError(ValueError):

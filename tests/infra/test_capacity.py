@@ -33,7 +33,7 @@ def _functions(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_default_stack_fits_a_default_account(default: Synth) -> None:
     reserved = sum(p["ReservedConcurrentExecutions"] for p in _functions(default).values())
-    assert reserved == 200 + 16 + 2 + 10  # executor, ticker (16 shard groups of one), sweeper, API
+    assert reserved == 200 + 16 + 2 + 20  # executor, ticker (16 shard groups of one), sweeper, API
     assert reserved + UNRESERVED_MINIMUM <= DEFAULT_ACCOUNT_QUOTA
 
 
@@ -45,7 +45,7 @@ def test_every_function_has_its_own_reservation(fixture: str, request: pytest.Fi
     groups = len(shard_groups(config.shard_count, config.ticker_shards_per_invocation))
     assert functions["ticker"]["ReservedConcurrentExecutions"] == groups
     assert functions["sweeper"]["ReservedConcurrentExecutions"] == config.sweeper_reserved_concurrency == 2
-    assert functions["api"]["ReservedConcurrentExecutions"] == config.api_reserved_concurrency == 10
+    assert functions["api"]["ReservedConcurrentExecutions"] == config.api_reserved_concurrency == 20
 
 
 def test_production_states_its_cap_explicitly() -> None:

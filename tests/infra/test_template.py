@@ -369,7 +369,7 @@ def test_api_uses_the_jwt_authorizer_when_configured(production: Synth) -> None:
 def test_api_stage_throttles_and_logs(default: Synth) -> None:
     (stage,) = default.resources("AWS::ApiGatewayV2::Stage").values()
     props = stage["Properties"]
-    assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 100, "ThrottlingRateLimit": 50}
+    assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 400, "ThrottlingRateLimit": 200}
     log_format = json.loads(props["AccessLogSettings"]["Format"])
     assert {"requestId", "status", "caller", "routeKey"} <= set(log_format)
 

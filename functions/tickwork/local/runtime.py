@@ -42,6 +42,7 @@ from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
 from tickwork.local.status import read_snapshots, summarize
 from tickwork.resources import JOBS, ResourceNames
+from tickwork.settings import LOCAL_API_FILE
 
 logger = logging.getLogger("tickwork.local")
 
@@ -127,6 +128,18 @@ class LocalRuntime:
             json.dumps({k: v for k, v in self.env.items() if k.startswith(("AWS_", "TICKWORK_"))})
         )
         env_file.chmod(0o600)
+        # Where the `tickwork` CLI finds this instance (`tickwork --state-dir DIR jobs list`): the API's URL
+        # and the first token. Owner-only, like the tokens in env.json.
+        api_file = self.config.state_dir / LOCAL_API_FILE
+        api_file.write_text(
+            json.dumps(
+                {
+                    "url": f"http://127.0.0.1:{self.config.api_port}",
+                    "token": next(iter(self.config.tokens), None),
+                }
+            )
+        )
+        api_file.chmod(0o600)
         for role in self.config.roles:
             self._spawn(role)
 

@@ -1,0 +1,16 @@
+# The README's CLI walk-through, run as it stands against a running instance by tests/local/test_cli.py.
+tickwork preview '30 2 * * *' --tz Europe/Berlin --count 5        # next fires, DST marked
+tickwork jobs create --name 'db backup' --schedule '*/10 * * * *' --http http://127.0.0.1:8081/backup
+JOB=$(tickwork -o json jobs list --all | python3 -c 'import json, sys; print([j["id"] for j in json.load(sys.stdin)["items"] if j["name"] == "db backup"][0])')
+tickwork jobs get "$JOB"
+tickwork jobs run "$JOB"                                          # run now, besides the schedule
+tickwork runs list "$JOB"                                         # history, newest first
+tickwork jobs pause "$JOB"
+tickwork jobs run "$JOB" --even-if-paused                         # a paused job runs only when you insist
+tickwork jobs resume "$JOB"
+tickwork jobs backfill "$JOB" --from 1h --rate 5                  # every fire of the last hour, 5 a second
+tickwork runs failed --since 1h                                   # what broke, across your jobs
+tickwork jobs apply -f docs/examples/jobs.yaml --dry-run          # the diff, nothing written
+tickwork jobs apply -f docs/examples/jobs.yaml --yes              # create what is new
+tickwork jobs apply -f docs/examples/jobs.yaml --yes              # again: nothing to change
+tickwork jobs delete "$JOB" --yes

@@ -1,0 +1,1 @@
+"""The `tickwork` command-line client of the API (jobs, runs, apply, preview)."""

@@ -1,0 +1,667 @@
+"""The `tickwork` commands that drive the API: jobs, runs, apply, preview (click for the commands, rich for
+tables and progress). Exit codes: 0 done, 1 the API refused (its problem's detail is printed), 2 a usage
+error (bad flags, an unreadable file, nothing to connect to)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tickwork.client import apply as applying
+from tickwork.client.connection import ApiClient, ApiError, ConnectionSetupError, resolve_endpoint
+
+F = TypeVar("F", bound=Callable[..., Any])
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+class Context:
+    """What every command shares: how to reach the API and how to print."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = options
+        self.output: str = options["output"]
+        self._client: ApiClient | None = None
+
+    @property
+    def client(self) -> ApiClient:
+        if self._client is None:
+            endpoint = resolve_endpoint(
+                url=self.options["url"],
+                token=self.options["token"],
+                state_dir=self.options["state_dir"],
+                stack=self.options["stack"],
+                region=self.options["region"],
+                sigv4=self.options["sigv4"],
+            )
+            self._client = ApiClient(endpoint)
+        return self._client
+
+    def emit(self, data: Any, table: Callable[[], Table | str]) -> None:
+        if self.output == "json":
+            click.echo(json.dumps(data, indent=2, default=str))
+        else:
+            rendered = table()
+            if isinstance(rendered, str):
+                out.print(rendered)
+            else:
+                out.print(rendered)
+
+
+def api_call(command: F) -> F:
+    """API errors are exit 1 with the problem's detail (and each field error); setup errors exit 2."""
+
+    @wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ConnectionSetupError as error:
+            raise click.UsageError(str(error)) from None
+        except ApiError as error:
+            err.print(f"[red]error[/red]: {error}", highlight=False)
+            for item in error.field_errors:
+                err.print(f"  {item.get('field')}: {item.get('message')}", highlight=False)
+            sys.exit(1)
+        except applying.ApplyFileError as error:
+            raise click.UsageError(str(error)) from None
+
+    return run  # type: ignore[return-value]
+
+
+def _since(text: str) -> datetime:
+    """`1h`, `30m`, `2d`, `90s` ago, or an RFC 3339 instant."""
+    match = _DURATION.match(text.strip())
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: amount})
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give a duration (30m, 1h, 2d) or an RFC 3339 instant") from None
+    if instant.tzinfo is None:
+        raise click.BadParameter(f"{text!r} needs a time zone offset (e.g. Z)")
+    return instant
+
+
+def _instant(text: str) -> str:
+    return _since(text).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _read_body(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise click.UsageError(f"cannot read {path}: {error}") from None
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(show_lines=False)
+    for column in ("ID", "NAME", "STATE", "SCHEDULE", "ZONE", "NEXT FIRE (UTC)", "VERSION"):
+        table.add_column(column, overflow="fold")
+    for job in jobs:
+        table.add_row(
+            job["id"],
+            _short(job["name"]),
+            job["state"],
+            job["schedule"]["expression"],
+            job["schedule"]["timezone"],
+            str(job.get("next_fire_at") or "-"),
+            str(job["version"]),
+        )
+    return table
+
+
+def _job_detail(job: Mapping[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    schedule = job["schedule"]
+    rows = [
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("state", job["state"]),
+        ("version", str(job["version"])),
+        ("schedule", f"{schedule['expression']} ({schedule['timezone']}): {schedule['description']}"),
+        ("next fire", str(job.get("next_fire_at") or "-")),
+        ("target", f"{job['target']['kind']} {json.dumps(job['target']['config'])}"),
+        ("policies", json.dumps(job["policies"])),
+        ("timeout", f"{job['timeout_seconds']} s"),
+        ("tags", json.dumps(job["tags"])),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table()
+    for column in ("RUN ID", "STATE", "TRIGGER", "ATTEMPT", "SCHEDULED FOR", "STARTED", "DELAY", "OUTCOME"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        timings = run["timings"]
+        delay = timings.get("start_delay_ms")
+        table.add_row(
+            run["id"],
+            run["state"],
+            run["trigger"],
+            str(run["attempt"]),
+            str(timings["scheduled_for"]),
+            str(timings.get("started_at") or "-"),
+            "-" if delay is None else f"{delay} ms",
+            _short(run.get("outcome") or run.get("reason") or ""),
+        )
+    return table
+
+
+def _run_detail(run: Mapping[str, Any]) -> Table:
+    table = _runs_table([run])
+    for attempt in run.get("attempts") or []:
+        table.add_row(
+            f"  attempt {attempt.get('attempt')}",
+            "ok" if attempt.get("ok") else "failed",
+            str(attempt.get("worker") or ""),
+            "",
+            "",
+            str(attempt.get("finished_at") or ""),
+            f"{attempt.get('latency_ms')} ms",
+            _short(f"{attempt.get('status')}: {attempt.get('detail') or ''}"),
+        )
+    return table
+
+
+def _split_run_id(run_id: str) -> str:
+    job_id, sep, stamp = run_id.rpartition(":")
+    if not sep or not job_id or not stamp:
+        raise click.BadParameter(f"{run_id!r} is not a run id (<job_id>:<time>)")
+    return job_id
+
+
+# --- the group -------------------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--url", envvar="TICKWORK_URL", help="The API's base URL (default: the local instance).")
+@click.option("--token", envvar="TICKWORK_TOKEN", help="Bearer token: a local token or a JWT.")
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Find the running `tickwork local` here (default .tickwork).",
+)
+@click.option("--stack", help="A deployed stack's name: its ApiUrl output, signed with SigV4 unless --token.")
+@click.option("--region", help="AWS region for --stack and SigV4.")
+@click.option("--sigv4", is_flag=True, help="Sign requests with SigV4 (IAM auth) from the credential chain.")
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", help="Human tables or JSON."
+)
+@click.pass_context
+def tickwork(ctx: click.Context, /, **options: Any) -> None:
+    """Tickwork: a cron scheduler. `tickwork local` runs one on this machine; the other commands drive the
+    API of a local instance or a deployed stack."""
+    ctx.obj = Context(options)
+
+
+@tickwork.command(
+    "local",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def local(args: tuple[str, ...]) -> None:
+    """Run the whole scheduler on this machine (`tickwork local --help` for its options)."""
+    from tickwork.cli import run_local_command
+
+    sys.exit(run_local_command(list(args)))
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+@tickwork.group()
+def jobs() -> None:
+    """Create, read, change and run jobs."""
+
+
+@jobs.command("list")
+@click.option("--state", type=click.Choice(["active", "paused"]))
+@click.option("--tag", help="key=value")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--all", "every", is_flag=True, help="Every page, not only the first.")
+@click.pass_obj
+@api_call
+def jobs_list(ctx: Context, state: str | None, tag: str | None, limit: int, every: bool) -> None:
+    """The caller's jobs in id order."""
+    query = {"state": state, "tag": tag}
+    if every:
+        items = list(ctx.client.pages("/jobs", query))
+        ctx.emit({"items": items}, lambda: _jobs_table(items))
+        return
+    page = ctx.client.request("GET", "/jobs", query={**query, "limit": limit}).body
+    ctx.emit(page, lambda: _jobs_table(page["items"]))
+    if page.get("next_cursor") and ctx.output == "table":
+        err.print("more: --all lists every page", highlight=False)
+
+
+@jobs.command("get")
+@click.argument("job_id")
+@click.pass_obj
+@api_call
+def jobs_get(ctx: Context, job_id: str) -> None:
+    """One job."""
+    job = ctx.client.request("GET", f"/jobs/{job_id}").body
+    ctx.emit(job, lambda: _job_detail(job))
+
+
+_QUICK = [
+    click.option("--name"),
+    click.option("--schedule", "expression", help="Cron expression, e.g. '30 2 * * *'."),
+    click.option("--tz", "timezone", help="IANA time zone (default UTC)."),
+    click.option("--http", "http_url", help="Target: call this URL (POST)."),
+]
+
+
+def _quick_options(command: F) -> F:
+    for option in reversed(_QUICK):
+        command = option(command)
+    return command
+
+
+def _quick_body(
+    name: str | None, expression: str | None, timezone: str | None, http_url: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if name:
+        body["name"] = name
+    if expression or timezone:
+        body["schedule"] = {k: v for k, v in (("expression", expression), ("timezone", timezone)) if v}
+    if http_url:
+        body["target"] = {"kind": "http", "config": {"url": http_url, "method": "POST"}}
+    return body
+
+
+@jobs.command("create")
+@click.option(
+    "-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), help="A job as YAML/JSON."
+)
+@_quick_options
+@click.option("--idempotency-key", help="The same key always names the same job (default: a new one).")
+@click.pass_obj
+@api_call
+def jobs_create(
+    ctx: Context,
+    file: Path | None,
+    name: str | None,
+    expression: str | None,
+    timezone: str | None,
+    http_url: str | None,
+    idempotency_key: str | None,
+) -> None:
+    """Create a job from a file, or from --name, --schedule, --tz and --http."""
+    body = _read_body(file) if file else {}
+    if not isinstance(body, dict):
+        raise click.UsageError(f"{file}: expected one job (a mapping)")
+    body = {**body, **_quick_body(name, expression, timezone, http_url)}
+    missing = [k for k in ("name", "schedule", "target") if k not in body]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)}: give -f FILE or --name, --schedule and --http")
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    job = ctx.client.request("POST", "/jobs", body=body, headers={"Idempotency-Key": key}).body
+    ctx.emit(job, lambda: _job_detail(job))
+
+
+@jobs.command("update")
+@click.argument("job_id")
+@click.option(
+    "-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), help="Fields to change."
+)
+@_quick_options
+@click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
+@click.pass_obj
+@api_call
+def jobs_update(
+    ctx: Context,
+    job_id: str,
+    file: Path | None,
+    name: str | None,
+    expression: str | None,
+    timezone: str | None,
+    http_url: str | None,
+    if_match: int | None,
+) -> None:
+    """Change some of a job's fields (PATCH): from a file, or --name, --schedule, --tz, --http."""
+    body = _read_body(file) if file else {}
+    if not isinstance(body, dict):
+        raise click.UsageError(f"{file}: expected the fields to change (a mapping)")
+    body = {**body, **_quick_body(name, expression, timezone, http_url)}
+    if not body:
+        raise click.UsageError("nothing to change: give -f FILE or a field option")
+    headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
+    job = ctx.client.request("PATCH", f"/jobs/{job_id}", body=body, headers=headers).body
+    ctx.emit(job, lambda: _job_detail(job))
+
+
+def _state_change(action: str) -> Callable[[Context, str, int | None], None]:
+    def change(ctx: Context, job_id: str, if_match: int | None) -> None:
+        headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
+        job = ctx.client.request("POST", f"/jobs/{job_id}/{action}", headers=headers).body
+        ctx.emit(job, lambda: _job_detail(job))
+
+    return change
+
+
+@jobs.command("pause")
+@click.argument("job_id")
+@click.option("--if-match", "if_match", type=int)
+@click.pass_obj
+@api_call
+def jobs_pause(ctx: Context, job_id: str, if_match: int | None) -> None:
+    """Pause a job: no run starts until it is resumed."""
+    _state_change("pause")(ctx, job_id, if_match)
+
+
+@jobs.command("resume")
+@click.argument("job_id")
+@click.option("--if-match", "if_match", type=int)
+@click.pass_obj
+@api_call
+def jobs_resume(ctx: Context, job_id: str, if_match: int | None) -> None:
+    """Resume a job; the fires missed while paused follow its missed-fire policy."""
+    _state_change("resume")(ctx, job_id, if_match)
+
+
+@jobs.command("delete")
+@click.argument("job_id")
+@click.option("--if-match", "if_match", type=int)
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.pass_obj
+@api_call
+def jobs_delete(ctx: Context, job_id: str, if_match: int | None, yes: bool) -> None:
+    """Delete a job (its run history stays until it expires)."""
+    if not yes:
+        click.confirm(f"delete {job_id}?", abort=True, err=True)
+    headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
+    ctx.client.request("DELETE", f"/jobs/{job_id}", headers=headers)
+    ctx.emit({"deleted": job_id}, lambda: f"deleted {job_id}")
+
+
+@jobs.command("run")
+@click.argument("job_id")
+@click.option("--even-if-paused", is_flag=True, help="Run a paused job anyway.")
+@click.option("--idempotency-key", help="Default: a new key, so a retried request starts one run.")
+@click.pass_obj
+@api_call
+def jobs_run(ctx: Context, job_id: str, even_if_paused: bool, idempotency_key: str | None) -> None:
+    """Run a job now, besides its schedule."""
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    query = {"even_if_paused": "true"} if even_if_paused else None
+    run = ctx.client.request(
+        "POST", f"/jobs/{job_id}/runs", query=query, headers={"Idempotency-Key": key}
+    ).body
+    ctx.emit(run, lambda: _run_detail(run))
+
+
+@jobs.command("backfill")
+@click.argument("job_id")
+@click.option("--from", "start", required=True, help="RFC 3339 instant, or a duration ago (2d).")
+@click.option("--to", "end", default="1s", show_default=True, help="RFC 3339 instant, or a duration ago.")
+@click.option("--rerun", is_flag=True, help="Also run the slots that already have a run.")
+@click.option("--rate", type=float, default=10.0, show_default=True, help="Runs started per second.")
+@click.option("--idempotency-key", help="Default: a new key.")
+@click.pass_obj
+@api_call
+def jobs_backfill(
+    ctx: Context, job_id: str, start: str, end: str, rerun: bool, rate: float, idempotency_key: str | None
+) -> None:
+    """Run every fire of the job's schedule in a past window (at most 1,000)."""
+    body = {"from": _instant(start), "to": _instant(end), "rerun": rerun, "rate_per_second": rate}
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    result = ctx.client.request(
+        "POST", f"/jobs/{job_id}/backfill", body=body, headers={"Idempotency-Key": key}
+    ).body
+    ctx.emit(
+        result,
+        lambda: (
+            f"created {result['created']}, skipped {result['skipped']} (already had a run); "
+            f"starting {result['first_due_at']} .. {result['last_due_at']}"
+        ),
+    )
+
+
+@jobs.command("apply")
+@click.option("-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--prune", is_flag=True, help="Delete your jobs whose names the file does not list.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask before writing.")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 64), default=applying.DEFAULT_CONCURRENCY, show_default=True
+)
+@click.pass_obj
+@api_call
+def jobs_apply(ctx: Context, file: Path, prune: bool, dry_run: bool, yes: bool, concurrency: int) -> None:
+    """Make your jobs what FILE says, keyed by name: create, update, leave equal ones, --prune the rest."""
+    desired = applying.load_file(file)
+    started = time.monotonic()
+    with err.status("reading your jobs ...") if ctx.output == "table" else _nothing():
+        current = list(ctx.client.pages("/jobs"))
+    changes = applying.plan(desired, current, prune=prune)
+    counts = applying.summary(changes)
+    if ctx.output == "json":
+        if dry_run:
+            click.echo(
+                json.dumps({"plan": list(applying.as_json(changes)), "counts": counts}, indent=2, default=str)
+            )
+            return
+    else:
+        _print_plan(changes, counts)
+    writes = [c for c in changes if c.action is not applying.Action.UNCHANGED]
+    if dry_run or not writes:
+        if ctx.output == "table":
+            out.print("dry run: nothing written" if dry_run else "nothing to change")
+        elif not writes:
+            click.echo(json.dumps({"counts": counts, "failed": [], "seconds": 0}, indent=2))
+        return
+    if not yes and ctx.output == "table" and not click.confirm(f"apply {len(writes)} change(s)?", err=True):
+        raise click.Abort()
+    outcome = _apply_with_progress(ctx, changes, writes, concurrency)
+    seconds = time.monotonic() - started
+    rate = len(writes) / seconds * 60 if seconds > 0 else 0.0
+    if ctx.output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "counts": {a.value: n for a, n in outcome.done.items()},
+                    "failed": [{"name": c.name, "error": e} for c, e in outcome.failed],
+                    "seconds": round(seconds, 2),
+                },
+                indent=2,
+            )
+        )
+    else:
+        done = ", ".join(
+            f"{n} {a.value}d" if a.value != "unchanged" else f"{n} unchanged" for a, n in outcome.done.items()
+        )
+        out.print(f"{done} in {seconds:.1f} s ({rate:,.0f} changes a minute)", highlight=False)
+        for change, error in outcome.failed:
+            err.print(f"[red]failed[/red] {change.action.value} {change.name!r}: {error}", highlight=False)
+    if outcome.failed:
+        sys.exit(1)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def _print_plan(changes: Sequence[applying.Change], counts: Mapping[str, int]) -> None:
+    symbols = {"create": "[green]+[/green]", "update": "[yellow]~[/yellow]", "delete": "[red]-[/red]"}
+    shown = 0
+    for change in changes:
+        if change.action is applying.Action.UNCHANGED:
+            continue
+        shown += 1
+        if shown > 200:
+            continue
+        out.print(
+            f"{symbols[change.action.value]} {change.name}"
+            + (f"  ({change.job_id})" if change.job_id else "")
+        )
+        for path, before, after in change.diff:
+            out.print(
+                f"    {path}: {applying.render_value(before)} -> {applying.render_value(after)}",
+                highlight=False,
+            )
+    if shown > 200:
+        out.print(f"... and {shown - 200} more")
+    out.print(", ".join(f"{n} to {a}" if a != "unchanged" else f"{n} unchanged" for a, n in counts.items()))
+
+
+def _apply_with_progress(
+    ctx: Context, changes: Sequence[applying.Change], writes: Sequence[applying.Change], concurrency: int
+) -> applying.Outcome:
+    if ctx.output == "json":
+        return applying.execute(ctx.client, changes, concurrency=concurrency)
+    columns = (TextColumn("applying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("apply", total=len(writes))
+        return applying.execute(
+            ctx.client, changes, concurrency=concurrency, progress=lambda _: bar.advance(task)
+        )
+
+
+# --- runs ------------------------------------------------------------------------------------------------
+
+
+@tickwork.group()
+def runs() -> None:
+    """Run history, one run, retries, and what failed."""
+
+
+@runs.command("list")
+@click.argument("job_id")
+@click.option(
+    "--state",
+    type=click.Choice(
+        [
+            "planned",
+            "queued",
+            "running",
+            "retry_wait",
+            "succeeded",
+            "failed",
+            "skipped",
+            "missed",
+            "cancelled",
+        ]
+    ),
+)
+@click.option("--from", "start", help="RFC 3339 instant, or a duration ago (2h).")
+@click.option("--to", "end", help="RFC 3339 instant, or a duration ago.")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.pass_obj
+@api_call
+def runs_list(
+    ctx: Context, job_id: str, state: str | None, start: str | None, end: str | None, limit: int
+) -> None:
+    """A job's runs, newest first."""
+    query = {
+        "state": state,
+        "from": None if start is None else _instant(start),
+        "to": None if end is None else _instant(end),
+        "limit": limit,
+    }
+    page = ctx.client.request("GET", f"/jobs/{job_id}/runs", query=query).body
+    ctx.emit(page, lambda: _runs_table(page["items"]))
+
+
+@runs.command("get")
+@click.argument("run_id")
+@click.pass_obj
+@api_call
+def runs_get(ctx: Context, run_id: str) -> None:
+    """One run with its attempts (RUN_ID is <job_id>:<time>)."""
+    run = ctx.client.request("GET", f"/jobs/{_split_run_id(run_id)}/runs/{run_id}").body
+    ctx.emit(run, lambda: _run_detail(run))
+
+
+@runs.command("retry")
+@click.argument("run_id")
+@click.option("--idempotency-key", help="Default: a new key.")
+@click.pass_obj
+@api_call
+def runs_retry(ctx: Context, run_id: str, idempotency_key: str | None) -> None:
+    """Start the next attempt of a failed or cancelled run."""
+    key = idempotency_key or f"cli-{uuid.uuid4()}"
+    run = ctx.client.request(
+        "POST", f"/jobs/{_split_run_id(run_id)}/runs/{run_id}/retry", headers={"Idempotency-Key": key}
+    ).body
+    ctx.emit(run, lambda: _run_detail(run))
+
+
+@runs.command("failed")
+@click.option("--since", default="1h", show_default=True, help="A duration ago (30m, 1h, 2d) or an instant.")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.pass_obj
+@api_call
+def runs_failed(ctx: Context, since: str, limit: int) -> None:
+    """Your failed runs across all jobs, newest first."""
+    page = ctx.client.request(
+        "GET", "/runs", query={"state": "failed", "from": _instant(since), "limit": limit}
+    ).body
+    ctx.emit(page, lambda: _runs_table(page["items"]))
+
+
+# --- preview ---------------------------------------------------------------------------------------------
+
+
+@tickwork.command("preview")
+@click.argument("expression")
+@click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--count", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.pass_obj
+@api_call
+def preview(ctx: Context, expression: str, timezone: str, count: int) -> None:
+    """The next fires of a cron expression, in UTC and local time, DST transitions marked."""
+    body = {"expression": expression, "timezone": timezone, "count": count}
+    result = ctx.client.request("POST", "/schedules/preview", body=body).body
+
+    def table() -> Table:
+        shown = Table(title=f"{result['expression']} ({result['timezone']}): {result['description']}")
+        for column in ("UTC", "LOCAL", "DST"):
+            shown.add_column(column)
+        for fire in result["fires"]:
+            shown.add_row(str(fire["at"]), str(fire["local"]), fire.get("dst") or "")
+        return shown
+
+    ctx.emit(result, table)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    try:
+        tickwork.main(args=None if argv is None else list(argv), prog_name="tickwork", standalone_mode=True)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
+    return 0
