@@ -20,7 +20,15 @@ $(MS_VENV)/.installed:
 	$(MS_VENV)/bin/pip install --quiet 'ministack==$(MINISTACK_VERSION)'
 	touch $@
 
-install: $(VENV)/.installed $(MS_VENV)/.installed
+# Headless Chromium and its driver for the console's browser tests, from Debian's packages (as root, or
+# through sudo). Skipped when both are already there.
+BROWSER := /usr/bin/chromium /usr/bin/chromedriver
+$(BROWSER):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver
+
+install: $(VENV)/.installed $(MS_VENV)/.installed $(BROWSER)
 
 lint: install
 	$(VENV)/bin/ruff check .

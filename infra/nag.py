@@ -41,6 +41,18 @@ def suppress(stack: TickworkStack) -> None:
         apply_to_children=True,
     )
     NagSuppressions.add_resource_suppressions(
+        stack.api.console_routes,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-APIG4",
+                reason="GET /ui and GET /ui/{file} serve the web console's packaged page, script and style "
+                "(an allow-list of three files plus the auth mode): no tenant data. The page then calls "
+                "every other route with the caller's token, through the API's authorizer.",
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
         [stack.executor.function, stack.api.function],
         [
             NagPackSuppression(

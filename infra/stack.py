@@ -141,6 +141,8 @@ class TickworkStack(Stack):
             "TICKWORK_DLQ_URL": self.dispatch.dead_letter_queue.queue_url,
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
+            "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
+            "TICKWORK_DASHBOARD_NAME": f"{c.prefix}-scheduler",
             "POWERTOOLS_SERVICE_NAME": c.prefix,
             "POWERTOOLS_METRICS_NAMESPACE": "Tickwork",
             "POWERTOOLS_LOG_LEVEL": "INFO",

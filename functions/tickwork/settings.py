@@ -10,6 +10,7 @@ from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.resources import ResourceNames
 
 ENGINES = ("dynamodb", "sqlite")
+API_AUTH = ("iam", "jwt", "bearer")
 # Under a `tickwork local` state dir: the running instance's API URL and a token, for the `tickwork` CLI.
 LOCAL_API_FILE = "run/api.json"
 
@@ -69,6 +70,15 @@ class Settings:
     # SQLite's PRAGMA synchronous for this process (see adapters/sqlite/db.py): FULL where a write is
     # acknowledged to a user (the API), NORMAL where the at-least-once design recovers a lost tail.
     sqlite_synchronous: str = "FULL"
+    # How callers prove who they are: "iam" (SigV4, API Gateway's IAM authorizer), "jwt" (a JWT authorizer),
+    # "bearer" (`tickwork local`'s tokens); "" means the mode's own (bearer locally, IAM in AWS). The web
+    # console says what it can do with each.
+    api_auth: str = ""
+    dashboard_name: str = ""  # the CloudWatch dashboard the console links to (AWS)
+
+    @property
+    def caller_auth(self) -> str:
+        return self.api_auth or ("bearer" if self.mode == "local" else "iam")
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -96,6 +106,9 @@ class Settings:
         synchronous = env.get("TICKWORK_SQLITE_SYNCHRONOUS", "FULL")
         if synchronous not in ("FULL", "NORMAL"):
             raise SettingsError(f"TICKWORK_SQLITE_SYNCHRONOUS={synchronous!r} must be FULL or NORMAL")
+        api_auth = env.get("TICKWORK_API_AUTH", "bearer" if mode == "local" else "iam")
+        if api_auth not in API_AUTH:
+            raise SettingsError(f"TICKWORK_API_AUTH={api_auth!r} must be one of {', '.join(API_AUTH)}")
         prefix = env.get("TICKWORK_TABLE_PREFIX", "tickwork")
         if not prefix or not prefix.replace("-", "").replace("_", "").isalnum():
             raise SettingsError(f"TICKWORK_TABLE_PREFIX={prefix!r} must be alphanumeric with - or _")
@@ -118,6 +131,8 @@ class Settings:
             engine=engine,
             database_path=database_path,
             sqlite_synchronous=synchronous,
+            api_auth=api_auth,
+            dashboard_name=env.get("TICKWORK_DASHBOARD_NAME", ""),
         )
 
     def require(self, *names: str) -> Settings:

@@ -122,11 +122,20 @@ class Api(Construct):
             create_default_stage=False,
             default_authorizer=authorizer,
         )
-        self.http_api.add_routes(
-            path="/{proxy+}",
-            methods=[apigw.HttpMethod.ANY],
-            integration=integrations.HttpLambdaIntegration("Lambda", self.function),
-        )
+        integration = integrations.HttpLambdaIntegration("Lambda", self.function)
+        self.http_api.add_routes(path="/{proxy+}", methods=[apigw.HttpMethod.ANY], integration=integration)
+        # The web console's own files carry no data: a browser loads them without credentials, then calls
+        # the API with its JWT (with IAM auth the page says how to enable a JWT authorizer).
+        self.console_routes = [
+            route
+            for path in ("/ui", "/ui/{file}")
+            for route in self.http_api.add_routes(
+                path=path,
+                methods=[apigw.HttpMethod.GET],
+                integration=integration,
+                authorizer=apigw.HttpNoneAuthorizer(),
+            )
+        ]
         self.access_logs = logs.LogGroup(
             self,
             "AccessLogs",

@@ -163,6 +163,28 @@ def test_jobs_are_listed_a_page_at_a_time_with_state_and_tag_filters(call: Api) 
     assert [j["id"] for j in paused] == [jobs[0]["id"]]
 
 
+def test_jobs_are_searched_by_name_ignoring_case_a_page_at_a_time(call: Api) -> None:
+    names = ["Nightly Report", "nightly-backup", "hourly sync", "NIGHTLY cleanup", "weekly"]
+    jobs = {name: create(call, name=name) for name in names}
+    create(call, owner=BOB, name="nightly of another owner")
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = "name=NightLy&limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = call("GET", "/jobs", query=query).body
+        seen += [j["name"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(n for n in names if "nightly" in n.lower())
+    call("POST", f"/jobs/{jobs['nightly-backup']['id']}/pause")
+    both = call("GET", "/jobs", query="name=nightly&state=paused").body["items"]
+    assert [j["name"] for j in both] == ["nightly-backup"]
+    empty = call("GET", "/jobs", query="name=")
+    assert empty.status == 422 and empty.content_type == PROBLEM, empty.body
+    assert [e["field"] for e in empty.body["errors"]] == ["name"]
+
+
 def test_a_cursor_this_api_did_not_issue_is_400(call: Api) -> None:
     job = create(call)
     forged = base64.urlsafe_b64encode(b'{"owner":"bob"}').decode().rstrip("=")

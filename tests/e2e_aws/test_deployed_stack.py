@@ -181,6 +181,16 @@ class SignedApi:
             raw, status = error.read(), error.code
         return status, json.loads(raw) if raw else None
 
+    def get_unsigned(self, path: str) -> tuple[int, str, bytes]:
+        """A browser's GET: no signature (the console's own files are open routes)."""
+        sent = urllib.request.Request(f"{self.gateway}{path}", headers={"Host": self.routing_host})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(sent, timeout=30) as response:
+                return response.status, response.headers.get("Content-Type", ""), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Content-Type", ""), error.read()
+
 
 def _daily_at(instant: datetime) -> str:
     """A 6-field (seconds first) expression that fires once a day at `instant`'s UTC time of day."""
@@ -212,6 +222,13 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
 
     status, health = api.call("GET", "/health")
     assert status == 200, health
+
+    # The web console's files through API Gateway: the page, and its config saying this stack's API takes
+    # IAM (so the page explains how to enable JWT instead of asking for a token).
+    status, content_type, page = api.get_unsigned("/ui")
+    assert status == 200 and content_type.startswith("text/html") and b"/ui/app.js" in page, (status, page)
+    status, _, config = api.get_unsigned("/ui/config.json")
+    assert status == 200 and json.loads(config)["auth"] == "iam", config
 
     # A fire time beyond the lookahead: the API's own planning at create cannot plan it.
     created_at = datetime.now(UTC).replace(microsecond=0)
@@ -253,10 +270,27 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
     ).get("Messages", [])
     assert len(messages) == 1, messages
     assert messages[0]["Body"] == "hello from e2e"
+    sqs.delete_message(QueueUrl=target_url, ReceiptHandle=messages[0]["ReceiptHandle"])
 
     status, listing = api.call("GET", "/jobs")
     assert status == 200, listing
     assert [j["id"] for j in listing["items"]] == [job_id]
+
+    # Run now through the deployed stack: the request's transaction (the job's counter, the run, the
+    # Idempotency-Key record in the requests table), the executor, and the failed-runs index read.
+    status, manual = api.call("POST", f"/jobs/{job_id}/runs", headers={"Idempotency-Key": "e2e-now"})
+    assert status == 201, manual
+    status, replayed = api.call("POST", f"/jobs/{job_id}/runs", headers={"Idempotency-Key": "e2e-now"})
+    assert status == 200 and replayed["id"] == manual["id"], replayed
+
+    def manual_succeeded() -> bool:
+        code, one = api.call("GET", f"/jobs/{job_id}/runs/{manual['id']}")
+        assert code == 200, one
+        return bool(one["state"] == "succeeded")
+
+    assert _wait_for(manual_succeeded, RUN_DEADLINE_SECONDS), "the run now did not succeed"
+    status, failed = api.call("GET", "/runs?state=failed")
+    assert status == 200 and failed["items"] == [], failed
 
     status, paused = api.call("POST", f"/jobs/{job_id}/pause")
     assert status == 200, paused

@@ -349,9 +349,20 @@ def test_configured_target_arns_replace_the_naming_convention(production: Synth)
 # API -----------------------------------------------------------------------------------------------------
 
 
+CONSOLE_ROUTES = {"GET /ui", "GET /ui/{file}"}
+
+
+def _authorization_by_route(synth: Synth) -> dict[str, str]:
+    routes = synth.resources("AWS::ApiGatewayV2::Route").values()
+    return {r["Properties"]["RouteKey"]: r["Properties"]["AuthorizationType"] for r in routes}
+
+
 def test_api_requires_iam_by_default(default: Synth) -> None:
-    routes = list(default.resources("AWS::ApiGatewayV2::Route").values())
-    assert routes and all(r["Properties"]["AuthorizationType"] == "AWS_IAM" for r in routes)
+    by_route = _authorization_by_route(default)
+    # Only the console's static files (GET, no data) are open; every other route needs SigV4.
+    assert {k for k, v in by_route.items() if v == "NONE"} == CONSOLE_ROUTES
+    assert {v for k, v in by_route.items() if k not in CONSOLE_ROUTES} == {"AWS_IAM"}
+    assert "ANY /{proxy+}" in by_route
     assert not default.resources("AWS::ApiGatewayV2::Authorizer")
 
 
@@ -362,8 +373,9 @@ def test_api_uses_the_jwt_authorizer_when_configured(production: Synth) -> None:
         "Issuer": "https://issuer.example.com/",
         "Audience": ["tickwork-api", "tickwork-cli"],
     }
-    routes = production.resources("AWS::ApiGatewayV2::Route").values()
-    assert all(r["Properties"]["AuthorizationType"] == "JWT" for r in routes)
+    by_route = _authorization_by_route(production)
+    assert {k for k, v in by_route.items() if v == "NONE"} == CONSOLE_ROUTES
+    assert {v for k, v in by_route.items() if k not in CONSOLE_ROUTES} == {"JWT"}
 
 
 def test_api_stage_throttles_and_logs(default: Synth) -> None:

@@ -587,6 +587,11 @@ class TimingsOut(BaseModel):
     start_delay_ms: int | None = Field(description="First start minus due_at.")
 
 
+class LeaseOut(BaseModel):
+    owner: str = Field(description="The delivery (worker) holding the run.")
+    expires_at: datetime = Field(description="When a silent holder counts as dead and the run is retried.")
+
+
 class RunOut(BaseModel):
     id: str
     job_id: str
@@ -598,6 +603,10 @@ class RunOut(BaseModel):
     outcome: str | None
     reason: str | None
     attempts: list[AttemptOut]
+    lease: LeaseOut | None = Field(
+        default=None, description="While running: who holds the run, and until when."
+    )
+    retry_at: datetime | None = Field(default=None, description="While waiting to retry: when.")
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
@@ -620,6 +629,10 @@ class RunOut(BaseModel):
             outcome=run.outcome,
             reason=run.reason,
             attempts=[AttemptOut.model_validate(dict(a)) for a in run.attempts],
+            lease=None
+            if run.lease_owner is None or run.lease_expires_at is None
+            else LeaseOut(owner=run.lease_owner, expires_at=run.lease_expires_at),
+            retry_at=run.retry_at,
         )
 
 

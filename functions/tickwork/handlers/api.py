@@ -29,6 +29,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
+from tickwork import ui
 from tickwork.api import problems
 from tickwork.api.models import (
     INSTANT_PATTERN,
@@ -421,7 +422,7 @@ def create_job(
     operation_id="listJobs",
     summary="List jobs",
     description="The caller's jobs in id order, a page at a time. A page may hold fewer than `limit` jobs "
-    "when filters apply; continue while `next_cursor` is not null.",
+    "when filters apply (`state`, `tag`, `name`); continue while `next_cursor` is not null.",
     tags=["jobs"],
     responses={**ok(JobListOut, "A page of jobs.", links=JOB_PAGE_LINKS), **problems.problem_responses(400)},
 )
@@ -433,10 +434,15 @@ def list_jobs(
     tag: Annotated[
         str | None, Query(pattern=r"^[^=]+=.*$", max_length=400, description="`key=value`.")
     ] = None,
+    name: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="Only jobs whose name contains this (any case)."),
+    ] = None,
 ) -> Response[JobListOut]:
     owner = current_owner(request)
     wanted_tag = None if tag is None else tuple(tag.split("=", 1))
-    page = jobs().list(owner, JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag))  # type: ignore[arg-type]
+    query = JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag, name=name)  # type: ignore[arg-type]
+    page = jobs().list(owner, query)
     return json_response(JobListOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_cursor))
 
 
@@ -731,6 +737,34 @@ def list_failed_runs(
 )
 def health() -> Response[HealthOut]:
     return json_response(HealthOut())
+
+
+@router.get("/ui", include_in_schema=False)
+def console_page() -> Response[str]:
+    """The web console: one page that calls this API from the browser with the caller's token."""
+    return _console_file("index.html")
+
+
+@router.get("/ui/<name>", include_in_schema=False)
+def console_file(name: str) -> Response[Any]:
+    if name == "config.json":
+        settings = components().settings
+        dashboard = None
+        if settings.dashboard_name:
+            dashboard = (
+                f"https://{settings.region}.console.aws.amazon.com/cloudwatch/home?region={settings.region}"
+                f"#dashboards:name={settings.dashboard_name}"
+            )
+        body = {"auth": settings.caller_auth, "local": settings.mode == "local", "dashboard_url": dashboard}
+        return Response(200, "application/json", body=json.dumps(body), headers=dict(ui.SECURITY_HEADERS))
+    return _console_file(name)
+
+
+def _console_file(name: str) -> Response[Any]:
+    text = ui.asset(name)
+    if text is None:
+        raise ApiProblem(HTTPStatus.NOT_FOUND, f"/ui/{name} is not part of the console")
+    return Response(200, ui.ASSETS[name], body=text, headers=dict(ui.SECURITY_HEADERS))
 
 
 @router.get("/openapi.json", include_in_schema=False)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -48,15 +49,29 @@ class LocalContext:
         return 30_000
 
 
+HEALTH_PATH = "/ui/health.json"
+
+
 class HttpApiApp:
     """WSGI app: request -> API Gateway v2 event -> handler -> response."""
 
-    def __init__(self, handler: Handler, tokens: Mapping[str, str], clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        tokens: Mapping[str, str],
+        clock: Clock | None = None,
+        health_file: Path | None = None,
+    ) -> None:
         self._handler = handler
         self._tokens = dict(tokens)
         self._clock = clock or SystemClock()  # only for the event's request time, as API Gateway stamps it
+        # The runtime's status for the console's health page (no Lambda has it: in AWS the page links to
+        # the CloudWatch dashboard instead).
+        self._health_file = health_file
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == HEALTH_PATH and self._health_file is not None:
+            return self._health(environ, start_response)
         response = self._handler(self.event_for(environ), LocalContext(aws_request_id=str(uuid.uuid4())))
         status = int(response.get("statusCode", 200))
         headers = [(str(k), str(v)) for k, v in (response.get("headers") or {}).items()]
@@ -71,6 +86,23 @@ class HttpApiApp:
             phrase = "Unknown"
         start_response(f"{status} {phrase}", headers)
         return [body]
+
+    def _health(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        """The whole instance's counters (no job or run of anyone): for any caller with a token."""
+        if self.owner_for(environ.get("HTTP_AUTHORIZATION")) is None:
+            status, body = "401 Unauthorized", {"type": "about:blank", "title": "Unauthorized", "status": 401}
+        else:
+            try:
+                assert self._health_file is not None
+                status, body = "200 OK", json.loads(self._health_file.read_text())
+            except (OSError, ValueError):
+                status = "503 Service Unavailable"
+                body = {"type": "about:blank", "title": "Service Unavailable", "status": 503,
+                        "detail": "the runtime has not written its status yet"}  # fmt: skip
+        raw = json.dumps(body).encode()
+        kind = "application/json" if status.startswith("200") else "application/problem+json"
+        start_response(status, [("Content-Type", kind), ("Content-Length", str(len(raw)))])
+        return [raw]
 
     def owner_for(self, authorization: str | None) -> str | None:
         if not authorization:

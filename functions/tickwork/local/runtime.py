@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +49,8 @@ logger = logging.getLogger("tickwork.local")
 
 ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
 ENGINES = ("sqlite", "emulator")
+HEALTH_FILE = "health.json"  # in the run dir: the console's health page (see _write_health)
+HEALTH_WINDOW_SECONDS = 60.0
 DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
 # Each role's SQLite durability (adapters/sqlite/db.py). The API acknowledges job writes to users: each is
 # on disk before it answers. The ticker, executor and sweeper keep run bookkeeping, whose lost tail after a
@@ -105,6 +108,7 @@ class LocalRuntime:
         self._db: Database | None = None
         self._stop = threading.Event()
         self.run_dir = config.state_dir / "run"
+        self._history: deque[tuple[float, dict[str, Any]]] = deque()
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -337,6 +341,31 @@ class LocalRuntime:
 
     # --- status ------------------------------------------------------------------------------------
 
+    def _write_health(self, status: dict[str, Any]) -> None:
+        """The status as the web console's health page reads it (run/health.json, through the local API):
+        the counters, runs a minute by outcome over the last minute, runs in flight against the cap."""
+        now = time.time()
+        self._history.append((now, status))
+        while len(self._history) > 1 and now - self._history[0][0] > HEALTH_WINDOW_SECONDS:
+            self._history.popleft()
+        then, before = self._history[0]
+        minutes = max((now - then) / 60, 1 / 60)
+        per_minute = {
+            name: round((status[name] - before[name]) / minutes, 1)
+            for name in ("planned", "succeeded", "failed", "retries")
+        }
+        health = {
+            **status,
+            "at": now,
+            "cap": self.config.concurrency_cap,
+            "per_minute": per_minute,
+            "window_seconds": round(now - then, 1),
+        }
+        path = self.run_dir / HEALTH_FILE
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(health))
+        os.replace(temporary, path)
+
     def status(self) -> dict[str, Any]:
         summary = summarize(read_snapshots(self.run_dir))
         counts = summary["counts"]
@@ -380,6 +409,7 @@ class LocalRuntime:
 
     def status_line(self) -> str:
         s = self.status()
+        self._write_health(s)
 
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value:.0f} ms"

@@ -257,6 +257,7 @@ class JobQuery:
     cursor: str | None = None
     state: JobState | None = None
     tag: tuple[str, str] | None = None  # key, value
+    name: str | None = None  # jobs whose name contains this, ignoring case
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +416,8 @@ class JobService:
         return job
 
     def list(self, owner: str, query: JobQuery) -> JobPage:
-        """The owner's jobs in id order, optionally only those in `state` or carrying `tag`."""
+        """The owner's jobs in id order, optionally only those in `state`, carrying `tag`, or whose name
+        contains `name` (ignoring case)."""
         if not 1 <= query.limit <= MAX_PAGE_SIZE:
             raise ValidationError("limit", f"must be 1-{MAX_PAGE_SIZE}")
         scope = f"jobs\0{owner}"
@@ -635,5 +637,7 @@ def _check_version(job: Job, if_match: int | None) -> None:
 
 def _matches(job: Job, query: JobQuery) -> bool:
     if query.state is not None and job.state is not query.state:
+        return False
+    if query.name is not None and query.name.casefold() not in job.name.casefold():
         return False
     return query.tag is None or job.tags.get(query.tag[0]) == query.tag[1]

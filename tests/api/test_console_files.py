@@ -1,0 +1,35 @@
+"""The web console's files, served by the API handler at /ui without credentials (they carry no data)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.api.conftest import Api
+
+
+def test_the_console_page_script_and_style_are_served_with_a_strict_policy(call: Api) -> None:
+    page = call("GET", "/ui", owner=None)
+    assert page.status == 200 and page.content_type.startswith("text/html")
+    assert '<script src="/ui/app.js" defer></script>' in page.body
+    policy = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe" not in policy
+    script = call("GET", "/ui/app.js", owner=None)
+    assert script.status == 200 and script.content_type.startswith("text/javascript")
+    assert "function render" in script.body
+    style = call("GET", "/ui/app.css", owner=None)
+    assert style.status == 200 and style.content_type.startswith("text/css")
+
+
+def test_the_console_config_says_how_callers_sign_in(call: Api) -> None:
+    config = call("GET", "/ui/config.json", owner=None)
+    assert config.status == 200
+    body = config.body if isinstance(config.body, dict) else json.loads(config.body)
+    # The test components run in local mode: bearer tokens, and no dashboard.
+    assert body == {"auth": "bearer", "local": True, "dashboard_url": None}
+
+
+def test_nothing_else_in_the_package_is_reachable_under_ui(call: Api) -> None:
+    for name in ("__init__.py", "..%2F__init__.py", "static", "nope.js"):
+        answer = call("GET", f"/ui/{name}", owner=None)
+        assert answer.status == 404, (name, answer.status)
+        assert answer.content_type.startswith("application/problem+json")

@@ -1,0 +1,337 @@
+"""The web console in a real headless Chromium (Debian's chromium + chromedriver, installed by `make
+install`), against a running `tickwork local`: create a job with its live preview, pause and resume it, run
+it now and watch the run succeed, see a field error for an invalid expression, and a second owner sees none
+of the first owner's jobs. Each page's screenshot is written to docs/ by this run."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.local.harness import TOKEN, Supervisor, Target, api_call, free_port, wait_until
+
+selenium = pytest.importorskip(
+    "selenium", reason="selenium is missing: `make install` installs the dev extra"
+)
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "docs" / "console"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+OTHER_TOKEN = "other-token"
+FIRES = "//h2[.='Next 10 fires']/following-sibling::table[1]/tbody/tr"
+
+pytestmark = pytest.mark.skipif(
+    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
+    reason="Debian's chromium and chromium-driver are missing: `make install` installs them",
+)
+
+
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+    supervisor = Supervisor(
+        tmp_path_factory.mktemp("tickwork-console"), "--engine", "sqlite", "--token", f"{OTHER_TOKEN}=other"
+    )
+    try:
+        supervisor.start()
+        yield supervisor
+    finally:
+        supervisor.cleanup()
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    t = Target()
+    t.start()
+    yield t
+    t.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, port=free_port()))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def until(what: str, condition: Callable[[], Any], timeout: float = 20) -> None:
+    def holds() -> bool:
+        try:
+            return bool(condition())
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False  # not rendered yet, or re-rendered under us: look again
+
+    wait_until(what, holds, timeout, step=0.2)
+
+
+def find(browser: WebDriver, css: str) -> WebElement:
+    return browser.find_element(By.CSS_SELECTOR, css)
+
+
+def button(browser: WebDriver, text: str) -> WebElement:
+    return browser.find_element(By.XPATH, f"//button[normalize-space()='{text}']")
+
+
+def shot(browser: WebDriver, name: str) -> None:
+    """The whole page, not only the first screen (Chromium's DevTools capture beyond the viewport)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    data = browser.execute_cdp_cmd(  # type: ignore[attr-defined]
+        "Page.captureScreenshot",
+        {"format": "png", "captureBeyondViewport": True,
+         "clip": {"x": 0, "y": 0, "width": 1280, "height": max(height, 600), "scale": 1}},
+    )  # fmt: skip
+    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(data["data"]))
+
+
+def sign_in(browser: WebDriver, instance: Supervisor, token: str) -> None:
+    # A fresh page load with no stored token: whoever signed in before is forgotten.
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/signin")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    until("the sign-in form", lambda: find(browser, "#token"))
+    find(browser, "#token").send_keys(token)
+    button(browser, "Sign in").click()
+    until("the jobs page", lambda: find(browser, "h1").text == "Jobs")
+
+
+def tab_to(browser: WebDriver, text: str, limit: int = 40) -> bool:
+    """Press Tab until the focused element's text is `text` (at most `limit` times)."""
+    for _ in range(limit):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        if browser.execute_script("return document.activeElement.textContent.trim()") == text:
+            return True
+    return False
+
+
+def every_input_has_a_label(browser: WebDriver) -> list[str]:
+    unlabelled = []
+    for element in browser.find_elements(By.CSS_SELECTOR, "input, select"):
+        element_id = element.get_attribute("id")
+        if not element_id or not browser.find_elements(By.CSS_SELECTOR, f"label[for='{element_id}']"):
+            unlabelled.append(element.get_attribute("outerHTML") or "")
+    return unlabelled
+
+
+def test_a_job_created_previewed_paused_resumed_and_run_in_the_console(
+    browser: WebDriver, instance: Supervisor, target: Target
+) -> None:
+    sign_in(browser, instance, TOKEN)
+    browser.find_element(By.LINK_TEXT, "New job").click()
+    until("the new-job form", lambda: find(browser, "#expression"))
+    find(browser, "#name").send_keys("console nightly")
+    find(browser, "#expression").send_keys("30 2 * * *")
+    find(browser, "#timezone").clear()
+    find(browser, "#timezone").send_keys("Europe/Berlin")
+    find(browser, "#url").send_keys(f"{target.url}/console")
+    until("the live preview", lambda: len(browser.find_elements(By.CSS_SELECTOR, "#preview li")) == 5)
+    assert "every day at 02:30" in find(browser, "#preview").text
+    assert every_input_has_a_label(browser) == []
+    shot(browser, "new-job")
+    button(browser, "Create job").click()
+    until("the job's page", lambda: find(browser, "h1").text == "console nightly")
+    until(
+        "the next 10 fires",
+        lambda: (
+            len(
+                browser.find_elements(
+                    By.XPATH, "//h2[.='Next 10 fires']/following-sibling::table[1]/tbody/tr"
+                )
+            )
+            == 10
+        ),
+    )
+    job_url = browser.current_url
+
+    button(browser, "Pause").click()
+    until("the job paused", lambda: find(browser, "dl.def .state").text == "paused")
+    button(browser, "Resume").click()
+    until("the job active again", lambda: find(browser, "dl.def .state").text == "active")
+
+    button(browser, "Run now").click()
+    until("the run now listed", lambda: "manual" in find(browser, "#runs").text, timeout=20)
+    until("the run to succeed", lambda: "succeeded" in find(browser, "#runs tbody").text, timeout=45)
+    assert any(call["path"] == "/console" for call in target.calls), target.calls
+    # A second run gives the start-delay and duration chart its two points.
+    until("Run now ready again", lambda: button(browser, "Run now").is_enabled())
+    button(browser, "Run now").click()
+    until(
+        "two runs succeeded",
+        lambda: find(browser, "#runs tbody").text.count("succeeded") == 2,
+        timeout=45,
+    )
+    until("the chart", lambda: browser.find_elements(By.CSS_SELECTOR, "svg.chart polyline"))
+    shot(browser, "job")
+
+    browser.find_element(By.CSS_SELECTOR, "#runs tbody a").click()
+    until("the run's timeline", lambda: "attempt 1" in find(browser, ".timeline").text)
+    assert "succeeded" in find(browser, "dl.def").text
+    shot(browser, "run")
+
+    browser.get(job_url)
+    until("the edit form", lambda: find(browser, "#expression").get_attribute("value") == "30 2 * * *")
+    expression = find(browser, "#expression")
+    expression.clear()
+    expression.send_keys("61 * * * *")
+    until("the field error", lambda: "61" in find(browser, "#expression-error").text)
+    assert expression.get_attribute("aria-invalid") == "true"
+    assert button(browser, "Save schedule").get_attribute("disabled") is not None
+    shot(browser, "invalid-expression")
+
+    browser.find_element(By.LINK_TEXT, "Jobs").click()
+    until("the job in the list", lambda: "console nightly" in find(browser, "main table").text)
+    assert find(browser, "nav a[aria-current='page']").text == "Jobs"
+    shot(browser, "jobs")
+
+
+def test_failed_runs_and_health(browser: WebDriver, instance: Supervisor) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/"
+    status, job = instance.call(
+        "POST",
+        "/jobs",
+        {
+            "name": "console failing",
+            "schedule": {"expression": "0 4 * * *"},
+            "target": {"kind": "http", "config": {"url": closed}},
+            "policies": {"retry": {"max_attempts": 1}},
+        },
+    )
+    assert status == 201, job
+    status, run = instance.call("POST", f"/jobs/{job['id']}/runs")
+    assert status == 201, run
+    wait_until(
+        "the run to fail",
+        lambda: instance.call("GET", f"/jobs/{job['id']}/runs/{run['id']}")[1]["state"] == "failed",
+        30,
+    )
+    sign_in(browser, instance, TOKEN)
+    browser.find_element(By.LINK_TEXT, "Failed runs").click()
+    until("the failed run listed", lambda: run["id"] in find(browser, "main").text)
+    shot(browser, "failed-runs")
+    # By keyboard alone: Tab reaches the skip link, then the run's link; Enter opens it, and Enter on the
+    # focused Retry button retries.
+    assert tab_to(browser, "Skip to content"), "the skip link is not reachable by Tab"
+    assert tab_to(browser, run["id"]), "the failed run's link is not reachable by Tab"
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    until("the run page", lambda: button(browser, "Retry"))
+    assert tab_to(browser, "Retry"), "Retry is not reachable by Tab"
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    until("the retry", lambda: "Retry started" in find(browser, "#status").text)
+
+    browser.find_element(By.LINK_TEXT, "Health").click()
+    until("the health cards", lambda: "Runs in flight" in find(browser, "main").text, timeout=30)
+    in_flight = find(browser, "main .grid .card").text.splitlines()
+    assert in_flight[0] == "Runs in flight" and re.fullmatch(r"\d+ / 200", in_flight[1]), in_flight
+    shot(browser, "health")
+
+
+def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, instance: Supervisor) -> None:
+    status, job = instance.call(
+        "POST",
+        "/jobs",
+        {"name": "only mine", "schedule": {"expression": "0 5 * * *"},
+         "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
+    )  # fmt: skip
+    assert status == 201, job
+    sign_in(browser, instance, OTHER_TOKEN)
+    until("the empty list", lambda: "No jobs here yet." in find(browser, "main").text)
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs/{job['id']}")
+    until("not found", lambda: find(browser, "h1").text == "Not found")
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/failed")
+    until("no failed runs", lambda: "Nothing failed" in find(browser, "main").text)
+
+    # A page at a time, and the name search, over the second owner's own 25 jobs.
+    for i in range(25):
+        status, _ = api_call(instance.port, OTHER_TOKEN, "POST", "/jobs", {
+            "name": f"paged-{i:02d}", "schedule": {"expression": "0 6 * * *"},
+            "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}})  # fmt: skip
+        assert status == 201
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs?state=active")
+    rows = "main table tbody tr"
+    until("the first page", lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 20)
+    first_page = find(browser, "main table tbody").text
+    assert "only mine" not in first_page
+    button(browser, "Next page").click()
+    until("the second page", lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 5)
+    assert not browser.find_elements(By.XPATH, "//button[normalize-space()='Next page']")
+    button(browser, "Previous page").click()
+    until("the first page again", lambda: find(browser, "main table tbody").text == first_page)
+    find(browser, "#filter-name").send_keys("PAGED-1")
+    button(browser, "Filter").click()
+    until("the search", lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 10)
+    names = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, rows)]
+    assert sorted(names) == [f"paged-{i}" for i in range(10, 20)], names  # in id order
+
+    button(browser, "Sign out").click()
+    until("the sign-in form", lambda: find(browser, "#token"))
+    shot(browser, "sign-in")
+
+
+def test_the_next_fires_mark_dst_transitions(browser: WebDriver, instance: Supervisor) -> None:
+    # Ten Sundays of March hold a last Sunday (Europe's spring-forward day: 02:30 does not exist); ten of
+    # October hold a fall-back day (02:30 happens twice). Whatever today is.
+    marks = {"30 2 * 3 0": "shifted by a DST gap", "30 2 * 10 0": "in a repeated DST hour"}
+    sign_in(browser, instance, TOKEN)
+    for expression, mark in marks.items():
+        status, job = instance.call(
+            "POST",
+            "/jobs",
+            {"name": f"dst {expression}",
+             "schedule": {"expression": expression, "timezone": "Europe/Berlin"},
+             "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
+        )  # fmt: skip
+        assert status == 201, job
+        browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs/{job['id']}")
+        name = job["name"]
+        until("the job's page", lambda: find(browser, "h1").text == name)  # noqa: B023 (called at once)
+        until("the next 10 fires", lambda: len(browser.find_elements(By.XPATH, FIRES)) == 10)
+        rows = [row.text for row in browser.find_elements(By.XPATH, FIRES)]
+        marked = [row for row in rows if mark in row]
+        assert len(marked) in (1, 2), rows  # one transition a year; ten fires span at most two years
+        if mark.startswith("shifted"):
+            assert all("T03:00:00+02:00" in row for row in marked), marked  # moved out of the gap
+        else:
+            assert all("T02:30:00+02:00" in row for row in marked), marked  # the first 02:30 (dst_repeat)
+    shot(browser, "dst")
+
+    # Someone else changes the job behind the open page: the page's If-Match fails and says so (412).
+    status, changed = instance.call("PATCH", f"/jobs/{job['id']}", {"name": "renamed elsewhere"})
+    assert status == 200, changed
+    button(browser, "Pause").click()
+    until("the 412 explained", lambda: "Someone else changed this job" in find(browser, "#status").text)
+    assert instance.call("GET", f"/jobs/{job['id']}")[1]["state"] == "active"
