@@ -14,7 +14,7 @@ from infra.constructs.bundling import LAMBDA_TARGET, emulator_target, lambda_cod
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.executor import ExecutorFunction, size_executor
 from infra.constructs.functions import FunctionFactory, retention
-from infra.constructs.observability import Monitored, Observability
+from infra.constructs.observability import Monitored, Observability, dashboard_name
 from infra.constructs.scheduler import Scheduler
 from infra.constructs.signing import SigningSecret
 from infra.constructs.storage import Storage
@@ -126,7 +126,7 @@ class TickworkStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.api.url)
         CfnOutput(self, "SigningSecretArn", value=self.signing.secret.secret_arn)
         CfnOutput(self, "AlarmTopicArn", value=self.observability.topic.topic_arn)
-        CfnOutput(self, "DashboardName", value=f"{config.prefix}-scheduler")
+        CfnOutput(self, "DashboardName", value=dashboard_name(config.prefix))
 
     def _environment(self) -> dict[str, str]:
         """What `tickwork.settings.Settings.from_env` reads; validated by the functions at cold start."""
@@ -142,7 +142,7 @@ class TickworkStack(Stack):
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
-            "TICKWORK_DASHBOARD_NAME": f"{c.prefix}-scheduler",
+            "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),
             "POWERTOOLS_SERVICE_NAME": c.prefix,
             "POWERTOOLS_METRICS_NAMESPACE": "Tickwork",
             "POWERTOOLS_LOG_LEVEL": "INFO",

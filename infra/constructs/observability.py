@@ -29,6 +29,13 @@ MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
 TICKER_LAG_LIMIT_SECONDS = 120
 MAX_METRICS_PER_ALARM = 10  # CloudWatch's limit for one metric-math alarm
+
+
+def dashboard_name(prefix: str) -> str:
+    """The stack's dashboard: its name is an output, and the web console links to it."""
+    return f"{prefix}-scheduler"
+
+
 EXECUTOR_DURATION_LIMIT = 0.8  # of the executor's timeout: a batch that long is close to being killed
 CONCURRENCY_LIMIT = 0.9  # of the executor's reserved concurrency: the cap is nearly full
 # The sweeper looks every minute and re-sends within seconds, so a run still overdue 15 minutes after its
@@ -134,7 +141,7 @@ class Observability(Construct):
         for alarm in self.alarms.values():
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)
-        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{prefix}-scheduler")
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name(prefix))
         self._dashboard(start_delay_objective_ms, oldest_message_age_seconds)
 
     # metrics -------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tests.api.conftest import Api
 
@@ -33,3 +34,20 @@ def test_nothing_else_in_the_package_is_reachable_under_ui(call: Api) -> None:
         answer = call("GET", f"/ui/{name}", owner=None)
         assert answer.status == 404, (name, answer.status)
         assert answer.content_type.startswith("application/problem+json")
+
+
+def test_in_aws_with_iam_the_config_says_iam_and_links_the_dashboard(call: Api) -> None:
+    # As the stack configures the API function (infra/stack.py): IAM unless a JWT issuer is set.
+    aws = {"mode": "aws", "api_auth": "iam", "dashboard_name": "tickwork-scheduler", "region": "eu-west-1"}
+    call.parts.settings = replace(call.parts.settings, **aws)
+    config = call("GET", "/ui/config.json", owner=None)
+    body = config.body if isinstance(config.body, dict) else json.loads(config.body)
+    assert body == {
+        "auth": "iam",
+        "local": False,
+        "dashboard_url": "https://eu-west-1.console.aws.amazon.com/cloudwatch/home?region=eu-west-1"
+        "#dashboards:name=tickwork-scheduler",
+    }
+    # The page that reads it tells an IAM deployment's visitor how to enable the JWT authorizer.
+    script = call("GET", "/ui/app.js", owner=None).body
+    assert "deploy the stack with a JWT authorizer" in script

@@ -193,6 +193,15 @@ def test_environment_is_what_the_settings_accept(default: Synth) -> None:
     assert set(variables) >= {"TICKWORK_DLQ_URL", "TICKWORK_SIGNING_SECRET_ARN", "TICKWORK_ALLOWED_NETWORKS"}
 
 
+@pytest.mark.parametrize(("fixture", "auth"), [("default", "iam"), ("production", "jwt")])
+def test_the_api_tells_the_console_its_auth_and_dashboard(fixture: str, auth: str, request: Any) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    variables = _function(synth, "api")["Properties"]["Environment"]["Variables"]
+    assert variables["TICKWORK_API_AUTH"] == auth  # JWT exactly when a JWT issuer is configured
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    assert variables["TICKWORK_DASHBOARD_NAME"] == dashboard["Properties"]["DashboardName"]
+
+
 # executor ------------------------------------------------------------------------------------------------
 
 
