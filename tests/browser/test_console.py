@@ -108,7 +108,9 @@ def button(browser: WebDriver, text: str) -> WebElement:
 
 
 def shot(browser: WebDriver, name: str) -> None:
-    """The whole page, not only the first screen (Chromium's DevTools capture beyond the viewport)."""
+    """The whole page, not only the first screen (Chromium's DevTools capture beyond the viewport). Every
+    page shot is also checked for text below WCAG AA contrast."""
+    assert low_contrast_text(browser) == [], name
     SHOTS.mkdir(parents=True, exist_ok=True)
     height = int(browser.execute_script("return document.documentElement.scrollHeight"))
     data = browser.execute_cdp_cmd(  # type: ignore[attr-defined]
@@ -137,6 +139,40 @@ def tab_to(browser: WebDriver, text: str, limit: int = 40) -> bool:
         if browser.execute_script("return document.activeElement.textContent.trim()") == text:
             return True
     return False
+
+
+# WCAG 2 contrast of every visible text against its effective background: a list of what falls below AA
+# (4.5:1, or 3:1 for large text). Disabled controls are exempt, as WCAG exempts inactive components.
+LOW_CONTRAST_JS = """
+const channel = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+const rgba = (text) => (text.match(/[\\d.]+/g) || []).map(Number);
+const luminance = ([r, g, b]) => 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+const background = (element) => {
+  for (let e = element; e; e = e.parentElement) {
+    const c = rgba(getComputedStyle(e).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+  }
+  return [255, 255, 255];
+};
+const low = [];
+for (const element of document.querySelectorAll("body *")) {
+  const own = [...element.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  if (!own || !element.getClientRects().length || element.closest("[disabled], .skip")) continue;
+  const style = getComputedStyle(element);
+  if (style.visibility === "hidden") continue;
+  const [fg, bg] = [luminance(rgba(style.color).slice(0, 3)), luminance(background(element))];
+  const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+  const size = parseFloat(style.fontSize);
+  const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+  const what = `${element.tagName} "${element.textContent.trim().slice(0, 40)}"`;
+  if (ratio < (large ? 3 : 4.5)) low.push(`${what} ${ratio.toFixed(2)}`);
+}
+return low;
+"""
+
+
+def low_contrast_text(browser: WebDriver) -> list[str]:
+    return list(browser.execute_script(LOW_CONTRAST_JS))
 
 
 def every_input_has_a_label(browser: WebDriver) -> list[str]:
