@@ -268,9 +268,9 @@ class LocalTickwork:
 
 
 def http_job_spec(name: str, expression: str, url: str) -> Any:
+    from tickwork.domain.jobs import JobSpec
     from tickwork.domain.models import Target as JobTarget
     from tickwork.domain.schedule import parse_schedule
-    from tickwork.services.jobs import JobSpec
 
     return JobSpec(
         name=name,

@@ -104,7 +104,7 @@ def main() -> None:
     job_after = job.advanced_to(next_fire_after(schedule, job.next_fire_at))
     running = claimed(run, job, worker="executor-1f2e3d4c", now=run.due_at + timedelta(milliseconds=180))
     ok = TargetResult(ok=True, retryable=False, status="200", latency_ms=84, detail='{"status":"accepted"}')
-    finished = after_attempt(running, job.retry, ok, now=running.started_at or NOW, rng=Random(1))
+    finished = after_attempt(running, job.policies.retry, ok, now=running.started_at or NOW, rng=Random(1))
     assert finished.state is RunState.SUCCEEDED
 
     steps = [
@@ -146,12 +146,12 @@ def requests_costs(job: Job, running: Run, ok: TargetResult) -> None:
     put_run = write(RUNS, None, run_to_item(manual), True)
     put_record = write(REQUESTS, None, request_to_item(record), True)
     bad = TargetResult(ok=False, retryable=False, status="400", latency_ms=84, detail='{"error":"bad"}')
-    failed = after_attempt(running, job.retry, bad, now=running.started_at or NOW, rng=Random(1))
+    failed = after_attempt(running, job.policies.retry, bad, now=running.started_at or NOW, rng=Random(1))
     fail = write(RUNS, run_to_item(running), run_to_item(failed), False)
     succeed = write(
         RUNS,
         run_to_item(running),
-        run_to_item(after_attempt(running, job.retry, ok, now=NOW, rng=Random(1))),
+        run_to_item(after_attempt(running, job.policies.retry, ok, now=NOW, rng=Random(1))),
         False,
     )
     again = retried(failed, job, now=NOW)

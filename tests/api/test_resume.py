@@ -13,10 +13,11 @@ from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.models import MissedFirePolicy, RunState, Target, Trigger
+from tickwork.domain.jobs import JobSpec
+from tickwork.domain.models import MissedFirePolicy, Policies, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 
 PAUSED_FIRES = [datetime(2026, 12, 2, 12, minute, tzinfo=UTC) for minute in (5, 10, 15, 20, 25, 30)]
@@ -61,7 +62,7 @@ def test_paused_fires_follow_the_missed_fire_policy_through_the_next_tick(
         name="j",
         schedule=parse_schedule("*/5 * * * *"),
         target=Target("http", {"url": "https://example.com/"}),
-        missed_fire=policy,
+        policies=Policies(missed_fire=policy),
     )
     job = service.create("alice", spec)
     clock.set(at("2026-12-02T12:01:00"))
@@ -163,7 +164,7 @@ def test_resume_does_not_promise_runs_for_fires_cancelled_during_the_pause(
         name="j",
         schedule=parse_schedule("*/5 * * * *"),
         target=Target("http", {"url": "https://example.com/"}),
-        missed_fire=MissedFirePolicy.RUN_ALL,
+        policies=Policies(missed_fire=MissedFirePolicy.RUN_ALL),
     )
     clock.set(at("2026-12-02T12:03:30"))
     job = service.create("alice", spec)  # plans 12:05 itself (inside its lookahead)

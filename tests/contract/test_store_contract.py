@@ -34,7 +34,17 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.execution import Claim, claimed, is_own_write, lease_until, rewritten_views, view_for
-from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Standing, Target, Trigger
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    OverlapPolicy,
+    Policies,
+    Run,
+    RunState,
+    Standing,
+    Target,
+    Trigger,
+)
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
 from tickwork.resources import ResourceNames
@@ -160,7 +170,7 @@ def test_watermarks_only_move_forward(backend: Backend) -> None:
 
 
 def test_replace_job_is_conditional_and_keeps_the_overlap_slot(backend: Backend) -> None:
-    store, job = backend.store, a_job(overlap=OverlapPolicy.SKIP)
+    store, job = backend.store, a_job(policies=Policies(overlap=OverlapPolicy.SKIP))
     store.create_job(job, ())
     run = a_run(job)
     store.commit_plan(job, [run], FIRE + timedelta(minutes=5))
@@ -214,7 +224,7 @@ def test_a_refused_write_returns_the_stored_run_so_a_lost_response_is_recognised
         other.value.current, claimed(run, job, worker="b#2", now=FIRE)
     )
 
-    exclusive = replace(job, job_id="job_exclusive", overlap=OverlapPolicy.SKIP)
+    exclusive = replace(job, job_id="job_exclusive", policies=Policies(overlap=OverlapPolicy.SKIP))
     store.create_job(exclusive, [a_run(exclusive)])
     queued_run = a_run(exclusive)
     held = claimed(queued_run, exclusive, worker="a#3", now=FIRE)

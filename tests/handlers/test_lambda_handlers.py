@@ -15,10 +15,11 @@ import pytest
 from tests.conftest import build_components
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import RunState, Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.handlers import executor, runtime, sweeper, ticker
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 

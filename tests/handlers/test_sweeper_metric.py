@@ -11,10 +11,11 @@ import pytest
 from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.handlers import sweeper
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 
 __all__ = ["deployed", "receiver"]  # fixtures used here
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)

@@ -46,12 +46,12 @@ from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Run, RunState
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import validate_target
 from tickwork.handlers import executor, runtime, sweeper, ticker
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import JobSpec
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

@@ -13,10 +13,12 @@ from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import VIEW_TRUST_WINDOW, claimed
+from tickwork.domain.jobs import JobPatch, JobSpec, SchedulePatch
 from tickwork.domain.models import (
     VIEW_TARGET_MAX_BYTES,
     JobState,
     OverlapPolicy,
+    Policies,
     RetryPolicy,
     Run,
     RunState,
@@ -25,7 +27,7 @@ from tickwork.domain.models import (
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
-from tickwork.services.jobs import JobPatch, JobService, JobServiceConfig, JobSpec, SchedulePatch
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
 
@@ -46,6 +48,9 @@ class NoDeadLetters:
         self.deleted.append(receipt)
 
 
+RETRY = RetryPolicy(max_attempts=3, backoff_base_seconds=10, backoff_max_seconds=60)
+
+
 class World:
     """One scheduler on moto: a planned run of a `*/5` job at 12:05 and the parts that act on it."""
 
@@ -60,7 +65,7 @@ class World:
             "name": "job",
             "schedule": parse_schedule("*/5 * * * *"),
             "target": HTTP,
-            "retry": RetryPolicy(max_attempts=3, backoff_base_seconds=10, backoff_max_seconds=60),
+            "policies": Policies(retry=RETRY),
         }
         self.job = self.jobs.create("alice", JobSpec(**{**defaults, **spec}))
         Planner(store, self.dispatcher, clock).plan(self.job.shard, FIRE - timedelta(seconds=110))
@@ -360,7 +365,12 @@ def test_a_retry_of_a_run_whose_job_changed_while_it_ran_reads_the_job(world: Wo
 
 def _overlapping(store: DynamoStore, clock: FakeClock, policy: OverlapPolicy) -> tuple[World, list[Outcome]]:
     """Three runs of one job fall due while the first is still running."""
-    world = World(store, clock, schedule=parse_schedule("*/10 * * * * *"), overlap=policy)
+    world = World(
+        store,
+        clock,
+        schedule=parse_schedule("*/10 * * * * *"),
+        policies=Policies(overlap=policy, retry=RETRY),
+    )
     messages = sorted((RunMessage.for_run(r) for r in world.dispatcher.sent), key=lambda m: m.scheduled_for)
     world.clock.set(messages[2].not_before)
     outcomes: list[Outcome] = []

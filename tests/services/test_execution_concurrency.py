@@ -22,11 +22,12 @@ from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.clock import FakeClock, SystemClock
 from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Run, RunState, Target
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 
 
 def plan_runs(store: Any, target: Target, jobs: int) -> list[Run]:

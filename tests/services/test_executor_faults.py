@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from tests.fakes import CrashError, failure
-from tests.services.test_executing import FIRE, World
+from tests.services.test_executing import FIRE, RETRY, World
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import Claim, claimed, is_own_write
-from tickwork.domain.models import Job, OverlapPolicy, Run, RunState
+from tickwork.domain.models import Job, OverlapPolicy, Policies, Run, RunState
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 from tickwork.services.retrying import retrying
 
@@ -150,7 +150,7 @@ def test_a_claim_whose_response_was_lost_is_recognised_and_the_target_is_called(
 def test_an_exclusive_claim_whose_response_was_lost_is_recognised(
     store: DynamoStore, clock: FakeClock
 ) -> None:
-    world = World(store, clock, overlap=OverlapPolicy.SKIP)
+    world = World(store, clock, policies=Policies(overlap=OverlapPolicy.SKIP, retry=RETRY))
     flaky = FlakyRunStore(world.store)
     flaky.lose_responses = 1
 

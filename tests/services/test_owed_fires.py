@@ -8,9 +8,10 @@ from itertools import pairwise
 from tests.fakes import FaultyPlanStore, RecordingDispatcher
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobPatch, JobSpec, SchedulePatch
 from tickwork.domain.models import Job, Target
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobPatch, JobService, JobServiceConfig, JobSpec, SchedulePatch
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 
 

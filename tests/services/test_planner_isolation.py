@@ -11,9 +11,10 @@ from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import delay_seconds
 from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Job, Run
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 
 TICK = at("2026-12-02T12:03:10")  # plans fires up to 12:05:10 (lookahead 120 s)

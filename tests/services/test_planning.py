@@ -12,9 +12,10 @@ from tests.conftest import ANCHOR
 from tests.fakes import CrashError, FaultyPlanStore, RecordingDispatcher
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.models import Job, JobState, MissedFirePolicy, RunState, Target, Trigger
+from tickwork.domain.jobs import JobSpec
+from tickwork.domain.models import Job, JobState, MissedFirePolicy, Policies, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.services.retrying import retrying
 
@@ -229,7 +230,7 @@ def test_a_ticker_down_for_three_hours_catches_up_every_missed_fire_per_policy(
     expected_missed: int,
 ) -> None:
     dispatcher = RecordingDispatcher()
-    job = create(store, clock, dispatcher, "* * * * *", missed_fire=policy)
+    job = create(store, clock, dispatcher, "* * * * *", policies=Policies(missed_fire=policy))
     planner = Planner(store, dispatcher, clock)
     planner.plan(job.shard, at("2026-12-02T12:00:40"))  # plans 12:01 and 12:02 on time
     on_time = len(dispatcher.sent)

@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta
 from tests.conftest import ANCHOR, RacingEngine
 from tests.fakes import RecordingDispatcher
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Target, Trigger, split_run_id
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, TickReport
 from tickwork.services.requests import RunRequests
 

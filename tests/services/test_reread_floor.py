@@ -10,9 +10,10 @@ from tests.fakes import FaultyPlanStore, RecordingDispatcher
 from tests.services.test_planning import HTTP, at, run_times
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.planning import INDEX_LAG_ALLOWANCE_SECONDS, MIN_REREAD_SECONDS
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig, JobSpec
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.settings import Settings, SettingsError
 

@@ -18,18 +18,12 @@ from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import NotFoundError, ValidationError
-from tickwork.domain.models import Job, OverlapPolicy, RetryPolicy, Run, RunState, Target, Trigger
+from tickwork.domain.jobs import JobPatch, JobSpec, SchedulePatch
+from tickwork.domain.models import Job, OverlapPolicy, Policies, RetryPolicy, Run, RunState, Target, Trigger
 from tickwork.domain.requests import MAX_BACKFILL_FIRES, BackfillWindow, JobPausedError, RunNotRetryableError
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import (
-    IdempotencyKeyReusedError,
-    JobPatch,
-    JobService,
-    JobServiceConfig,
-    JobSpec,
-    SchedulePatch,
-)
+from tickwork.services.jobs import IdempotencyKeyReusedError, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.requests import RunRequests
 from tickwork.services.runs import RunService
@@ -176,7 +170,7 @@ def test_a_delete_after_a_run_now_cancels_it(world: World) -> None:
 
 
 def test_a_run_now_respects_the_overlap_policy(world: World) -> None:
-    job = world.job(overlap=OverlapPolicy.SKIP)
+    job = world.job(policies=Policies(overlap=OverlapPolicy.SKIP))
     first = world.requests.run_now(ALICE, job.job_id).runs[0]
     second = world.requests.run_now(ALICE, job.job_id).runs[0]
 
@@ -200,7 +194,7 @@ def _failed_run(world: World, job: Job) -> Run:
 
 
 def test_retry_starts_the_next_attempt_of_a_failed_run_and_keeps_the_earlier_ones(world: World) -> None:
-    job = world.job(retry=RetryPolicy(max_attempts=1))
+    job = world.job(policies=Policies(retry=RetryPolicy(max_attempts=1)))
     failed = _failed_run(world, job)
     world.clock.advance(60)
     result = world.requests.retry(ALICE, job.job_id, failed.run_id)
@@ -234,7 +228,7 @@ def test_retry_of_a_run_that_is_not_failed_or_cancelled_is_refused(world: World)
 
 
 def test_a_retry_sent_twice_with_a_key_retries_once(world: World) -> None:
-    job = world.job(retry=RetryPolicy(max_attempts=1))
+    job = world.job(policies=Policies(retry=RetryPolicy(max_attempts=1)))
     failed = _failed_run(world, job)
     first = world.requests.retry(ALICE, job.job_id, failed.run_id, idempotency_key="r-1")
     again = world.requests.retry(ALICE, job.job_id, failed.run_id, idempotency_key="r-1")
@@ -323,12 +317,12 @@ def test_a_backfill_larger_than_one_transaction_is_written_in_chunks(world: Worl
 
 
 def test_failed_runs_across_jobs_newest_first_a_page_at_a_time_and_only_the_callers(world: World) -> None:
-    jobs = [world.job(retry=RetryPolicy(max_attempts=1)) for _ in range(2)]
+    jobs = [world.job(policies=Policies(retry=RetryPolicy(max_attempts=1))) for _ in range(2)]
     failed = []
     for i in range(5):
         world.clock.advance(10)
         failed.append(_failed_run(world, jobs[i % 2]))
-    bobs = world.job(owner=BOB, retry=RetryPolicy(max_attempts=1))
+    bobs = world.job(owner=BOB, policies=Policies(retry=RetryPolicy(max_attempts=1)))
     world.invoker.results = [failure(retryable=False)]
     world.execute(world.requests.run_now(BOB, bobs.job_id).runs[0])
 

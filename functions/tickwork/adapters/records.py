@@ -15,6 +15,7 @@ from tickwork.domain.models import (
     JobView,
     MissedFirePolicy,
     OverlapPolicy,
+    Policies,
     RetryPolicy,
     Run,
     RunState,
@@ -85,13 +86,10 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "paused_at": _opt_instant_ms(job.paused_at),
         "resumed_at": _opt_instant_ms(job.resumed_at),
         "due_floor": _opt_instant_ms(job.due_floor),
-        "overlap": str(job.overlap),
-        "missed_fire": str(job.missed_fire),
-        "retry": {
-            "max_attempts": job.retry.max_attempts,
-            "backoff_base_seconds": job.retry.backoff_base_seconds,
-            "backoff_max_seconds": job.retry.backoff_max_seconds,
-        },
+        # The policies stay top-level attributes of the item (their layout predates the value object).
+        "overlap": str(job.policies.overlap),
+        "missed_fire": str(job.policies.missed_fire),
+        "retry": retry_to_item(job.policies.retry),
         "timeout_seconds": job.timeout_seconds,
         "retention_days": job.retention_days,
         "run_requests": job.run_requests or None,
@@ -102,7 +100,6 @@ def job_to_item(job: Job) -> dict[str, Any]:
 
 
 def job_from_item(item: Mapping[str, Any]) -> Job:
-    retry = item.get("retry", {})
     target = item["target"]
     return Job(
         job_id=item["job_id"],
@@ -119,12 +116,10 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         paused_at=_opt_parse(item.get("paused_at")),
         resumed_at=_opt_parse(item.get("resumed_at")),
         due_floor=_opt_parse(item.get("due_floor")),
-        overlap=OverlapPolicy(item.get("overlap", "allow")),
-        missed_fire=MissedFirePolicy(item.get("missed_fire", "run_all")),
-        retry=RetryPolicy(
-            max_attempts=int(retry.get("max_attempts", 3)),
-            backoff_base_seconds=float(retry.get("backoff_base_seconds", 10.0)),
-            backoff_max_seconds=float(retry.get("backoff_max_seconds", 600.0)),
+        policies=Policies(
+            overlap=OverlapPolicy(item.get("overlap", OverlapPolicy.ALLOW)),
+            missed_fire=MissedFirePolicy(item.get("missed_fire", MissedFirePolicy.RUN_ALL)),
+            retry=retry_from_item(item.get("retry", {})),
         ),
         timeout_seconds=int(item.get("timeout_seconds", 60)),
         retention_days=int(item.get("retention_days", 30)),
@@ -172,29 +167,39 @@ def job_view_to_item(view: JobView) -> dict[str, Any]:
         if view.target is None
         else {"kind": view.target.kind, "config": dict(view.target.config)},
         "timeout_seconds": view.timeout_seconds,
-        "retry": {
-            "max_attempts": view.retry.max_attempts,
-            "backoff_base_seconds": view.retry.backoff_base_seconds,
-            "backoff_max_seconds": view.retry.backoff_max_seconds,
-        },
+        "retry": retry_to_item(view.retry),
         "overlap": str(view.overlap),
     }
     return {k: v for k, v in item.items() if v is not None}
 
 
 def job_view_from_item(item: Mapping[str, Any]) -> JobView:
-    retry, target = item["retry"], item.get("target")
+    target = item.get("target")
     return JobView(
         version=int(item["version"]),
         standing=Standing(item["standing"]),
         target=None if target is None else Target(kind=target["kind"], config=dict(target.get("config", {}))),
         timeout_seconds=int(item["timeout_seconds"]),
-        retry=RetryPolicy(
-            max_attempts=int(retry["max_attempts"]),
-            backoff_base_seconds=float(retry["backoff_base_seconds"]),
-            backoff_max_seconds=float(retry["backoff_max_seconds"]),
-        ),
+        retry=retry_from_item(item["retry"]),
         overlap=OverlapPolicy(item["overlap"]),
+    )
+
+
+def retry_to_item(retry: RetryPolicy) -> dict[str, Any]:
+    return {
+        "max_attempts": retry.max_attempts,
+        "backoff_base_seconds": retry.backoff_base_seconds,
+        "backoff_max_seconds": retry.backoff_max_seconds,
+    }
+
+
+def retry_from_item(item: Mapping[str, Any]) -> RetryPolicy:
+    """A stored retry policy; a field missing from an old item takes the policy's default."""
+    default = RetryPolicy()
+    return RetryPolicy(
+        max_attempts=int(item.get("max_attempts", default.max_attempts)),
+        backoff_base_seconds=float(item.get("backoff_base_seconds", default.backoff_base_seconds)),
+        backoff_max_seconds=float(item.get("backoff_max_seconds", default.backoff_max_seconds)),
     )
 
 

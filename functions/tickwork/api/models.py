@@ -23,11 +23,21 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from tickwork.domain.errors import ValidationError
+from tickwork.domain.jobs import (
+    UNSET,
+    JobPatch,
+    JobSpec,
+    PoliciesPatch,
+    RetryPatch,
+    SchedulePatch,
+    check_retry,
+)
 from tickwork.domain.models import (
     Job,
     JobState,
     MissedFirePolicy,
     OverlapPolicy,
+    Policies,
     RetryPolicy,
     Run,
     RunState,
@@ -53,16 +63,7 @@ from tickwork.domain.schedule import (
 )
 from tickwork.domain.targets import TARGET_KINDS, config_json_schemas, validate_target
 from tickwork.domain.text import forbidden_characters, text_pattern
-from tickwork.services.jobs import (
-    UNSET,
-    JobPatch,
-    JobSpec,
-    PausedFires,
-    RetryPatch,
-    SchedulePatch,
-    SchedulePreview,
-    check_retry,
-)
+from tickwork.services.jobs import PausedFires, SchedulePreview
 from tickwork.services.requests import BackfillResult
 
 # The executor Lambda stops at 900 s: a call must end, and its outcome be written, well inside that, or the
@@ -274,6 +275,9 @@ class PoliciesIn(RequestModel):
     )
     retry: RetryIn = Field(default_factory=lambda: RetryIn())
 
+    def to_policies(self) -> Policies:
+        return Policies(overlap=self.overlap, missed_fire=self.missed_fire, retry=self.retry.to_policy())
+
 
 class JobCreate(RequestModel):
     name: Name
@@ -296,9 +300,7 @@ class JobCreate(RequestModel):
             tags=dict(self.tags),
             schedule=self.schedule.to_schedule(),
             target=self.target.to_target(),
-            overlap=self.policies.overlap,
-            missed_fire=self.policies.missed_fire,
-            retry=self.policies.retry.to_policy(),
+            policies=self.policies.to_policies(),
             timeout_seconds=self.timeout_seconds,
             retention_days=self.retention_days,
         )
@@ -346,6 +348,20 @@ class PoliciesPatchIn(RequestModel):
     missed_fire: MissedFirePolicy | None = None
     retry: RetryPatchIn | None = None
 
+    def to_patch(self) -> PoliciesPatch:
+        retry = self.retry
+        return PoliciesPatch(
+            overlap=_given(self.overlap),
+            missed_fire=_given(self.missed_fire),
+            retry=None
+            if retry is None
+            else RetryPatch(
+                max_attempts=_given(retry.max_attempts),
+                backoff_base_seconds=_given(retry.backoff_base_seconds),
+                backoff_max_seconds=_given(retry.backoff_max_seconds),
+            ),
+        )
+
 
 class JobPatchIn(RequestModel):
     """Fields to change; omitted (or null) fields keep their value, except schedule.start_at / end_at where
@@ -363,23 +379,13 @@ class JobPatchIn(RequestModel):
     retention_days: Annotated[int, Strict(), Field(ge=1, le=MAX_RETENTION_DAYS), _INTEGRAL] | None = None
 
     def to_patch(self) -> JobPatch:
-        policies = self.policies or PoliciesPatchIn()
-        retry = policies.retry
         return JobPatch(
             name=_given(self.name),
             description=_given(self.description),
             tags=_given(self.tags),
             schedule=None if self.schedule is None else self.schedule.to_patch(),
             target=UNSET if self.target is None else self.target.to_target(),
-            overlap=_given(policies.overlap),
-            missed_fire=_given(policies.missed_fire),
-            retry=None
-            if retry is None
-            else RetryPatch(
-                max_attempts=_given(retry.max_attempts),
-                backoff_base_seconds=_given(retry.backoff_base_seconds),
-                backoff_max_seconds=_given(retry.backoff_max_seconds),
-            ),
+            policies=None if self.policies is None else self.policies.to_patch(),
             timeout_seconds=_given(self.timeout_seconds),
             retention_days=_given(self.retention_days),
         )
@@ -472,6 +478,19 @@ class PoliciesOut(BaseModel):
     missed_fire: MissedFirePolicy
     retry: RetryOut
 
+    @classmethod
+    def of(cls, policies: Policies) -> PoliciesOut:
+        retry = policies.retry
+        return cls(
+            overlap=policies.overlap,
+            missed_fire=policies.missed_fire,
+            retry=RetryOut(
+                max_attempts=retry.max_attempts,
+                backoff_base_seconds=retry.backoff_base_seconds,
+                backoff_max_seconds=retry.backoff_max_seconds,
+            ),
+        )
+
 
 class JobOut(BaseModel):
     id: str
@@ -506,15 +525,7 @@ def job_fields(job: Job) -> dict[str, Any]:
         "version": job.version,
         "schedule": ScheduleOut.of(job.schedule),
         "target": TargetOut(kind=job.target.kind, config=_redacted_config(job.target.config)),
-        "policies": PoliciesOut(
-            overlap=job.overlap,
-            missed_fire=job.missed_fire,
-            retry=RetryOut(
-                max_attempts=job.retry.max_attempts,
-                backoff_base_seconds=job.retry.backoff_base_seconds,
-                backoff_max_seconds=job.retry.backoff_max_seconds,
-            ),
-        ),
+        "policies": PoliciesOut.of(job.policies),
         "timeout_seconds": job.timeout_seconds,
         "retention_days": job.retention_days,
         "next_fire_at": job.next_fire_at,

@@ -67,6 +67,17 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Policies:
+    """How a job's runs behave: a fire while the previous run still runs (overlap), fires that passed
+    unplanned (missed_fire), and failed attempts (retry). One value, carried whole by the job, its spec,
+    its patch, the stored item and the API."""
+
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """What a run calls. `kind` selects the adapter (http, sqs, sns, eventbridge, lambda, stepfunctions)."""
 
@@ -104,9 +115,7 @@ class Job:
     # in the `due` index under this minute, which the next tick reads, instead of under an old minute that
     # no tick reads again.
     due_floor: datetime | None = None
-    overlap: OverlapPolicy = OverlapPolicy.ALLOW
-    missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    policies: Policies = field(default_factory=Policies)
     timeout_seconds: int = 60
     retention_days: int = 30
     description: str = ""
@@ -161,7 +170,8 @@ class JobView:
         """The view of a job's run as it is planned from the job's own schedule (so it is on it)."""
         standing = Standing.ACTIVE if job.state is JobState.ACTIVE else Standing.PAUSED
         target = job.target if target_size(job.target) <= VIEW_TARGET_MAX_BYTES else None
-        return cls(job.version, standing, target, job.timeout_seconds, job.retry, job.overlap)
+        policies = job.policies
+        return cls(job.version, standing, target, job.timeout_seconds, policies.retry, policies.overlap)
 
 
 # A target whose config is larger than this (as JSON) stays on the job: a run's view leaves it out and the

@@ -30,9 +30,9 @@ def classify_fire(job: Job, scheduled_for: datetime, following: datetime | None,
     job's missed-fire policy; every slot still gets a run record, so nothing is skipped silently."""
     if scheduled_for >= now:
         return RunState.PLANNED
-    if job.missed_fire is MissedFirePolicy.RUN_ALL:
+    if job.policies.missed_fire is MissedFirePolicy.RUN_ALL:
         return RunState.PLANNED
-    if job.missed_fire is MissedFirePolicy.SKIP:
+    if job.policies.missed_fire is MissedFirePolicy.SKIP:
         return RunState.MISSED
     # COALESCE: only the latest missed fire runs.
     latest_missed = following is None or following >= now
@@ -48,7 +48,7 @@ def plan_batch(job: Job, *, now: datetime, horizon: datetime, max_runs: int) -> 
         state = classify_fire(job, fire, following, now)
         trigger = Trigger.SCHEDULE if fire >= now else Trigger.CATCH_UP
         reason = (
-            f"missed while the scheduler was behind (missed_fire={job.missed_fire})"
+            f"missed while the scheduler was behind (missed_fire={job.policies.missed_fire})"
             if (state is RunState.MISSED)
             else None
         )

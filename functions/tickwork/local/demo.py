@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from tickwork.composition import Components
-from tickwork.domain.models import Job, RetryPolicy, Target
+from tickwork.domain.jobs import JobSpec
+from tickwork.domain.models import Job, Policies, RetryPolicy, Target
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobSpec
 
 DEMO_OWNER = "local-user"
 
@@ -30,7 +30,9 @@ def demo_specs(echo_url: str) -> list[JobSpec]:
             name="flaky endpoint every 30 s (shows retries and a final failure)",
             schedule=parse_schedule("*/30 * * * * *"),
             target=Target("http", {"url": f"{echo_url}/fail", "method": "POST"}),
-            retry=RetryPolicy(max_attempts=3, backoff_base_seconds=2, backoff_max_seconds=10),
+            policies=Policies(
+                retry=RetryPolicy(max_attempts=3, backoff_base_seconds=2, backoff_max_seconds=10)
+            ),
         ),
     ]
 

@@ -152,7 +152,7 @@ class Executor:
         if reason is not None or job is None:
             return self._cancel(message, reason or "job deleted")
         view = replace(JobView.planned(job), standing=standing, target=job.target)
-        if job.overlap is not OverlapPolicy.ALLOW:
+        if job.policies.overlap is not OverlapPolicy.ALLOW:
             run = self._store.get_run(message.job_id, message.scheduled_for)
             if run is None:
                 return self._orphan(message)

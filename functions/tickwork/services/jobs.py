@@ -8,11 +8,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from enum import Enum
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
@@ -23,30 +22,33 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.execution import VIEW_REFRESH_WINDOW, rewritten_views
+from tickwork.domain.jobs import (
+    JobPatch,
+    JobSpec,
+    apply_patch,
+    describe_outcomes,
+    describe_paused_fires,
+    fires_between,
+    resume_from,
+)
 from tickwork.domain.models import (
     Job,
     JobState,
     JobView,
     MissedFirePolicy,
-    OverlapPolicy,
-    RetryPolicy,
     Run,
     RunState,
-    Target,
     shard_of,
 )
 from tickwork.domain.planning import PausedFireOutcomes, paused_fire_outcomes, plan_batch
 from tickwork.domain.schedule import (
     DstGapPolicy,
-    DstRepeatPolicy,
     FireTime,
     Schedule,
     describe_schedule,
     next_fire_after,
-    parse_schedule,
     preview,
 )
-from tickwork.domain.timekeys import format_instant
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
@@ -57,22 +59,6 @@ T = TypeVar("T")
 
 def new_job_id() -> str:
     return "job_" + uuid.uuid4().hex[:20]
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """A validated request to create a job (the API turns its input into this)."""
-
-    name: str
-    schedule: Schedule
-    target: Target
-    overlap: OverlapPolicy = OverlapPolicy.ALLOW
-    missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout_seconds: int = 60
-    retention_days: int = 30
-    description: str = ""
-    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,127 +91,6 @@ class IdempotencyKeyReusedError(ConflictError):
 
 # DynamoDB's limit on the items of one transaction: a job write, the runs it plans and the views it rewrites.
 MAX_TRANSACTION_ITEMS = 100
-
-
-class _Unset(Enum):
-    """Marks a PATCH field the request did not mention (None may be a real value: `end_at: null`)."""
-
-    UNSET = "unset"
-
-
-UNSET: Final = _Unset.UNSET
-
-
-def _pick(value: T | _Unset, current: T) -> T:
-    return current if isinstance(value, _Unset) else value
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulePatch:
-    """Schedule fields to change; the rest keep their value. The merged schedule is validated as a whole."""
-
-    expression: str | _Unset = UNSET
-    timezone: str | _Unset = UNSET
-    start_at: datetime | _Unset | None = UNSET
-    end_at: datetime | _Unset | None = UNSET
-    jitter_seconds: int | _Unset = UNSET
-    dst_gap: DstGapPolicy | _Unset = UNSET
-    dst_repeat: DstRepeatPolicy | _Unset = UNSET
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPatch:
-    max_attempts: int | _Unset = UNSET
-    backoff_base_seconds: float | _Unset = UNSET
-    backoff_max_seconds: float | _Unset = UNSET
-
-
-@dataclass(frozen=True, slots=True)
-class JobPatch:
-    """A partial update; every field left UNSET keeps its value. `target` replaces the whole target."""
-
-    name: str | _Unset = UNSET
-    description: str | _Unset = UNSET
-    tags: Mapping[str, str] | _Unset = UNSET
-    schedule: SchedulePatch | None = None
-    target: Target | _Unset = UNSET
-    overlap: OverlapPolicy | _Unset = UNSET
-    missed_fire: MissedFirePolicy | _Unset = UNSET
-    retry: RetryPatch | None = None
-    timeout_seconds: int | _Unset = UNSET
-    retention_days: int | _Unset = UNSET
-
-
-def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
-    if patch is None:
-        return current
-    return parse_schedule(
-        _pick(patch.expression, current.expression),
-        _pick(patch.timezone, current.timezone),
-        start_at=_pick(patch.start_at, current.start_at),
-        end_at=_pick(patch.end_at, current.end_at),
-        jitter_seconds=_pick(patch.jitter_seconds, current.jitter_seconds),
-        dst_gap=_pick(patch.dst_gap, current.dst_gap),
-        dst_repeat=_pick(patch.dst_repeat, current.dst_repeat),
-    )
-
-
-def _patched_retry(current: RetryPolicy, patch: RetryPatch | None) -> RetryPolicy:
-    if patch is None:
-        return current
-    retry = RetryPolicy(
-        max_attempts=_pick(patch.max_attempts, current.max_attempts),
-        backoff_base_seconds=_pick(patch.backoff_base_seconds, current.backoff_base_seconds),
-        backoff_max_seconds=_pick(patch.backoff_max_seconds, current.backoff_max_seconds),
-    )
-    check_retry(retry, "policies.retry")
-    return retry
-
-
-def check_retry(retry: RetryPolicy, field_prefix: str) -> None:
-    if retry.backoff_max_seconds < retry.backoff_base_seconds:
-        raise ValidationError(
-            f"{field_prefix}.backoff_max_seconds",
-            f"{retry.backoff_max_seconds} is below backoff_base_seconds {retry.backoff_base_seconds}",
-        )
-
-
-_INSTANT = timedelta(microseconds=1)
-
-
-def _resume_from(job: Job, now: datetime) -> datetime:
-    """Fires owed from before the pause (the job was behind) come first, then those inside the pause."""
-    start = job.paused_at or now
-    if job.next_fire_at is not None:
-        start = min(start, job.next_fire_at - _INSTANT)
-    return start
-
-
-def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
-    """The job after a user's edit: version + 1; a changed schedule fires next from `now`."""
-    schedule = _patched_schedule(job.schedule, patch.schedule)
-    edited = replace(
-        job,
-        name=_pick(patch.name, job.name),
-        description=_pick(patch.description, job.description),
-        tags=dict(_pick(patch.tags, job.tags)),
-        schedule=schedule,
-        target=_pick(patch.target, job.target),
-        overlap=_pick(patch.overlap, job.overlap),
-        missed_fire=_pick(patch.missed_fire, job.missed_fire),
-        retry=_patched_retry(job.retry, patch.retry),
-        timeout_seconds=_pick(patch.timeout_seconds, job.timeout_seconds),
-        retention_days=_pick(patch.retention_days, job.retention_days),
-        version=job.version + 1,
-        updated_at=now,
-    )
-    if schedule != job.schedule:
-        # Fires of the old schedule already planned are cancelled by the executor at claim time. A job that
-        # was behind (its next fire already past) still owes the new schedule's fires since then: they
-        # follow the missed-fire policy instead of vanishing.
-        start = now if job.next_fire_at is None else min(now, job.next_fire_at - _INSTANT)
-        edited = replace(edited, next_fire_at=next_fire_after(schedule, start))
-    return edited
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,68 +137,6 @@ class SchedulePreview:
     description: str
     fires: tuple[FireTime, ...]
     skipped: tuple[FireTime, ...]  # dst_gap=skip: wall-clock times a spring-forward gap swallowed
-
-
-def fires_between(
-    schedule: Schedule, after: datetime, before: datetime, cap: int
-) -> tuple[list[datetime], bool]:
-    """Fires f with after < f < before, at most `cap` of them: (fires, capped)."""
-    fires: list[datetime] = []
-    fire = next_fire_after(schedule, after)
-    while fire is not None and fire < before:
-        fires.append(fire)
-        if len(fires) >= cap:
-            return fires, True
-        fire = next_fire_after(schedule, fire)
-    return fires, False
-
-
-def describe_outcomes(
-    policy: MissedFirePolicy, count: int, capped: bool, outcomes: PausedFireOutcomes
-) -> str:
-    """The resume's sentence when some fires inside the pause already had runs (planned before it): the
-    plain policy sentence would promise runs for fires that were cancelled while the job was paused."""
-    many = f"at least {count}" if capped else str(count)
-    parts = []
-    if outcomes.catch_up:
-        parts.append(f"{outcomes.catch_up} run now, late, as catch-up runs")
-    if outcomes.missed:
-        parts.append(f"{outcomes.missed} are recorded as missed")
-    if outcomes.pending:
-        parts.append(f"{outcomes.pending} planned before the pause run now, late")
-    if outcomes.cancelled:
-        parts.append(
-            f"{outcomes.cancelled} planned before the pause were cancelled when they came due and do not run"
-        )
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return f"Of the {many} fires missed during the pause, {listed} (missed_fire={policy})."
-
-
-def describe_paused_fires(policy: MissedFirePolicy, count: int, capped: bool, latest: datetime | None) -> str:
-    """The sentence a resume answers with: what happens to the fires that fell inside the pause."""
-    if count == 0:
-        return "No fire fell inside the pause; the job continues with its next scheduled fire."
-    many = f"at least {count}" if capped else str(count)
-    fires = "fire" if count == 1 and not capped else "fires"
-    if policy is MissedFirePolicy.RUN_ALL:
-        return (
-            f"All {many} {fires} missed during the pause run now, late, as catch-up runs "
-            f"(missed_fire=run_all)."
-        )
-    if policy is MissedFirePolicy.COALESCE:
-        when = "" if latest is None or capped else f" ({format_instant(latest)})"
-        if count == 1 and not capped:
-            return (
-                f"The fire missed during the pause{when} runs now as a catch-up run (missed_fire=coalesce)."
-            )
-        return (
-            f"Only the latest of the {many} fires missed during the pause{when} runs now, as a catch-up "
-            f"run; the others are recorded as missed (missed_fire=coalesce)."
-        )
-    return (
-        f"None of the {many} {fires} missed during the pause runs; each is recorded as missed "
-        f"(missed_fire=skip)."
-    )
 
 
 class JobService:
@@ -392,9 +195,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             next_fire_at=next_fire_after(spec.schedule, now),
-            overlap=spec.overlap,
-            missed_fire=spec.missed_fire,
-            retry=spec.retry,
+            policies=spec.policies,
             timeout_seconds=spec.timeout_seconds,
             retention_days=spec.retention_days,
         )
@@ -498,7 +299,7 @@ class JobService:
                 resumed_at=now,
                 updated_at=now,
                 version=job.version + 1,
-                next_fire_at=next_fire_after(job.schedule, _resume_from(job, now)),
+                next_fire_at=next_fire_after(job.schedule, resume_from(job, now)),
             )
             return self._plan_own_horizon(resumed, now, room)
 
@@ -510,18 +311,20 @@ class JobService:
             existing = self._store.run_states_between(job_id, paused.paused_at, self._clock.now())
         before, after = self._edit(owner, job_id, if_match, edit)
         if before is after or before.paused_at is None or after.resumed_at is None:
-            effect = describe_paused_fires(after.missed_fire, 0, False, None)
-            return ResumeResult(after, PausedFires(0, False, after.missed_fire, effect))
+            effect = describe_paused_fires(after.policies.missed_fire, 0, False, None)
+            return ResumeResult(after, PausedFires(0, False, after.policies.missed_fire, effect))
         fires, capped = fires_between(
             after.schedule, before.paused_at, after.resumed_at, PAUSED_FIRES_COUNT_CAP
         )
         outcomes = paused_fire_outcomes(after, fires, existing, after.resumed_at)
         count = len(fires)
         if outcomes.cancelled or outcomes.pending:
-            effect = describe_outcomes(after.missed_fire, count, capped, outcomes)
+            effect = describe_outcomes(after.policies.missed_fire, count, capped, outcomes)
         else:
-            effect = describe_paused_fires(after.missed_fire, count, capped, fires[-1] if fires else None)
-        return ResumeResult(after, PausedFires(count, capped, after.missed_fire, effect, outcomes))
+            effect = describe_paused_fires(
+                after.policies.missed_fire, count, capped, fires[-1] if fires else None
+            )
+        return ResumeResult(after, PausedFires(count, capped, after.policies.missed_fire, effect, outcomes))
 
     def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
         """Planned runs stay as history; an executor that claims one records it `cancelled` (the delete

@@ -170,7 +170,7 @@ class Sweeper:
 
     def _expire_lease(self, run: Run, now: datetime, report: SweepReport, outbox: _RepairOutbox) -> None:
         job = self._store.get_job(run.job_id)
-        after = after_lease_expired(run, None if job is None else job.retry, now=now, rng=self._rng)
+        after = after_lease_expired(run, None if job is None else job.policies.retry, now=now, rng=self._rng)
         self._store.transition_run(run, after)
         report.expired_leases += 1
         if after.state is RunState.RETRY_WAIT and after.retry_at is not None:

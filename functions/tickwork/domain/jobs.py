@@ -1,0 +1,229 @@
+"""Job rules with no I/O: what a create asks for (JobSpec), what an edit changes (JobPatch and apply_patch),
+where a resume starts owing fires, the fires between two instants, and the sentences a resume answers
+with. The job service (services/jobs.py) applies them against the store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Final, TypeVar
+
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import Job, MissedFirePolicy, OverlapPolicy, Policies, RetryPolicy, Target
+from tickwork.domain.planning import PausedFireOutcomes
+from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule, next_fire_after, parse_schedule
+from tickwork.domain.timekeys import format_instant
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated request to create a job (the API turns its input into this)."""
+
+    name: str
+    schedule: Schedule
+    target: Target
+    policies: Policies = field(default_factory=Policies)
+    timeout_seconds: int = 60
+    retention_days: int = 30
+    description: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Unset(Enum):
+    """Marks a PATCH field the request did not mention (None may be a real value: `end_at: null`)."""
+
+    UNSET = "unset"
+
+
+UNSET: Final = _Unset.UNSET
+
+
+def _pick(value: T | _Unset, current: T) -> T:
+    return current if isinstance(value, _Unset) else value
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePatch:
+    """Schedule fields to change; the rest keep their value. The merged schedule is validated as a whole."""
+
+    expression: str | _Unset = UNSET
+    timezone: str | _Unset = UNSET
+    start_at: datetime | _Unset | None = UNSET
+    end_at: datetime | _Unset | None = UNSET
+    jitter_seconds: int | _Unset = UNSET
+    dst_gap: DstGapPolicy | _Unset = UNSET
+    dst_repeat: DstRepeatPolicy | _Unset = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPatch:
+    max_attempts: int | _Unset = UNSET
+    backoff_base_seconds: float | _Unset = UNSET
+    backoff_max_seconds: float | _Unset = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class PoliciesPatch:
+    overlap: OverlapPolicy | _Unset = UNSET
+    missed_fire: MissedFirePolicy | _Unset = UNSET
+    retry: RetryPatch | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPatch:
+    """A partial update; every field left UNSET keeps its value. `target` replaces the whole target."""
+
+    name: str | _Unset = UNSET
+    description: str | _Unset = UNSET
+    tags: Mapping[str, str] | _Unset = UNSET
+    schedule: SchedulePatch | None = None
+    target: Target | _Unset = UNSET
+    policies: PoliciesPatch | None = None
+    timeout_seconds: int | _Unset = UNSET
+    retention_days: int | _Unset = UNSET
+
+
+def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
+    if patch is None:
+        return current
+    return parse_schedule(
+        _pick(patch.expression, current.expression),
+        _pick(patch.timezone, current.timezone),
+        start_at=_pick(patch.start_at, current.start_at),
+        end_at=_pick(patch.end_at, current.end_at),
+        jitter_seconds=_pick(patch.jitter_seconds, current.jitter_seconds),
+        dst_gap=_pick(patch.dst_gap, current.dst_gap),
+        dst_repeat=_pick(patch.dst_repeat, current.dst_repeat),
+    )
+
+
+def _patched_retry(current: RetryPolicy, patch: RetryPatch | None) -> RetryPolicy:
+    if patch is None:
+        return current
+    retry = RetryPolicy(
+        max_attempts=_pick(patch.max_attempts, current.max_attempts),
+        backoff_base_seconds=_pick(patch.backoff_base_seconds, current.backoff_base_seconds),
+        backoff_max_seconds=_pick(patch.backoff_max_seconds, current.backoff_max_seconds),
+    )
+    check_retry(retry, "policies.retry")
+    return retry
+
+
+def _patched_policies(current: Policies, patch: PoliciesPatch | None) -> Policies:
+    if patch is None:
+        return current
+    return Policies(
+        overlap=_pick(patch.overlap, current.overlap),
+        missed_fire=_pick(patch.missed_fire, current.missed_fire),
+        retry=_patched_retry(current.retry, patch.retry),
+    )
+
+
+def check_retry(retry: RetryPolicy, field_prefix: str) -> None:
+    if retry.backoff_max_seconds < retry.backoff_base_seconds:
+        raise ValidationError(
+            f"{field_prefix}.backoff_max_seconds",
+            f"{retry.backoff_max_seconds} is below backoff_base_seconds {retry.backoff_base_seconds}",
+        )
+
+
+_INSTANT = timedelta(microseconds=1)
+
+
+def resume_from(job: Job, now: datetime) -> datetime:
+    """Fires owed from before the pause (the job was behind) come first, then those inside the pause."""
+    start = job.paused_at or now
+    if job.next_fire_at is not None:
+        start = min(start, job.next_fire_at - _INSTANT)
+    return start
+
+
+def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
+    """The job after a user's edit: version + 1; a changed schedule fires next from `now`."""
+    schedule = _patched_schedule(job.schedule, patch.schedule)
+    edited = replace(
+        job,
+        name=_pick(patch.name, job.name),
+        description=_pick(patch.description, job.description),
+        tags=dict(_pick(patch.tags, job.tags)),
+        schedule=schedule,
+        target=_pick(patch.target, job.target),
+        policies=_patched_policies(job.policies, patch.policies),
+        timeout_seconds=_pick(patch.timeout_seconds, job.timeout_seconds),
+        retention_days=_pick(patch.retention_days, job.retention_days),
+        version=job.version + 1,
+        updated_at=now,
+    )
+    if schedule != job.schedule:
+        # Fires of the old schedule already planned are cancelled by the executor at claim time. A job that
+        # was behind (its next fire already past) still owes the new schedule's fires since then: they
+        # follow the missed-fire policy instead of vanishing.
+        start = now if job.next_fire_at is None else min(now, job.next_fire_at - _INSTANT)
+        edited = replace(edited, next_fire_at=next_fire_after(schedule, start))
+    return edited
+
+
+def fires_between(
+    schedule: Schedule, after: datetime, before: datetime, cap: int
+) -> tuple[list[datetime], bool]:
+    """Fires f with after < f < before, at most `cap` of them: (fires, capped)."""
+    fires: list[datetime] = []
+    fire = next_fire_after(schedule, after)
+    while fire is not None and fire < before:
+        fires.append(fire)
+        if len(fires) >= cap:
+            return fires, True
+        fire = next_fire_after(schedule, fire)
+    return fires, False
+
+
+def describe_outcomes(
+    policy: MissedFirePolicy, count: int, capped: bool, outcomes: PausedFireOutcomes
+) -> str:
+    """The resume's sentence when some fires inside the pause already had runs (planned before it): the
+    plain policy sentence would promise runs for fires that were cancelled while the job was paused."""
+    many = f"at least {count}" if capped else str(count)
+    parts = []
+    if outcomes.catch_up:
+        parts.append(f"{outcomes.catch_up} run now, late, as catch-up runs")
+    if outcomes.missed:
+        parts.append(f"{outcomes.missed} are recorded as missed")
+    if outcomes.pending:
+        parts.append(f"{outcomes.pending} planned before the pause run now, late")
+    if outcomes.cancelled:
+        parts.append(
+            f"{outcomes.cancelled} planned before the pause were cancelled when they came due and do not run"
+        )
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"Of the {many} fires missed during the pause, {listed} (missed_fire={policy})."
+
+
+def describe_paused_fires(policy: MissedFirePolicy, count: int, capped: bool, latest: datetime | None) -> str:
+    """The sentence a resume answers with: what happens to the fires that fell inside the pause."""
+    if count == 0:
+        return "No fire fell inside the pause; the job continues with its next scheduled fire."
+    many = f"at least {count}" if capped else str(count)
+    fires = "fire" if count == 1 and not capped else "fires"
+    if policy is MissedFirePolicy.RUN_ALL:
+        return (
+            f"All {many} {fires} missed during the pause run now, late, as catch-up runs "
+            f"(missed_fire=run_all)."
+        )
+    if policy is MissedFirePolicy.COALESCE:
+        when = "" if latest is None or capped else f" ({format_instant(latest)})"
+        if count == 1 and not capped:
+            return (
+                f"The fire missed during the pause{when} runs now as a catch-up run (missed_fire=coalesce)."
+            )
+        return (
+            f"Only the latest of the {many} fires missed during the pause{when} runs now, as a catch-up "
+            f"run; the others are recorded as missed (missed_fire=coalesce)."
+        )
+    return (
+        f"None of the {many} {fires} missed during the pause runs; each is recorded as missed "
+        f"(missed_fire=skip)."
+    )
