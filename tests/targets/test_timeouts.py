@@ -188,6 +188,15 @@ def test_timed_clients_carry_the_budget_and_are_reused_per_timeout(aws_env: None
     assert clients("sqs").meta.config.read_timeout == 30
 
 
+def test_clients_keep_as_many_connections_as_their_callers_threads(aws_env: None) -> None:
+    assert Boto3Clients(region_name=REGION)("dynamodb").meta.config.max_pool_connections == 64
+    # The local executor's cap of 500 threads: neither its store clients nor its timed target clients
+    # drop connections beyond botocore's pool (the emulator engine logged "Connection pool is full").
+    clients = Boto3Clients(region_name=REGION, max_pool_connections=500)
+    assert clients("dynamodb").meta.config.max_pool_connections == 500
+    assert clients.timed("sqs", 60).meta.config.max_pool_connections == 500
+
+
 def test_a_plain_client_for_is_used_as_given(aws_env: None) -> None:
     asked: list[str] = []
 

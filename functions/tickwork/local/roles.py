@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from tickwork.adapters.targets.aws import boto3_client_factory
+from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
 from tickwork.local.executor_pool import ExecutorPool
@@ -167,7 +167,9 @@ def main(argv: list[str]) -> int:
     metrics = SnapshotMetrics(run_dir / f"metrics-{role}.json")
     # Unsigned requests only against the emulator this runtime started itself (it checks no signatures).
     unsigned = os.environ.get("TICKWORK_LOCAL_UNSIGNED") == "1"
-    clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned)
+    # The executor calls from up to `cap` threads at once: a smaller pool would drop and reopen connections.
+    pool = max(DEFAULT_POOL_CONNECTIONS, settings.concurrency_cap if role == "executor" else 0)
+    clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned, max_pool_connections=pool)
     parts = Components(settings, SystemClock(), clients, metrics)
     writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)
     writer.start()

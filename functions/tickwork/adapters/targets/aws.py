@@ -172,6 +172,9 @@ class TimedClients(Protocol):
     def timed(self, service: str, timeout_seconds: float) -> Any: ...
 
 
+DEFAULT_POOL_CONNECTIONS = 64  # a Lambda executor's threads; the local executor passes its cap
+
+
 class Boto3Clients:
     """Thread-safe boto3 clients, each created on first use and reused after.
 
@@ -188,6 +191,7 @@ class Boto3Clients:
         lambda_read_timeout_seconds: float = 910.0,
         unsigned: bool = False,
         max_timed_clients: int = 32,
+        max_pool_connections: int = DEFAULT_POOL_CONNECTIONS,
     ) -> None:
         import boto3  # deferred: importing this module must not need (or configure) boto3
 
@@ -195,6 +199,7 @@ class Boto3Clients:
         self._clients: dict[str, Any] = {}
         self._timed: OrderedDict[tuple[str, float], Any] = OrderedDict()
         self._max_timed = max_timed_clients
+        self._pool_connections = max_pool_connections
         self._base: Any = session or boto3.session.Session()
         self._region_name = region_name
         self._configs = {
@@ -208,7 +213,7 @@ class Boto3Clients:
             retries={"mode": "standard", "total_max_attempts": 3},
             # Executors call DynamoDB and SQS from many threads at once; botocore's default pool of 10
             # connections made the rest open and drop a connection per call under a burst.
-            max_pool_connections=64,
+            max_pool_connections=max_pool_connections,
         )
         self._no_signing = Config(signature_version=UNSIGNED) if unsigned else None
         if self._no_signing is not None:
@@ -243,7 +248,7 @@ class Boto3Clients:
             connect_timeout=budget.connect_timeout,
             read_timeout=budget.read_timeout,
             retries={"mode": "standard", "total_max_attempts": budget.attempts},
-            max_pool_connections=64,
+            max_pool_connections=self._pool_connections,
         )
         return config if self._no_signing is None else config.merge(self._no_signing)
 
@@ -254,6 +259,7 @@ def boto3_client_factory(
     region_name: str | None = None,
     lambda_read_timeout_seconds: float = 910.0,
     unsigned: bool = False,
+    max_pool_connections: int = DEFAULT_POOL_CONNECTIONS,
 ) -> Boto3Clients:
     """A thread-safe `client_for` creating each service's client on first use and reusing it after, with
     `timed(service, seconds)` for target calls that must end within the job's timeout.
@@ -264,13 +270,15 @@ def boto3_client_factory(
     `timed` clients.
 
     `unsigned` is for the embedded emulator only, which checks no signatures: SigV4 signing is about a third
-    of the client's CPU per call, and the local runtime is CPU-bound under a burst.
+    of the client's CPU per call, and the local runtime is CPU-bound under a burst. `max_pool_connections`:
+    connections kept per client, at least the threads that call it at once (the local executor's cap).
     """
     return Boto3Clients(
         session,
         region_name=region_name,
         lambda_read_timeout_seconds=lambda_read_timeout_seconds,
         unsigned=unsigned,
+        max_pool_connections=max_pool_connections,
     )
 
 
