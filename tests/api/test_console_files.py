@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 from tests.api.conftest import Api
+from tickwork import ui
 
 
 def test_the_console_page_script_and_style_are_served_with_a_strict_policy(call: Api) -> None:
@@ -51,3 +52,11 @@ def test_in_aws_with_iam_the_config_says_iam_and_links_the_dashboard(call: Api) 
     # The page that reads it tells an IAM deployment's visitor how to enable the JWT authorizer.
     script = call("GET", "/ui/app.js", owner=None).body
     assert "deploy the stack with a JWT authorizer" in script
+
+
+def test_names_outside_the_console_are_not_remembered() -> None:
+    # /ui/<name> is open to anyone: a cache of every name asked for would grow without bound.
+    for i in range(1000):
+        assert ui.asset(f"nope-{i}.js") is None
+    assert ui.asset("app.js") is not None
+    assert ui._read.cache_info().currsize <= len(ui.ASSETS)

@@ -82,3 +82,28 @@ def test_the_event_has_the_shape_api_gateway_sends() -> None:
     assert event["queryStringParameters"] == {"state": "active", "tag": "a=b,c=d"}
     assert event["headers"] == {"if-match": '"3"'}  # the token never reaches the handler
     assert event["requestContext"]["authorizer"]["iam"]["userArn"] == ALICE
+
+
+def test_the_health_page_is_the_operators_alone(call: Api, tmp_path: Any) -> None:
+    # The first token's owner runs the instance; the counters add up every owner's jobs and runs.
+    health_file = tmp_path / "health.json"
+    app = HttpApiApp(api.handler, TOKENS, health_file=health_file)
+    server = make_api_server(app, port=0)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve_until, args=(server, stop), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/ui/health.json"
+    try:
+        status, _, raw = http("GET", url, "alice-token")
+        assert status == 503 and "not written" in json.loads(raw)["detail"]  # before the first status line
+        health_file.write_text(json.dumps({"jobs": 7, "running": 1, "cap": 200}))
+        status, headers, raw = http("GET", url, "alice-token")
+        assert status == 200 and json.loads(raw)["jobs"] == 7
+        assert headers["Cache-Control"] == "no-store" and headers["X-Content-Type-Options"] == "nosniff"
+        status, headers, raw = http("GET", url, "bob-token")
+        assert status == 403 and headers["Content-Type"] == "application/problem+json"
+        assert "only its operator" in json.loads(raw)["detail"] and b"7" not in raw
+        assert http("GET", url, None)[0] == 401
+    finally:
+        stop.set()
+        thread.join(timeout=10)

@@ -111,6 +111,7 @@ def shot(browser: WebDriver, name: str) -> None:
     """The whole page, not only the first screen (Chromium's DevTools capture beyond the viewport). Every
     page shot is also checked for text below WCAG AA contrast."""
     assert low_contrast_text(browser) == [], name
+    assert badly_named_inputs(browser) == [], name
     SHOTS.mkdir(parents=True, exist_ok=True)
     height = int(browser.execute_script("return document.documentElement.scrollHeight"))
     data = browser.execute_cdp_cmd(  # type: ignore[attr-defined]
@@ -160,7 +161,8 @@ for (const element of document.querySelectorAll("body *")) {
   if (!own || !element.getClientRects().length || element.closest("[disabled], .skip")) continue;
   const style = getComputedStyle(element);
   if (style.visibility === "hidden") continue;
-  const [fg, bg] = [luminance(rgba(style.color).slice(0, 3)), luminance(background(element))];
+  const ink = element instanceof SVGElement ? style.fill : style.color;  // SVG text is painted by fill
+  const [fg, bg] = [luminance(rgba(ink).slice(0, 3)), luminance(background(element))];
   const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
   const size = parseFloat(style.fontSize);
   const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
@@ -175,13 +177,16 @@ def low_contrast_text(browser: WebDriver) -> list[str]:
     return list(browser.execute_script(LOW_CONTRAST_JS))
 
 
-def every_input_has_a_label(browser: WebDriver) -> list[str]:
-    unlabelled = []
+def badly_named_inputs(browser: WebDriver) -> list[str]:
+    """Inputs whose accessible name (as Chromium computes it) is not exactly their label's text: no label,
+    or an error message or other text read as part of the name."""
+    wrong = []
     for element in browser.find_elements(By.CSS_SELECTOR, "input, select"):
         element_id = element.get_attribute("id")
-        if not element_id or not browser.find_elements(By.CSS_SELECTOR, f"label[for='{element_id}']"):
-            unlabelled.append(element.get_attribute("outerHTML") or "")
-    return unlabelled
+        labels = browser.find_elements(By.CSS_SELECTOR, f"label[for='{element_id}']") if element_id else []
+        if not labels or element.accessible_name != labels[0].text.strip():
+            wrong.append(f"{element.get_attribute('outerHTML')} named {element.accessible_name!r}")
+    return wrong
 
 
 def test_a_job_created_previewed_paused_resumed_and_run_in_the_console(
@@ -197,7 +202,6 @@ def test_a_job_created_previewed_paused_resumed_and_run_in_the_console(
     find(browser, "#url").send_keys(f"{target.url}/console")
     until("the live preview", lambda: len(browser.find_elements(By.CSS_SELECTOR, "#preview li")) == 5)
     assert "every day at 02:30" in find(browser, "#preview").text
-    assert every_input_has_a_label(browser) == []
     shot(browser, "new-job")
     button(browser, "Create job").click()
     until("the job's page", lambda: find(browser, "h1").text == "console nightly")
@@ -282,6 +286,9 @@ def test_failed_runs_and_health(browser: WebDriver, instance: Supervisor) -> Non
     # By keyboard alone: Tab reaches the skip link, then the run's link; Enter opens it, and Enter on the
     # focused Retry button retries.
     assert tab_to(browser, "Skip to content"), "the skip link is not reachable by Tab"
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    assert browser.execute_script("return document.activeElement.id") == "main"
+    assert find(browser, "h1").text == "Failed runs (last 24 hours)"  # the page stays: no route change
     assert tab_to(browser, run["id"]), "the failed run's link is not reachable by Tab"
     ActionChains(browser).send_keys(Keys.ENTER).perform()
     until("the run page", lambda: button(browser, "Retry"))
@@ -310,6 +317,10 @@ def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, i
     until("not found", lambda: find(browser, "h1").text == "Not found")
     browser.get(f"http://127.0.0.1:{instance.port}/ui#/failed")
     until("no failed runs", lambda: "Nothing failed" in find(browser, "main").text)
+    # The instance's health adds up every owner's runs: only its operator (the first token) sees it.
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/health")
+    until("health refused", lambda: "only its operator" in find(browser, "main").text)
+    assert "Runs in flight" not in find(browser, "main").text
 
     # A page at a time, and the name search, over the second owner's own 25 jobs.
     for i in range(25):
@@ -327,6 +338,11 @@ def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, i
     assert not browser.find_elements(By.XPATH, "//button[normalize-space()='Next page']")
     button(browser, "Previous page").click()
     until("the first page again", lambda: find(browser, "main table tbody").text == first_page)
+    # The browser's Back and Forward move through the same pages, and Previous still works after them.
+    browser.back()
+    until("back on the second page", lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 5)
+    button(browser, "Previous page").click()
+    until("the first page once more", lambda: find(browser, "main table tbody").text == first_page)
     find(browser, "#filter-name").send_keys("PAGED-1")
     button(browser, "Filter").click()
     until("the search", lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 10)
@@ -335,6 +351,8 @@ def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, i
 
     button(browser, "Sign out").click()
     until("the sign-in form", lambda: find(browser, "#token"))
+    until("the sign-out said", lambda: find(browser, "#status").text == "Signed out.")
+    assert browser.execute_script("return document.activeElement.id") == "token"
     shot(browser, "sign-in")
 
 

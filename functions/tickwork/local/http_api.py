@@ -66,8 +66,10 @@ class HttpApiApp:
         self._tokens = dict(tokens)
         self._clock = clock or SystemClock()  # only for the event's request time, as API Gateway stamps it
         # The runtime's status for the console's health page (no Lambda has it: in AWS the page links to
-        # the CloudWatch dashboard instead).
+        # the CloudWatch dashboard instead). It counts every owner's jobs and runs, so only the instance's
+        # operator reads it: the owner of its first token (the one `tickwork local` gives the CLI).
         self._health_file = health_file
+        self._operator = next(iter(self._tokens.values()), None)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == HEALTH_PATH and self._health_file is not None:
@@ -88,9 +90,15 @@ class HttpApiApp:
         return [body]
 
     def _health(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """The whole instance's counters (no job or run of anyone): for any caller with a token."""
-        if self.owner_for(environ.get("HTTP_AUTHORIZATION")) is None:
+        """The whole instance's counters, for its operator only (they add up every owner's jobs and runs)."""
+        owner = self.owner_for(environ.get("HTTP_AUTHORIZATION"))
+        if owner is None:
             status, body = "401 Unauthorized", {"type": "about:blank", "title": "Unauthorized", "status": 401}
+        elif owner != self._operator:
+            status = "403 Forbidden"
+            body = {"type": "about:blank", "title": "Forbidden", "status": 403,
+                    "detail": "The instance's health counts every owner's jobs and runs: only its operator "
+                    "(the owner of its first --token) sees it."}  # fmt: skip
         else:
             try:
                 assert self._health_file is not None
@@ -101,7 +109,9 @@ class HttpApiApp:
                         "detail": "the runtime has not written its status yet"}  # fmt: skip
         raw = json.dumps(body).encode()
         kind = "application/json" if status.startswith("200") else "application/problem+json"
-        start_response(status, [("Content-Type", kind), ("Content-Length", str(len(raw)))])
+        headers = [("Content-Type", kind), ("Content-Length", str(len(raw)))]
+        headers += [("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store")]
+        start_response(status, headers)
         return [raw]
 
     def owner_for(self, authorization: str | None) -> str | None:

@@ -115,7 +115,7 @@ class LocalRuntime:
     def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.run_dir.glob("metrics-*.json"):
+        for stale in [*self.run_dir.glob("metrics-*.json"), *self.run_dir.glob(HEALTH_FILE)]:
             stale.unlink()
         if self.config.engine == "emulator" and not self.endpoint_url:
             self.emulator = Emulator(

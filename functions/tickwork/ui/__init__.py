@@ -23,9 +23,12 @@ SECURITY_HEADERS = {
 }
 
 
-@cache
 def asset(name: str) -> str | None:
-    """The text of one console file, or None if there is no such file."""
-    if name not in ASSETS:
-        return None
+    """The text of one console file, or None if there is no such file. Only the allow-list is cached:
+    anyone may ask for /ui/<anything>, and a cache of every name asked for would grow without bound."""
+    return _read(name) if name in ASSETS else None
+
+
+@cache
+def _read(name: str) -> str:
     return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")

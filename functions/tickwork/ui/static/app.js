@@ -3,7 +3,11 @@
 "use strict";
 
 const TOKEN_KEY = "tickwork-token";
-const state = { config: null, token: sessionStorage.getItem(TOKEN_KEY), pages: {}, timers: [] };
+// gen: bumped by every render, so an older render (or its timer) that finishes late cannot draw over a newer
+// page; flash: a message for the next page (set just before navigating); paused: live updates stopped.
+const state = {
+  config: null, token: sessionStorage.getItem(TOKEN_KEY), pages: {}, timers: [], gen: 0, flash: null, paused: false,
+};
 
 // --- small helpers -------------------------------------------------------------------------------------
 
@@ -32,9 +36,36 @@ function svg(tag, attrs, ...children) {
   return node;
 }
 
+// A check that the render which called it is still the current one.
+function alive() {
+  const gen = state.gen;
+  return () => gen === state.gen;
+}
+
+// Run `fn` after `delay` ms unless another render came first or live updates are paused.
+function later(fn, delay) {
+  const live = alive();
+  state.timers.push(setTimeout(() => { if (live() && !state.paused) fn(); }, delay));
+}
+
+// Go to `hash`, rendering even when it is already the address (no hashchange then).
+function go(hash) {
+  if (location.hash === hash) render();
+  else location.hash = hash;
+}
+
+function flash(message, kind = "ok") {
+  state.flash = { message, kind };
+}
+
 function say(message, kind = "ok") {
   const status = document.getElementById("status");
   status.replaceChildren(message ? h("span", { class: kind }, message) : "");
+}
+
+// A form field: its label (the input's accessible name), the input, and where its error is shown.
+function field(id, label, input, error) {
+  return h("div", { class: "field" }, h("label", { for: id }, label), input, error || null);
 }
 
 function when(value) {
@@ -49,7 +80,8 @@ function ms(value) {
 
 class ApiError extends Error {
   constructor(status, problem) {
-    super(problem.detail || problem.title || `HTTP ${status}`);
+    // problem+json from the API, or API Gateway's own {"message": ...} (throttling, the JWT authorizer).
+    super(problem.detail || problem.message || problem.title || `HTTP ${status}`);
     this.status = status;
     this.problem = problem;
   }
@@ -73,14 +105,23 @@ async function api(method, path, { body, headers, query } = {}) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await response.text();
-  const parsed = text ? JSON.parse(text) : null;
+  let parsed = null;
+  if (text) {
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // Not JSON (a proxy's HTML error page): keep the status, so a 401 still signs out.
+      if (response.ok) throw new Error(`${method} ${path}: the answer was not JSON`);
+      parsed = { title: response.statusText || `HTTP ${response.status}`, detail: text.slice(0, 200) };
+    }
+  }
   if (!response.ok) throw new ApiError(response.status, parsed || { title: response.statusText });
   return { status: response.status, headers: response.headers, body: parsed };
 }
 
 function failed(error) {
   if (error instanceof ApiError && error.status === 401) {
-    signOut("Your token was not accepted: sign in again.");
+    signOut("Your token was not accepted: sign in again.", "error");
     return;
   }
   if (error instanceof ApiError && error.status === 412) {
@@ -98,11 +139,11 @@ function view(title, ...content) {
 
 // --- sign in -------------------------------------------------------------------------------------------
 
-function signOut(message) {
+function signOut(message, kind = "ok") {
   state.token = null;
   sessionStorage.removeItem(TOKEN_KEY);
-  location.hash = "#/signin";
-  render().then(() => message && say(message, "error"));
+  if (message) flash(message, kind);
+  go("#/signin");
 }
 
 function signInView() {
@@ -129,18 +170,15 @@ function signInView() {
     try {
       await api("GET", "/jobs", { query: { limit: 1 } });
       sessionStorage.setItem(TOKEN_KEY, state.token);
-      say("Signed in.");
+      flash("Signed in.");
       // Straight on to the page the address asked for (a shared link), or the jobs.
-      const next = location.hash && location.hash !== "#/signin" ? location.hash : "#/jobs";
-      if (location.hash === next) await render(true);
-      else location.hash = next;
+      go(location.hash && location.hash !== "#/signin" ? location.hash : "#/jobs");
     } catch (error) {
       state.token = null;
       say(error instanceof ApiError && error.status === 401 ? "That token was not accepted." : String(error), "error");
     }
-  } }, h("label", { for: "token" }, "API token", input), h("button", { type: "submit" }, "Sign in"));
+  } }, field("token", "API token", input), h("button", { type: "submit" }, "Sign in"));
   view("Sign in", h("p", { class: "muted" }, hint), form);
-  input.focus();
 }
 
 // --- jobs ----------------------------------------------------------------------------------------------
@@ -159,20 +197,22 @@ function successRate(runs) {
 }
 
 async function jobsView(params) {
+  const live = alive();
   const filters = { state: params.get("state") || "", tag: params.get("tag") || "", name: params.get("name") || "" };
   const cursor = params.get("cursor") || "";
   const page = (await api("GET", "/jobs", { query: { limit: 20, cursor, ...filters } })).body;
   const rows = await Promise.all(page.items.map(async (job) => {
-    const runs = (await api("GET", `/jobs/${encodeURIComponent(job.id)}/runs`, { query: { limit: 10 } })).body.items;
+    // One job's runs not answering (deleted meanwhile, throttled) leaves its marks empty, not the page.
+    const runs = await api("GET", `/jobs/${encodeURIComponent(job.id)}/runs`, { query: { limit: 10 } })
+      .then((answer) => answer.body.items, () => null);
     return h("tr", {},
       h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, job.name)),
       h("td", {}, job.schedule.description, h("div", { class: "muted" }, `${job.schedule.expression} · ${job.schedule.timezone}`)),
       h("td", {}, h("span", { class: `state ${job.state}` }, job.state)),
       h("td", {}, when(job.next_fire_at)),
-      h("td", {}, runMarks(runs)),
-      h("td", {}, successRate(runs)));
+      h("td", {}, runs ? runMarks(runs) : "–"),
+      h("td", {}, runs ? successRate(runs) : "–"));
   }));
-  const field = (name, label, input) => h("label", { for: `filter-${name}` }, label, input);
   const stateSelect = h("select", { id: "filter-state", name: "state" },
     ["", "active", "paused"].map((v) => h("option", { value: v, selected: v === filters.state }, v || "any")));
   const nameInput = h("input", { id: "filter-name", name: "name", type: "search", value: filters.name });
@@ -183,25 +223,30 @@ async function jobsView(params) {
     if (stateSelect.value) next.set("state", stateSelect.value);
     if (nameInput.value.trim()) next.set("name", nameInput.value.trim());
     if (tagInput.value.trim()) next.set("tag", tagInput.value.trim());
-    location.hash = `#/jobs?${next}`;
-  } }, field("name", "Name contains", nameInput), field("state", "State", stateSelect), field("tag", "Tag", tagInput),
+    go(`#/jobs?${next}`);
+  } }, field("filter-name", "Name contains", nameInput), field("filter-state", "State", stateSelect),
+  field("filter-tag", "Tag", tagInput),
   h("button", { type: "submit" }, "Filter"));
-  const history = state.pages[JSON.stringify(filters)] || [];
+  // The cursors of the pages seen with these filters, in order ("" is the first page): Previous goes to the
+  // one before the current cursor, so the browser's Back and a reloaded address keep working.
+  const key = JSON.stringify(filters);
+  const history = state.pages[key] || (state.pages[key] = [""]);
+  let here = history.indexOf(cursor);
+  if (here < 0) { history.push(cursor); here = history.length - 1; }
+  const at = (target) => {
+    const next = new URLSearchParams(params);
+    if (target) next.set("cursor", target); else next.delete("cursor");
+    go(`#/jobs?${next}`);
+  };
   const pager = h("div", { class: "pager" },
-    cursor ? h("button", { type: "button", class: "secondary", onclick: () => {
-      history.pop();
-      const previous = new URLSearchParams(params);
-      const back = history[history.length - 1];
-      if (back) previous.set("cursor", back); else previous.delete("cursor");
-      location.hash = `#/jobs?${previous}`;
-    } }, "Previous page") : null,
+    cursor ? h("button", { type: "button", class: "secondary", onclick: () => at(here > 0 ? history[here - 1] : "") },
+      "Previous page") : null,
     page.next_cursor ? h("button", { type: "button", class: "secondary", onclick: () => {
-      history.push(page.next_cursor);
-      state.pages[JSON.stringify(filters)] = history;
-      const next = new URLSearchParams(params);
-      next.set("cursor", page.next_cursor);
-      location.hash = `#/jobs?${next}`;
+      history.splice(here + 1, Infinity, page.next_cursor);
+      at(page.next_cursor);
     } }, "Next page") : null);
+  const filtered = Boolean(filters.state || filters.tag || filters.name);
+  if (!live()) return;
   view("Jobs",
     h("div", { class: "actions" }, h("a", { class: "button", href: "#/new" }, "New job")),
     filterForm,
@@ -209,13 +254,18 @@ async function jobsView(params) {
       ? h("table", {}, h("caption", { class: "visually-hidden" }, "Your jobs"),
         h("thead", {}, h("tr", {}, ["Name", "Schedule", "State", "Next fire (UTC)", "Last runs", "Success"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows))
-      : h("p", { class: "muted" }, "No jobs here yet."),
+      : h("p", { class: "muted" }, page.next_cursor
+        ? "No match in this stretch of your jobs: Next page searches on."
+        : filtered ? "No job matches." : "No jobs here yet."),
     pager);
 }
 
 // The schedule editor, shared by "new job" and "edit schedule": every change is checked by
 // /schedules/preview as the user types, and its errors are shown at the field they are about.
 function scheduleEditor(initial, onValid) {
+  // The rest of a saved schedule (DST policies, jitter, bounds) shapes its fires too: preview with it.
+  const rest = Object.fromEntries(["start_at", "end_at", "jitter_seconds", "dst_gap", "dst_repeat"]
+    .filter((k) => initial[k] !== null && initial[k] !== undefined).map((k) => [k, initial[k]]));
   const expression = h("input", { id: "expression", name: "expression", value: initial.expression || "", required: true,
     "aria-describedby": "expression-error", autocomplete: "off", spellcheck: "false" });
   const timezone = h("input", { id: "timezone", name: "timezone", value: initial.timezone || "UTC", required: true,
@@ -233,7 +283,7 @@ function scheduleEditor(initial, onValid) {
     }
     try {
       const result = (await api("POST", "/schedules/preview", {
-        body: { expression: expression.value.trim(), timezone: timezone.value.trim(), count: 5 } })).body;
+        body: { ...rest, expression: expression.value.trim(), timezone: timezone.value.trim(), count: 5 } })).body;
       if (asked !== latest) return;
       preview.replaceChildren(h("p", { class: "muted" }, result.description),
         h("ol", {}, result.fires.map((f) => h("li", {}, `${when(f.at)} (${f.local})`, f.dst ? h("span", { class: "dst" }, ` ${f.dst}`) : null))));
@@ -242,7 +292,8 @@ function scheduleEditor(initial, onValid) {
       if (asked !== latest) return;
       onValid(false);
       preview.replaceChildren();
-      if (!(error instanceof ApiError)) { failed(error); return; }
+      // Only a refused schedule is the user's to fix here; anything else (401, 429, 5xx) is reported as such.
+      if (!(error instanceof ApiError) || ![400, 422].includes(error.status)) { failed(error); return; }
       const errors = error.fieldErrors();
       for (const item of errors.length ? errors : [{ field: "expression", message: error.message }]) {
         const onTimezone = String(item.field || "").endsWith("timezone");
@@ -257,8 +308,8 @@ function scheduleEditor(initial, onValid) {
   if (initial.expression) check();
   return {
     fields: [
-      h("label", { for: "expression" }, "Cron expression", expression, expressionError),
-      h("label", { for: "timezone" }, "Time zone", timezone, timezoneError),
+      field("expression", "Cron expression", expression, expressionError),
+      field("timezone", "Time zone", timezone, timezoneError),
     ],
     preview,
     value: () => ({ expression: expression.value.trim(), timezone: timezone.value.trim() }),
@@ -271,23 +322,24 @@ function newJobView() {
   const editor = scheduleEditor({}, (ok) => { valid = ok; submit.disabled = !ok; });
   const name = h("input", { id: "name", name: "name", required: true, autocomplete: "off" });
   const url = h("input", { id: "url", name: "url", type: "url", required: true, placeholder: "https://example.com/hook" });
-  const form = h("form", { onsubmit: async (event) => {
+  // One key per form content: sending the same job again after a lost answer creates it once.
+  let key = crypto.randomUUID();
+  const form = h("form", { oninput: () => { key = crypto.randomUUID(); }, onsubmit: async (event) => {
     event.preventDefault();
     if (!valid) return;
     try {
       const job = (await api("POST", "/jobs", { body: {
         name: name.value.trim(), schedule: editor.value(),
         target: { kind: "http", config: { url: url.value.trim(), method: "POST" } } },
-        headers: { "Idempotency-Key": crypto.randomUUID() } })).body;
-      say(`Created ${job.name}.`);
-      location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
+        headers: { "Idempotency-Key": key } })).body;
+      flash(`Created ${job.name}.`);
+      go(`#/jobs/${encodeURIComponent(job.id)}`);
     } catch (error) { failed(error); }
   } },
-  h("div", { class: "filters" }, h("label", { for: "name" }, "Name", name), ...editor.fields,
-    h("label", { for: "url" }, "Target URL (HTTP POST)", url)),
+  h("div", { class: "filters" }, field("name", "Name", name), ...editor.fields,
+    field("url", "Target URL (HTTP POST)", url)),
   h("h2", {}, "Next fires"), editor.preview, submit);
   view("New job", form);
-  name.focus();
 }
 
 function chart(runs) {
@@ -314,6 +366,7 @@ function chart(runs) {
 }
 
 async function jobView(jobId) {
+  const live = alive();
   const path = `/jobs/${encodeURIComponent(jobId)}`;
   const answer = await api("GET", path);
   const job = answer.body;
@@ -327,27 +380,30 @@ async function jobView(jobId) {
     try { await action(); } catch (error) { failed(error); event.target.disabled = false; }
   } }, label);
   const fenced = { "If-Match": etag };
+  const runKey = crypto.randomUUID();  // one run now per page: a retried click after a lost answer is the same
   const deleteArea = h("span", { class: "confirm" });
   const askDelete = h("button", { type: "button", class: "danger", onclick: () => {
     deleteArea.replaceChildren(h("span", {}, `Delete ${job.name}? Its history stays until it expires.`),
       act("Yes, delete", async () => {
         await api("DELETE", path, { headers: fenced });
-        say(`Deleted ${job.name}.`);
-        location.hash = "#/jobs";
+        flash(`Deleted ${job.name}.`);
+        go("#/jobs");
       }, "danger"),
-      h("button", { type: "button", class: "secondary", onclick: () => deleteArea.replaceChildren(askDelete) }, "Cancel"));
+      h("button", { type: "button", class: "secondary", onclick: () => {
+        deleteArea.replaceChildren(askDelete);
+        askDelete.focus();
+      } }, "Cancel"));
     deleteArea.querySelector("button").focus();
   } }, "Delete");
   deleteArea.append(askDelete);
   const actions = h("div", { class: "actions" },
     job.state === "active"
-      ? act("Pause", async () => { await api("POST", `${path}/pause`, { headers: fenced }); await render(true); say("Paused."); })
-      : act("Resume", async () => { await api("POST", `${path}/resume`, { headers: fenced }); await render(true); say("Resumed."); }),
+      ? act("Pause", async () => { await api("POST", `${path}/pause`, { headers: fenced }); await rerender("Paused.", "Resume"); })
+      : act("Resume", async () => { await api("POST", `${path}/resume`, { headers: fenced }); await rerender("Resumed.", "Pause"); }),
     act("Run now", async () => {
       const run = (await api("POST", `${path}/runs`, { query: job.state === "paused" ? { even_if_paused: "true" } : null,
-        headers: { "Idempotency-Key": crypto.randomUUID() } })).body;
-      await render(true);
-      say(`Started run ${run.id}.`);
+        headers: { "Idempotency-Key": runKey } })).body;
+      await rerender(`Started run ${run.id}.`, "Run now");
     }, "secondary"),
     deleteArea);
 
@@ -359,8 +415,7 @@ async function jobView(jobId) {
     if (!editorValid) return;
     try {
       await api("PATCH", path, { body: { schedule: editor.value() }, headers: fenced });
-      await render(true);
-      say("Schedule saved.");
+      await rerender("Schedule saved.", "Save schedule");
     } catch (error) { failed(error); }
   } }, h("div", { class: "filters" }, ...editor.fields, save), editor.preview);
 
@@ -375,6 +430,7 @@ async function jobView(jobId) {
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
   ];
   const runsArea = h("section", { "aria-labelledby": "runs-heading" });
+  if (!live()) return;
   view(job.name, actions,
     h("dl", { class: "def" }, definition.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("h2", {}, "Edit the schedule"), editForm,
@@ -398,18 +454,27 @@ function showRuns(jobId, area, items) {
     history.length
       ? h("table", { id: "runs" }, h("thead", {}, h("tr", {}, ["Scheduled for", "State", "Trigger", "Attempts", "Started", "Start delay", "Outcome"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, history))
       : h("p", { class: "muted" }, "No runs yet."));
-  if (items.some((r) => ["planned", "queued", "running", "retry_wait"].includes(r.state))) {
-    state.timers.push(setTimeout(async () => {
-      if (!area.isConnected) return;
-      try {
-        const again = await api("GET", `/jobs/${encodeURIComponent(jobId)}/runs`, { query: { limit: 50 } });
-        if (area.isConnected) showRuns(jobId, area, again.body.items);
-      } catch (error) { failed(error); }
-    }, 2000));
-  }
+  // Planned runs of an active job are always there (the ticker plans ahead): only those due soon count.
+  const moving = (r) => ["queued", "running", "retry_wait"].includes(r.state)
+    || (r.state === "planned" && new Date(r.timings.due_at) - Date.now() < 60000);
+  if (items.some(moving)) pollRuns(jobId, area, 2000);
+}
+
+function pollRuns(jobId, area, delay) {
+  later(async () => {
+    if (!area.isConnected) return;
+    try {
+      const again = await api("GET", `/jobs/${encodeURIComponent(jobId)}/runs`, { query: { limit: 50 } });
+      if (area.isConnected) showRuns(jobId, area, again.body.items);
+    } catch (error) {
+      failed(error);
+      pollRuns(jobId, area, Math.min(delay * 2, 30000));  // keep following, less often
+    }
+  }, delay);
 }
 
 async function runView(jobId, runId) {
+  const live = alive();
   const path = `/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(runId)}`;
   const run = (await api("GET", path)).body;
   const t = run.timings;
@@ -422,15 +487,16 @@ async function runView(jobId, runId) {
   ];
   if (run.lease) steps.push(h("li", {}, h("strong", {}, "running "), `held by ${run.lease.owner} until ${when(run.lease.expires_at)}`));
   if (run.retry_at) steps.push(h("li", {}, h("strong", {}, "next attempt "), when(run.retry_at)));
+  const retryKey = crypto.randomUUID();
   const retry = ["failed", "cancelled"].includes(run.state)
     ? h("button", { type: "button", onclick: async (event) => {
       event.target.disabled = true;
       try {
-        await api("POST", `${path}/retry`, { headers: { "Idempotency-Key": crypto.randomUUID() } });
-        await render(true);
-        say("Retry started.");
+        await api("POST", `${path}/retry`, { headers: { "Idempotency-Key": retryKey } });
+        await rerender("Retry started.", "Back to the job");
       } catch (error) { failed(error); event.target.disabled = false; }
     } }, "Retry") : null;
+  if (!live()) return;
   view(`Run ${run.id}`,
     h("p", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}` }, "Back to the job")),
     h("dl", { class: "def" },
@@ -439,24 +505,30 @@ async function runView(jobId, runId) {
         ["Reason", run.reason || "–"]].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: "actions" }, retry),
     h("h2", {}, "Timeline"), h("ol", { class: "timeline" }, steps));
-  if (!["succeeded", "failed", "skipped", "missed", "cancelled"].includes(run.state)) {
-    state.timers.push(setTimeout(() => render(true), 2000));
-  }
+  if (!["succeeded", "failed", "skipped", "missed", "cancelled"].includes(run.state)) later(() => render(true), 2000);
 }
 
-async function failedView() {
-  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
-  const page = (await api("GET", "/runs", { query: { state: "failed", from: since, limit: 100 } })).body;
+async function failedView(params) {
+  const live = alive();
+  const since = params.get("from") || new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+  const cursor = params.get("cursor") || "";
+  const page = (await api("GET", "/runs", { query: { state: "failed", from: since, limit: 100, cursor } })).body;
+  const older = new URLSearchParams({ from: since, cursor: page.next_cursor || "" });
+  if (!live()) return;
   view("Failed runs (last 24 hours)",
     page.items.length
       ? h("table", {}, h("thead", {}, h("tr", {}, ["Run", "Failed at", "Attempts", "Reason"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, page.items.map((r) => h("tr", {},
           h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(r.job_id)}/runs/${encodeURIComponent(r.id)}` }, r.id)),
           h("td", {}, when(r.timings.finished_at)), h("td", {}, r.attempt), h("td", {}, r.reason || r.outcome || "")))))
-      : h("p", { class: "muted" }, "Nothing failed in the last 24 hours."));
+      : h("p", { class: "muted" }, cursor ? "No older failures." : "Nothing failed in the last 24 hours."),
+    h("div", { class: "pager" },
+      cursor ? h("a", { href: "#/failed" }, "Newest failures") : null,
+      page.next_cursor ? h("a", { href: `#/failed?${older}` }, "Older failures") : null));
 }
 
 async function healthView() {
+  const live = alive();
   if (!state.config.local) {
     view("Health",
       h("p", {}, "In AWS the scheduler's health is on its CloudWatch dashboard: runs by state, start delay, queue depth, alarms."),
@@ -467,9 +539,13 @@ async function healthView() {
   try {
     health = (await api("GET", "/ui/health.json")).body;
   } catch (error) {
-    if (error instanceof ApiError && error.status === 503) {
+    if (error instanceof ApiError && error.status === 503 && live()) {
       view("Health", h("p", { class: "muted" }, "Waiting for the runtime's first status…"));
-      state.timers.push(setTimeout(() => render(true), 2000));
+      later(() => render(true), 2000);
+      return;
+    }
+    if (error instanceof ApiError && error.status === 403 && live()) {
+      view("Health", h("p", {}, error.message));
       return;
     }
     throw error;
@@ -477,6 +553,7 @@ async function healthView() {
   const card = (label, value, note) => h("div", { class: "card" }, h("div", { class: "muted" }, label),
     h("div", { class: "metric" }, value), note ? h("div", { class: "muted" }, note) : null);
   const perMinute = health.per_minute;
+  if (!live()) return;
   view("Health",
     h("div", { class: "grid" },
       card("Runs in flight", `${health.running} / ${health.cap}`, "against the concurrency cap"),
@@ -489,47 +566,94 @@ async function healthView() {
       card("Start delay p99", ms(health.start_delay_p99_ms), "last minute"),
       card("Jobs", health.jobs)),
     h("p", { class: "muted" }, `Measured by the local runtime over the last ${Math.round(health.window_seconds)} s, at ${when(new Date(health.at * 1000))}.`));
-  state.timers.push(setTimeout(() => render(true), 3000));
+  later(() => render(true), 3000);
 }
 
 // --- routing -------------------------------------------------------------------------------------------
 
+// Re-render the current page after an action, say what happened, and put focus back on `focusText`'s
+// button or link (the one acted on, or its counterpart: Pause becomes Resume).
+async function rerender(message, focusText) {
+  await render(true);
+  say(message);
+  const target = [...document.querySelectorAll("main button, main a")].find((e) => e.textContent.trim() === focusText);
+  if (target) target.focus();
+}
+
 async function render(quiet) {
+  const gen = ++state.gen;
   state.timers.forEach(clearTimeout);
   state.timers = [];
-  if (!quiet) say("");
-  if (!state.config) state.config = (await api("GET", "/ui/config.json")).body;
-  const [route, query] = (location.hash.slice(1) || "/jobs").split("?");
-  const params = new URLSearchParams(query || "");
-  const parts = route.split("/").filter(Boolean).map(decodeURIComponent);
-  const signedIn = Boolean(state.token) && state.config.auth !== "iam";
-  document.getElementById("sign-out").hidden = !signedIn;
-  document.querySelectorAll("nav a").forEach((a) => {
-    if (a.dataset.section === (parts[0] === "new" ? "jobs" : parts[0])) a.setAttribute("aria-current", "page");
-    else a.removeAttribute("aria-current");
-  });
-  if (!signedIn) { signInView(); return; }
+  const shown = state.flash;
+  state.flash = null;
+  if (!quiet || shown) say(shown ? shown.message : "", shown ? shown.kind : "ok");
+  // A live update keeps the keyboard where it was: the element with the same id, or the same control text.
+  const before = document.activeElement;
+  const kept = quiet && before && before !== document.body
+    ? { id: before.id, tag: before.tagName, text: before.textContent.trim() } : null;
+  let landing = null;
   try {
-    if (parts[0] === "jobs" && parts.length === 1) await jobsView(params);
+    if (!state.config) state.config = (await api("GET", "/ui/config.json")).body;
+    if (gen !== state.gen) return;
+    const [route, query] = (location.hash.slice(1) || "/jobs").split("?");
+    const params = new URLSearchParams(query || "");
+    let parts;
+    try {
+      parts = route.split("/").filter(Boolean).map(decodeURIComponent);
+    } catch {
+      parts = ["not-found"];  // a malformed address
+    }
+    const signedIn = Boolean(state.token) && state.config.auth !== "iam";
+    document.getElementById("sign-out").hidden = !signedIn;
+    document.getElementById("live").hidden = !signedIn;
+    document.querySelectorAll("nav a").forEach((a) => {
+      if (a.dataset.section === (parts[0] === "new" ? "jobs" : parts[0])) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    });
+    landing = signedIn ? parts[0] : "signin";
+    if (!signedIn) signInView();
+    else if (parts[0] === "jobs" && parts.length === 1) await jobsView(params);
     else if (parts[0] === "jobs" && parts.length === 2) await jobView(parts[1]);
     else if (parts[0] === "jobs" && parts[2] === "runs" && parts.length === 4) await runView(parts[1], parts[3]);
     else if (parts[0] === "new") newJobView();
-    else if (parts[0] === "failed") await failedView();
+    else if (parts[0] === "failed") await failedView(params);
     else if (parts[0] === "health") await healthView();
-    else if (parts[0] === "signin") { location.hash = "#/jobs"; return; }
+    else if (parts[0] === "signin") { go("#/jobs"); return; }
     else view("Not found", h("p", {}, "No such page. ", h("a", { href: "#/jobs" }, "Your jobs")));
   } catch (error) {
+    if (gen !== state.gen) return;
     if (error instanceof ApiError && error.status === 404) {
       view("Not found", h("p", {}, error.message), h("p", {}, h("a", { href: "#/jobs" }, "Your jobs")));
     } else {
       failed(error);
     }
   }
-  if (!quiet) document.getElementById("main").focus({ preventScroll: true });
+  if (gen !== state.gen) return;
+  if (kept) {
+    const again = (kept.id && document.getElementById(kept.id))
+      || [...document.querySelectorAll(kept.tag)].find((e) => e.textContent.trim() === kept.text);
+    if (again) again.focus({ preventScroll: true });
+  } else if (!quiet) {
+    // A form page starts in its first field; any other page at its content (after the navigation).
+    const first = ["new", "signin"].includes(landing) ? document.querySelector("main input") : null;
+    (first || document.getElementById("main")).focus({ preventScroll: true });
+  }
 }
 
 window.addEventListener("hashchange", () => render());
 window.addEventListener("DOMContentLoaded", () => {
   document.getElementById("sign-out").addEventListener("click", () => signOut("Signed out."));
+  // The skip link moves focus to the content; it must not go through the router (#main is no page).
+  document.querySelector(".skip").addEventListener("click", (event) => {
+    event.preventDefault();
+    document.getElementById("main").focus();
+  });
+  const liveButton = document.getElementById("live");
+  liveButton.addEventListener("click", () => {
+    state.paused = !state.paused;
+    liveButton.setAttribute("aria-pressed", String(state.paused));
+    liveButton.textContent = state.paused ? "Resume live updates" : "Pause live updates";
+    if (!state.paused) render(true);
+  });
   render();
 });
