@@ -22,6 +22,10 @@ from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFa
 from infra.constructs.storage import Storage
 from tickwork.resources import JOBS, REQUESTS, RUNS
 
+CONSOLE_PATHS = ("/ui", "/ui/{file}")  # the web console's files: no data, no authorizer
+CONSOLE_RATE_LIMIT = 20  # requests/s over both routes' keys, each; a page load is four requests
+CONSOLE_BURST_LIMIT = 40
+
 ACCESS_LOG_FIELDS: dict[str, str] = {
     "requestId": "$context.requestId",
     "ip": "$context.identity.sourceIp",
@@ -128,7 +132,7 @@ class Api(Construct):
         # the API with its JWT (with IAM auth the page says how to enable a JWT authorizer).
         self.console_routes = [
             route
-            for path in ("/ui", "/ui/{file}")
+            for path in CONSOLE_PATHS
             for route in self.http_api.add_routes(
                 path=path,
                 methods=[apigw.HttpMethod.GET],
@@ -151,6 +155,17 @@ class Api(Construct):
             throttle=apigw.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
             access_log_settings=_AccessLogs(self.access_logs),
         )
+        # The console's open routes get a throttle of their own: anonymous requests must not use up the
+        # API function's reserved concurrency that signed callers share (a browser loads three files).
+        cfn_stage = self.stage.node.default_child
+        assert isinstance(cfn_stage, apigw.CfnStage)
+        cfn_stage.route_settings = {
+            f"GET {path}": {
+                "ThrottlingRateLimit": CONSOLE_RATE_LIMIT,
+                "ThrottlingBurstLimit": CONSOLE_BURST_LIMIT,
+            }
+            for path in CONSOLE_PATHS
+        }
 
     @property
     def url(self) -> str:

@@ -391,6 +391,10 @@ def test_api_stage_throttles_and_logs(default: Synth) -> None:
     (stage,) = default.resources("AWS::ApiGatewayV2::Stage").values()
     props = stage["Properties"]
     assert props["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 400, "ThrottlingRateLimit": 200}
+    # The open console routes are throttled on their own, far below what signed callers share.
+    assert props["RouteSettings"] == {
+        route: {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20} for route in CONSOLE_ROUTES
+    }
     log_format = json.loads(props["AccessLogSettings"]["Format"])
     assert {"requestId", "status", "caller", "routeKey"} <= set(log_format)
 
