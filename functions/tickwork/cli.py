@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -132,7 +133,8 @@ def run_local(args: argparse.Namespace) -> int:
     code = 0
     echo: EchoServer | None = None
     # systemd, `docker stop` and `kill` send SIGTERM, a closed terminal SIGHUP: both stop like Ctrl-C.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    _STOPPING.clear()
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop_requested)
     try:
         runtime.start()
@@ -185,7 +187,17 @@ class StopRequestedError(Exception):
     """SIGTERM or SIGHUP arrived: stop as on Ctrl-C."""
 
 
+# Set by the first stop signal. Later ones (a second Ctrl-C, `timeout` and `kill` both signalling, systemd
+# repeating itself) must not interrupt the shutdown they asked for: runtime.stop() ends every process.
+_STOPPING = threading.Event()
+
+
 def _stop_requested(signum: int, _frame: object) -> None:
+    if _STOPPING.is_set():
+        return
+    _STOPPING.set()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise StopRequestedError(signal.Signals(signum).name)
 
 
