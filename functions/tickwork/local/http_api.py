@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from tickwork.api.problems import PROBLEM_JSON, Problem
 from tickwork.domain.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -93,25 +94,26 @@ class HttpApiApp:
         """The whole instance's counters, for its operator only (they add up every owner's jobs and runs)."""
         owner = self.owner_for(environ.get("HTTP_AUTHORIZATION"))
         if owner is None:
-            status, body = "401 Unauthorized", {"type": "about:blank", "title": "Unauthorized", "status": 401}
+            status, kind, body = _problem(HTTPStatus.UNAUTHORIZED)
         elif owner != self._operator:
-            status = "403 Forbidden"
-            body = {"type": "about:blank", "title": "Forbidden", "status": 403,
-                    "detail": "The instance's health counts every owner's jobs and runs: only its operator "
-                    "(the owner of its first --token) sees it."}  # fmt: skip
+            status, kind, body = _problem(
+                HTTPStatus.FORBIDDEN,
+                "The instance's health counts every owner's jobs and runs: only its operator (the owner of "
+                "its first --token) sees it.",
+            )
         else:
+            assert self._health_file is not None
             try:
-                assert self._health_file is not None
-                status, body = "200 OK", json.loads(self._health_file.read_text())
+                health = json.loads(self._health_file.read_text())
+                status, kind, body = HTTPStatus.OK, "application/json", health
             except (OSError, ValueError):
-                status = "503 Service Unavailable"
-                body = {"type": "about:blank", "title": "Service Unavailable", "status": 503,
-                        "detail": "the runtime has not written its status yet"}  # fmt: skip
+                status, kind, body = _problem(
+                    HTTPStatus.SERVICE_UNAVAILABLE, "the runtime has not written its status yet"
+                )
         raw = json.dumps(body).encode()
-        kind = "application/json" if status.startswith("200") else "application/problem+json"
         headers = [("Content-Type", kind), ("Content-Length", str(len(raw)))]
         headers += [("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store")]
-        start_response(status, headers)
+        start_response(f"{status.value} {status.phrase}", headers)
         return [raw]
 
     def owner_for(self, authorization: str | None) -> str | None:
@@ -214,6 +216,12 @@ def _read_chunked(stream: Any, limit: int) -> bytes:
         body += stream.read(min(size, limit - len(body)))
         stream.readline(8)  # the CRLF after the chunk
     return bytes(body)
+
+
+def _problem(status: HTTPStatus, detail: str | None = None) -> tuple[HTTPStatus, str, dict[str, Any]]:
+    """An answer the local server gives itself, in the API's problem+json shape."""
+    body = Problem(title=status.phrase, status=status.value, detail=detail).model_dump(exclude_none=True)
+    return status, PROBLEM_JSON, body
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -41,7 +41,7 @@ from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.errors import TickworkError
 from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
-from tickwork.local.status import read_snapshots, summarize
+from tickwork.local.status import WINDOW_SECONDS, read_snapshots, summarize, write_json_atomically
 from tickwork.resources import JOBS, ResourceNames
 from tickwork.settings import LOCAL_API_FILE
 
@@ -50,7 +50,6 @@ logger = logging.getLogger("tickwork.local")
 ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
 ENGINES = ("sqlite", "emulator")
 HEALTH_FILE = "health.json"  # in the run dir: the console's health page (see _write_health)
-HEALTH_WINDOW_SECONDS = 60.0
 DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
 # Each role's SQLite durability (adapters/sqlite/db.py). The API acknowledges job writes to users: each is
 # on disk before it answers. The ticker, executor and sweeper keep run bookkeeping, whose lost tail after a
@@ -346,7 +345,7 @@ class LocalRuntime:
         the counters, runs a minute by outcome over the last minute, runs in flight against the cap."""
         now = time.time()
         self._history.append((now, status))
-        while len(self._history) > 1 and now - self._history[0][0] > HEALTH_WINDOW_SECONDS:
+        while len(self._history) > 1 and now - self._history[0][0] > WINDOW_SECONDS:
             self._history.popleft()
         then, before = self._history[0]
         minutes = max((now - then) / 60, 1 / 60)
@@ -361,10 +360,7 @@ class LocalRuntime:
             "per_minute": per_minute,
             "window_seconds": round(now - then, 1),
         }
-        path = self.run_dir / HEALTH_FILE
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(health))
-        os.replace(temporary, path)
+        write_json_atomically(self.run_dir / HEALTH_FILE, health)
 
     def status(self) -> dict[str, Any]:
         summary = summarize(read_snapshots(self.run_dir))

@@ -69,9 +69,14 @@ class SnapshotMetrics:
                 },
                 **(extra or {}),
             }
-        temporary = self._path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(snapshot))
-        os.replace(temporary, self._path)  # atomic: a reader never sees half a file
+        write_json_atomically(self._path, snapshot)
+
+
+def write_json_atomically(path: Path, value: Any) -> None:
+    """Replace `path` with `value` as JSON in one step: a reader in another process never sees half a file."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
 
 
 def read_snapshots(directory: Path) -> list[dict[str, Any]]:

@@ -375,10 +375,6 @@ async function jobView(jobId) {
     api("GET", `${path}/preview`, { query: { count: 10 } }),
     api("GET", `${path}/runs`, { query: { limit: 50 } }),
   ]);
-  const act = (label, action, className) => h("button", { type: "button", class: className, onclick: async (event) => {
-    event.target.disabled = true;
-    try { await action(); } catch (error) { failed(error); event.target.disabled = false; }
-  } }, label);
   const fenced = { "If-Match": etag };
   const runKey = crypto.randomUUID();  // one run now per page: a retried click after a lost answer is the same
   const deleteArea = h("span", { class: "confirm" });
@@ -489,13 +485,10 @@ async function runView(jobId, runId) {
   if (run.retry_at) steps.push(h("li", {}, h("strong", {}, "next attempt "), when(run.retry_at)));
   const retryKey = crypto.randomUUID();
   const retry = ["failed", "cancelled"].includes(run.state)
-    ? h("button", { type: "button", onclick: async (event) => {
-      event.target.disabled = true;
-      try {
-        await api("POST", `${path}/retry`, { headers: { "Idempotency-Key": retryKey } });
-        await rerender("Retry started.", "Back to the job");
-      } catch (error) { failed(error); event.target.disabled = false; }
-    } }, "Retry") : null;
+    ? act("Retry", async () => {
+      await api("POST", `${path}/retry`, { headers: { "Idempotency-Key": retryKey } });
+      await rerender("Retry started.", "Back to the job");
+    }) : null;
   if (!live()) return;
   view(`Run ${run.id}`,
     h("p", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}` }, "Back to the job")),
@@ -570,6 +563,14 @@ async function healthView() {
 }
 
 // --- routing -------------------------------------------------------------------------------------------
+
+// A button for an API action: disabled while it runs (no double submit), enabled again if it failed.
+function act(label, action, className) {
+  return h("button", { type: "button", class: className, onclick: async (event) => {
+    event.target.disabled = true;
+    try { await action(); } catch (error) { failed(error); event.target.disabled = false; }
+  } }, label);
+}
 
 // Re-render the current page after an action, say what happened, and put focus back on `focusText`'s
 // button or link (the one acted on, or its counterpart: Pause becomes Resume).
