@@ -46,22 +46,15 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    supervisor = Supervisor(
-        tmp_path_factory.mktemp("tickwork-console"), "--engine", "sqlite", "--token", f"{OTHER_TOKEN}=other"
-    )
-    try:
-        supervisor.start()
+    state_dir = tmp_path_factory.mktemp("tickwork-console")
+    with Supervisor(state_dir, "--engine", "sqlite", "--token", f"{OTHER_TOKEN}=other") as supervisor:
         yield supervisor
-    finally:
-        supervisor.cleanup()
 
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
-    t = Target()
-    t.start()
-    yield t
-    t.stop()
+    with Target() as t:
+        yield t
 
 
 @pytest.fixture(scope="module")

@@ -107,6 +107,13 @@ class Target:
             self._server.shutdown()
             self._server.server_close()
 
+    def __enter__(self) -> Target:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
 
 class Supervisor:
     """One `tickwork local` in its own session, so a test can signal it alone, as systemd or docker do."""
@@ -180,6 +187,18 @@ class Supervisor:
     def wait(self, timeout: float) -> int:
         assert self.process is not None
         return self.process.wait(timeout=timeout)
+
+    def __enter__(self) -> Supervisor:
+        """Started; whatever it started is killed on leaving, and also when the start itself fails."""
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cleanup()
 
     def cleanup(self) -> None:
         """Kill whatever is left: the supervisor's process group, then each pid it reported."""

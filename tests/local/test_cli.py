@@ -24,20 +24,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
-    supervisor = Supervisor(tmp_path_factory.mktemp("tickwork-cli"), "--engine", "sqlite")
-    try:
-        supervisor.start()
+    with Supervisor(tmp_path_factory.mktemp("tickwork-cli"), "--engine", "sqlite") as supervisor:
         yield supervisor
-    finally:
-        supervisor.cleanup()
 
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
-    t = Target()
-    t.start()
-    yield t
-    t.stop()
+    with Target() as t:
+        yield t
 
 
 def cli(instance: Supervisor, *args: str, output: str = "json") -> Result:

@@ -22,10 +22,8 @@ EVERY = timedelta(seconds=10)  # the API's fastest schedule
 
 @pytest.fixture
 def target() -> Iterator[Target]:
-    t = Target()
-    t.start()
-    yield t
-    t.stop()
+    with Target() as t:
+        yield t
 
 
 def instant(text: str) -> datetime:

@@ -24,10 +24,8 @@ EMULATOR_DIED_EXIT = 3  # documented in README.md, "Running locally"
 
 @pytest.fixture
 def target() -> Iterator[Target]:
-    t = Target()
-    t.start()
-    yield t
-    t.stop()
+    with Target() as t:
+        yield t
 
 
 @pytest.fixture
