@@ -301,7 +301,8 @@ def main() -> None:
     parser.add_argument(
         "--baseline",
         metavar="REF",
-        help="also run the Tickwork side from this git commit (a temporary worktree), in the same run",
+        help="also run the Tickwork side from this git commit (a temporary worktree, on the first of "
+        "--engines), in the same run",
     )
     parser.add_argument(
         "--engines", default="sqlite", help="Tickwork's engines to run, in order: sqlite, emulator"
@@ -338,7 +339,10 @@ def main() -> None:
                     saved = json.loads(path.read_text())
                 if args.baseline and args.side in ("both", "tickwork"):
                     with baseline_checkout(args.baseline, Path(tmp)) as source:
-                        before = run_tickwork_burst(n, target, settings, Path(tmp), source=source)
+                        # On the first of --engines, so before and after compare like with like.
+                        before = run_tickwork_burst(
+                            n, target, replace(settings, engine=engines[0]), Path(tmp), source=source
+                        )
                     print(f"  (baseline: Tickwork at {args.baseline})")
                     report(before)
                     saved["baseline"] = {

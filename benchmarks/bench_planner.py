@@ -71,7 +71,7 @@ class CountingDispatcher:
         self.sent = 0
         self._lock = threading.Lock()
 
-    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+    def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
         with self._lock:
             self.sent += len(runs)
 

@@ -100,7 +100,11 @@ def main() -> None:
         tags={"team": "payments"},
     )
     assert job.next_fire_at is not None
-    run = Run.for_fire(job, job.next_fire_at, now=NOW, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    # As the ticker plans it: its message goes before its commit, so it carries no sweeper index entry.
+    run = replace(
+        Run.for_fire(job, job.next_fire_at, now=NOW, trigger=Trigger.SCHEDULE, state=RunState.PLANNED),
+        queue_carried=True,
+    )
     job_after = job.advanced_to(next_fire_after(schedule, job.next_fire_at))
     running = claimed(run, job, worker="executor-1f2e3d4c", now=run.due_at + timedelta(milliseconds=180))
     ok = TargetResult(ok=True, retryable=False, status="200", latency_ms=84, detail='{"status":"accepted"}')

@@ -23,12 +23,15 @@ class RecordingDispatcher:
     sends: list[tuple[datetime, list[Run]]] = field(default_factory=list)  # (now given, runs) per call
     batches: list[int] = field(default_factory=list)  # size of each redispatch_many call
 
-    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
+    commit_bys: list[datetime | None] = field(default_factory=list)  # commit_by given, per dispatch call
+
+    def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
         if self.fail_next > 0:
             self.fail_next -= 1
-            raise DispatchError([r.run_id for r in runs], "injected failure")
+            raise DispatchError([RunMessage.for_run(r).dedupe_id for r in runs], "injected failure")
         self.sent.extend(runs)
         self.sends.append((now, list(runs)))
+        self.commit_bys.append(commit_by)
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
         if self.fail_next > 0:

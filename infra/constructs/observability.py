@@ -62,6 +62,7 @@ REPAIR_COUNTS = (
     "SweeperRedispatched",
     "DeadLettered",
     "OrphanMessages",
+    "MessagesBeforeTheirRun",
     "DispatchFailures",
     "PlanConflicts",
 )

@@ -262,6 +262,27 @@ def test_open_runs_lists_what_is_overdue_and_drops_finished_runs(backend: Backen
     assert list(store.open_runs(job.shard, FIRE + timedelta(hours=1))) == []
 
 
+def test_a_queue_carried_run_is_in_the_sweepers_list_only_while_it_waits_to_retry(backend: Backend) -> None:
+    """A run the ticker planned (its message sent first) has no open-runs entry while planned or running;
+    waiting to retry it has one, and the write that finishes its retry removes it again, although the
+    retry's claim left it in place."""
+    store, job = backend.store, a_job()
+    run = replace(a_run(job), queue_carried=True)
+    store.create_job(job, [run])
+    late = FIRE + timedelta(days=1)
+    assert list(store.open_runs(job.shard, late)) == []
+    first = store.claim(a_claim(job))
+    assert first.queue_carried and list(store.open_runs(job.shard, late)) == []
+    waiting = replace(first, state=RunState.RETRY_WAIT, retry_at=FIRE + timedelta(seconds=30))
+    store.transition_run(first, waiting)
+    assert [r.run_id for r in store.open_runs(job.shard, late)] == [run.run_id]
+    second = store.claim(a_claim(job, attempt=1, worker="w#3", now=FIRE + timedelta(seconds=31)))
+    store.transition_run(second, replace(second, state=RunState.SUCCEEDED, finished_at=FIRE))
+    assert list(store.open_runs(job.shard, late)) == []
+    stored = store.get_run(job.job_id, FIRE)
+    assert stored is not None and stored.state is RunState.SUCCEEDED and stored.queue_carried
+
+
 def test_list_runs_is_time_ordered(backend: Backend) -> None:
     store, job = backend.store, a_job()
     fires = [FIRE + timedelta(minutes=5 * i) for i in range(4)]

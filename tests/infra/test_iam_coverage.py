@@ -27,7 +27,7 @@ import threading
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -558,6 +558,11 @@ def test_the_sweeper_role_grants_every_operation_of_repairs_and_the_dead_letter_
     crashed = create_job(base, "http", {"url": f"{hook_url}/ok"})  # its worker dies holding the lease
     dead = create_job(base, "http", {"url": f"{hook_url}/ok"})  # its message ends in the DLQ
     plan(base)
+    for job_id in (stalled, crashed):
+        # As if sent after their commit (runs the API makes): the sweeper's to repair. The ticker's own runs
+        # are queue-carried and never in its work list (tests/services/test_queue_carried.py).
+        run = planned_run(base, job_id)
+        base.store.transition_run(run, replace(run, queue_carried=False))
     assert isinstance(base.clock, FakeClock)
     base.clock.set(RUN_AT)
     dying = Executor(

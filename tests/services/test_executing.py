@@ -89,6 +89,13 @@ class World:
     def first_message(self) -> RunMessage:
         return RunMessage.for_run(self.dispatcher.sent[0])
 
+    def sweeper_carried(self) -> World:
+        """Make the planned run one sent after its commit, as the API's runs are: the sweeper's to repair.
+        The ticker's own runs are queue-carried (tests/services/test_queue_carried.py)."""
+        run = self.run()
+        self.store.transition_run(run, replace(run, queue_carried=False))
+        return self
+
     def run(self, fire: datetime = FIRE) -> Run:
         run = self.store.get_run(self.job.job_id, fire)
         assert run is not None
@@ -148,6 +155,21 @@ def test_a_duplicate_delivery_while_the_first_is_running_is_ignored(world: World
 
     assert world.executor("worker-a").execute(message) is Outcome.SUCCEEDED
 
+    # The run is queue-carried: the second delivery does not call the target, and comes back when the
+    # first one's lease ends (then a duplicate), in case the first worker died.
+    assert seen == [Outcome.WATCHING_LEASE] and len(world.invoker.calls) == 1
+    assert world.dispatcher.messages[-1].not_before == FIRE + timedelta(seconds=60 + 30)
+    world.clock.set(FIRE + timedelta(seconds=90))
+    assert world.executor("worker-b").execute(world.dispatcher.messages[-1]) is Outcome.DUPLICATE
+
+
+def test_a_duplicate_delivery_of_a_sweeper_carried_run_while_it_runs_is_ignored(world: World) -> None:
+    message = world.sweeper_carried().first_message()
+    seen: list[Outcome] = []
+    world.invoker.during_call = lambda: seen.append(world.executor("worker-b").execute(message))
+
+    assert world.executor("worker-a").execute(message) is Outcome.SUCCEEDED
+
     assert seen == [Outcome.DUPLICATE] and len(world.invoker.calls) == 1
 
 
@@ -198,6 +220,7 @@ def test_a_non_retryable_failure_fails_at_once(world: World) -> None:
 
 
 def test_a_worker_dying_mid_run_is_retried_after_its_lease_expires(world: World) -> None:
+    world.sweeper_carried()  # the sweeper takes it over (a queue-carried run: its message does)
     world.invoker.crash = True
     with pytest.raises(CrashError):
         world.executor("worker-a").execute(world.first_message())
@@ -231,7 +254,7 @@ def test_a_slow_worker_finishing_after_a_takeover_cannot_overwrite_the_newer_att
         world.clock.set(waiting.retry_at)
         assert world.executor("worker-b").execute(world.dispatcher.messages[-1]) is Outcome.SUCCEEDED
 
-    world.invoker.during_call = takeover
+    world.sweeper_carried().invoker.during_call = takeover
     ok = TargetResult(ok=True, retryable=False, status="200", latency_ms=5, detail="ok")
     # Answers in the order the calls return: B (inside A's call) first, then the slow A.
     world.invoker.results = [ok, failure(retryable=False, status="500-from-slow-worker")]
@@ -248,7 +271,7 @@ def test_a_slow_worker_finishing_after_a_takeover_cannot_overwrite_the_newer_att
 def test_a_message_lost_after_the_commit_is_redispatched_by_the_sweeper(
     store: DynamoStore, clock: FakeClock
 ) -> None:
-    world = World(store, clock)
+    world = World(store, clock).sweeper_carried()  # sent after its commit, as the API's runs are
     world.dispatcher.sent.clear()  # the message never reached the queue
     world.clock.set(FIRE + timedelta(seconds=89))
     assert world.sweeper().sweep().redispatched == 0  # within the dispatch grace: not yet lost

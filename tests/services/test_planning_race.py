@@ -61,8 +61,11 @@ def test_tickers_racing_on_one_shard_create_each_run_exactly_once(racing_engine:
         assert len(times) == len(set(times)), f"{job.job_id} has a duplicate run"
         assert len(times) == 4 + 5  # 4 planned by the create (..12:02:30), 5 by the tick (12:03:00..12:05:00)
     dispatched = Counter(r.run_id for d in dispatchers for r in d.sent)
-    assert sum(planned) == len(on_shard) * 5 == len(dispatched)
-    assert set(dispatched.values()) == {1}  # every run dispatched by exactly one ticker
+    assert sum(planned) == len(on_shard) * 5 == len(dispatched)  # each run committed by one ticker
+    # Every ticker sends before it commits, so a ticker that loses the race has sent too: a run has one
+    # message per ticker that tried it, all for attempt 0, and its claim lets exactly one call the target.
+    assert max(dispatched.values()) <= TICKERS
+    assert all(r.attempt == 0 and r.queue_carried for d in dispatchers for r in d.sent)
 
 
 def test_runs_now_racing_the_ticker_on_the_same_second_are_their_own_runs(

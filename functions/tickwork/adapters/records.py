@@ -232,11 +232,23 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "open_key": None if sweep_at is None else open_key(run.shard, run.run_id),
         "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
         "owner": run.owner or None,
+        "queue_carried": True if run.queue_carried else None,
     }
     if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
         item["failed_key"] = failed_key(run.owner, run.run_id)
         item["failed_order"] = failed_order(run.finished_at, run.run_id)
     return {k: v for k, v in item.items() if v is not None}
+
+
+def run_update_base(expected: Run) -> dict[str, Any]:
+    """The item a run update is diffed from: `expected` as mapped, plus the sweeper's index attributes even
+    when its mapping has none. A queue-carried run that waited for a retry keeps its index entry through
+    its next claim (a claim leaves the index alone) although its mapping, running, has none; the update
+    that ends it must still remove the entry. Removing an attribute that is not there costs nothing."""
+    item = run_to_item(expected)
+    for name in ("open_key", "check_at"):
+        item.setdefault(name, "")
+    return item
 
 
 def run_from_item(item: Mapping[str, Any]) -> Run:
@@ -268,6 +280,7 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
         job_view=None if item.get("job_view") is None else job_view_from_item(item["job_view"]),
         owner=str(item.get("owner", "")),
+        queue_carried=bool(item.get("queue_carried", False)),
     )
 
 

@@ -37,8 +37,9 @@ class SqsDispatcher:
     def queue_for(self, run: Run) -> str:
         return self.queue_for_run_id(run.run_id)
 
-    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
-        self.send([RunMessage.for_run(r) for r in runs], [self.queue_for(r) for r in runs], now)
+    def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
+        messages = [RunMessage.for_run(r, commit_by=commit_by) for r in runs]
+        self.send(messages, [self.queue_for(r) for r in runs], now)
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
         """`shard` is part of the port's signature but no longer routes: the run id does, so a re-send

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Run, make_run_id
@@ -19,6 +19,18 @@ MAX_DELAY_SECONDS = 900  # SQS's per-message delay limit
 # about 10 x (29 + 2) = 310 hops. Lambda's own recursive-loop cut-off (16 hops) is turned off on the
 # executor, so this bound is what stops a real loop.
 MAX_HOPS = 1000
+# The ticker sends a run's message before it commits the run (so a crash between the two cannot strand a
+# committed run without a message, and the run needs no sweeper index entry). It starts no commit of that
+# run later than COMMIT_WINDOW after the send (the message's `commit_by`), and a commit once started lands
+# within COMMIT_SETTLE (the store's 6 tries of at most 3 x 35 s client calls, with their backoff, is
+# about 11 minutes). A message that finds no run waits until then: its run may still appear. After that the
+# run can no longer be committed by that tick, and the job, never advanced past the fire, is planned again
+# by a later tick with a message of its own.
+COMMIT_WINDOW = timedelta(seconds=30)
+COMMIT_SETTLE = timedelta(minutes=15)
+# A message that found no run looks again after this (doubling with each look, up to the cap).
+MISSING_RUN_RECHECK_FIRST = timedelta(seconds=1)
+MISSING_RUN_RECHECK_CAP = timedelta(seconds=300)
 _QUEUE_HASH_PERSON = b"tickwork-queue"  # keeps the queue hash independent of the shard hash (sha256 of job)
 
 
@@ -47,9 +59,19 @@ class RunMessage:
     # The target's timeout as the run's job view had it when sent: the executor computes the lease from it
     # before claiming, and the claim checks it against the view (None: the executor reads the job).
     timeout_seconds: int | None = field(default=None, compare=False)
+    # Set when the message was sent before its run was committed: no commit of the run starts after this
+    # instant (COMMIT_WINDOW). Kept across re-sends, so a re-sent message still knows it.
+    commit_by: datetime | None = field(default=None, compare=False)
 
     @classmethod
-    def for_run(cls, run: Run, not_before: datetime | None = None, *, hops: int = 0) -> RunMessage:
+    def for_run(
+        cls,
+        run: Run,
+        not_before: datetime | None = None,
+        *,
+        hops: int = 0,
+        commit_by: datetime | None = None,
+    ) -> RunMessage:
         timeout = None if run.job_view is None else run.job_view.timeout_seconds
         return cls(
             run.job_id,
@@ -58,7 +80,18 @@ class RunMessage:
             not_before or run.due_at,
             hops=hops,
             timeout_seconds=timeout,
+            commit_by=commit_by,
         )
+
+    def run_may_appear(self, now: datetime) -> bool:
+        """Whether a commit of this message's run may still land: it was sent before its commit, and the
+        commit's window and settling time have not both passed. Until then a missing run is not an orphan."""
+        return self.commit_by is not None and now < self.commit_by + COMMIT_SETTLE
+
+    def missing_run_recheck(self, now: datetime) -> RunMessage:
+        """This message sent again to look for its run later: the wait doubles with each hop, capped."""
+        wait = min(MISSING_RUN_RECHECK_FIRST * (2 ** min(self.hops, 16)), MISSING_RUN_RECHECK_CAP)
+        return replace(self.resent(), not_before=max(self.not_before, now + wait))
 
     def resent(self) -> RunMessage:
         """This message sent again unchanged (an early arrival going back to the queue): one hop more."""
@@ -79,6 +112,8 @@ class RunMessage:
         }
         if self.timeout_seconds is not None:
             body["timeout_seconds"] = self.timeout_seconds
+        if self.commit_by is not None:
+            body["commit_by"] = format_instant_ms(self.commit_by)
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -92,6 +127,7 @@ class RunMessage:
                 not_before=parse_instant(str(data["not_before"])),
                 hops=_hops(data.get("hops", 0)),
                 timeout_seconds=_timeout(data.get("timeout_seconds")),
+                commit_by=None if data.get("commit_by") is None else parse_instant(str(data["commit_by"])),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error

@@ -115,8 +115,11 @@ def check_at(run: Run) -> datetime | None:
     message to arrive; a retry's retry time plus the grace; later after each re-send. A claim moves it
     only when the lease ends sooner (a timeout + margin under the grace, or a run claimed after a re-send):
     the claim is the hot path and an index key that moves costs two index writes. The sweeper reads a
-    running run's lease itself (`needs_repair`)."""
+    running run's lease itself (`needs_repair`). A queue-carried run (planned by the ticker, its message
+    sent first) has none while planned or running: its message recovers it (docs/design.md)."""
     if run.state.is_terminal:
+        return None
+    if run.queue_carried and run.state in (RunState.PLANNED, RunState.RUNNING):
         return None
     if run.state is RunState.RETRY_WAIT and run.retry_at is not None:
         expected = run.retry_at

@@ -221,6 +221,10 @@ class Run:
     attempts: tuple[Mapping[str, Any], ...] = ()
     job_view: JobView | None = None  # the job as the run's next claim sees it (None: read the job)
     owner: str = ""  # the job's owner (keys the failed-runs index); "" on runs planned before it was kept
+    # The ticker sent this run's message before committing it (domain.dispatch.COMMIT_WINDOW): while it is
+    # planned or running, that message, held in the queue until the run ends, is what recovers it, so it
+    # needs no entry in the sweeper's index (domain.execution.check_at).
+    queue_carried: bool = False
 
     @property
     def run_id(self) -> str:

@@ -28,6 +28,7 @@ from tickwork.domain.execution import (
 from tickwork.domain.models import JobView, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
+from tickwork.services.sweeping import expire_lease
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"  # another delivery or attempt owns the run: nothing to do
     STALE_COMPLETION = "stale_completion"  # finished after losing the lease: result discarded
     NOT_FOUND = "not_found"
+    WAITING_FOR_RUN = "waiting_for_run"  # sent before its run was committed: looks again shortly
+    WATCHING_LEASE = "watching_lease"  # its run is running: the message comes back when the lease ends
+    LEASE_EXPIRED = "lease_expired"  # its run's worker went silent: the attempt ended (retry, or failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +126,11 @@ class Executor:
         except StaleRunError as error:
             current = error.current
             if current is None:
-                return self._orphan(message)
+                return self._run_missing(message)
             if claim.is_own(current):
                 return self._own_claim_recognised(current, self._view_of(current), message.hops)
             if not claimable_at(current, message.attempt):
-                return Outcome.DUPLICATE  # another delivery claimed it first, or the run moved on
+                return self._not_claimable(current, message)
             # Still claimable, so its view refused: the job stops it, wants its overlap slot, has another
             # timeout since the message was sent, or the run has no view.
             view = current.job_view
@@ -155,18 +159,18 @@ class Executor:
         if job.policies.overlap is not OverlapPolicy.ALLOW:
             run = self._store.get_run(message.job_id, message.scheduled_for)
             if run is None:
-                return self._orphan(message)
+                return self._run_missing(message)
             if not claimable_at(run, message.attempt):
-                return Outcome.DUPLICATE
+                return self._not_claimable(run, message)
             return self._execute_exclusive(run, view, message, now)
         claim = self._claim_for(message, now, job.timeout_seconds, trusting_view=False)
         try:
             mine = self._store.claim(claim)
         except StaleRunError as error:
             if error.current is None:
-                return self._orphan(message)
+                return self._run_missing(message)
             if not claim.is_own(error.current):
-                return Outcome.DUPLICATE
+                return self._not_claimable(error.current, message)
             return self._own_claim_recognised(error.current, view, message.hops)
         return self._started(mine, view, message.hops)
 
@@ -236,6 +240,54 @@ class Executor:
         self._metrics.count("RunsStarted")
         if run.attempt > 1:
             self._metrics.count("Retries")
+
+    def _run_missing(self, message: RunMessage) -> Outcome:
+        """No run for this message. One the ticker sent before committing its run may be early: its commit
+        can still land (`run_may_appear`), so the message looks again later rather than be dropped."""
+        now = self._clock.now()
+        if not message.run_may_appear(now):
+            return self._orphan(message)
+        self._dispatcher.redispatch(message.missing_run_recheck(now), 0, now)
+        self._metrics.count("MessagesBeforeTheirRun")
+        return Outcome.WAITING_FOR_RUN
+
+    def _not_claimable(self, current: Run, message: RunMessage) -> Outcome:
+        """A delivery that cannot claim its run: usually a duplicate (another delivery claimed it, or the
+        run moved on). But a queue-carried run running at this message's attempt has no sweeper entry:
+        this message is what brings it back if its worker died, so it stays with the run until the lease
+        ends (docs/design.md, "What recovers a run")."""
+        if (
+            current.state is RunState.RUNNING
+            and current.queue_carried
+            and current.attempt == message.attempt + 1
+        ):
+            return self._watch_lease(current, message)
+        return Outcome.DUPLICATE
+
+    def _watch_lease(self, running: Run, message: RunMessage) -> Outcome:
+        now = self._clock.now()
+        lease = running.lease_expires_at
+        if lease is not None and lease > now:
+            # Its worker may still be at it: come back when the lease ends (a finished run then makes this
+            # message a duplicate; a silent worker's run is taken over).
+            self._dispatcher.redispatch(replace(message.resent(), not_before=lease), running.shard, now)
+            return Outcome.WATCHING_LEASE
+        try:
+            after = expire_lease(self._store, running, now, self._rng)
+        except StaleRunError:
+            return Outcome.DUPLICATE  # it moved while we looked: finished, or taken over by another
+        self._metrics.count("ExpiredLeases")
+        if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
+            try:
+                retry = RunMessage.for_run(after, after.retry_at, hops=message.hops + 1)
+                self._dispatcher.redispatch(retry, running.shard, now)
+            except DispatchError as error:
+                # The retry-wait is committed, with its sweeper entry: the sweeper re-sends it.
+                logger.error("could not schedule the retry of %s, sweeper will: %s", running.run_id, error)
+                self._metrics.count("DispatchFailures")
+        elif after.state is RunState.FAILED:
+            self._metrics.count("RunsFailed")
+        return Outcome.LEASE_EXPIRED
 
     def _orphan(self, message: RunMessage) -> Outcome:
         logger.warning("message for unknown run %s: dropped", message.dedupe_id)

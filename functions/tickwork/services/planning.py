@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from tickwork.domain.clock import Clock
+from tickwork.domain.dispatch import COMMIT_WINDOW, RunMessage
 from tickwork.domain.errors import DispatchError, PlanConflictError, TransientStoreError
 from tickwork.domain.models import Job, JobState, Run, RunState
 from tickwork.domain.planning import plan_batch
-from tickwork.domain.timekeys import due_key, floor_minute
+from tickwork.domain.timekeys import due_key, floor_minute, truncate_ms
 from tickwork.services.ports import Dispatcher, PlanStore
 
 logger = logging.getLogger(__name__)
@@ -121,26 +122,23 @@ class Planner:
         start = (watermark if watermark is not None else now) - self._config.reread
         bucket = floor_minute(start)
         planned_through = horizon
-        outbox = _Outbox(self._dispatcher, self._clock, now, report)
-        try:
-            while bucket <= horizon:
-                report.buckets_read += 1
-                try:
-                    jobs = self._store.query_due(due_key(shard, bucket), horizon)
-                except TransientStoreError as error:
-                    # Nothing from this bucket on was read: the watermark stays before it.
-                    report.errors.append(f"bucket {due_key(shard, bucket)}: {error}")
-                    logger.error("shard %d: could not read %s after retries: %s", shard, bucket, error)
-                    planned_through = min(planned_through, bucket - _BEFORE)
-                    break
-                for job in jobs:
-                    report.jobs_seen += 1
-                    unplanned = self._plan_job_isolated(job, now, horizon, report, outbox)
-                    if unplanned is not None:
-                        planned_through = min(planned_through, unplanned - _BEFORE)
-                bucket += timedelta(minutes=1)
-        finally:
-            outbox.flush()
+        rounds = _Rounds(self, now, horizon, report)
+        while bucket <= horizon:
+            report.buckets_read += 1
+            try:
+                jobs = self._store.query_due(due_key(shard, bucket), horizon)
+            except TransientStoreError as error:
+                # Nothing from this bucket on was read: the watermark stays before it.
+                report.errors.append(f"bucket {due_key(shard, bucket)}: {error}")
+                logger.error("shard %d: could not read %s after retries: %s", shard, bucket, error)
+                planned_through = min(planned_through, bucket - _BEFORE)
+                break
+            for job in jobs:
+                report.jobs_seen += 1
+                rounds.add(job)
+            bucket += timedelta(minutes=1)
+        for unplanned in rounds.finish():
+            planned_through = min(planned_through, unplanned - _BEFORE)
         report.complete = planned_through >= horizon
         if watermark is None or planned_through > watermark:
             self._store.set_watermark(shard, planned_through)
@@ -166,16 +164,53 @@ class Planner:
             summary.reports = [r for r in pool.map(one, shards) if r is not None]
         return summary
 
-    def _plan_job_isolated(
-        self, job: Job, now: datetime, horizon: datetime, report: TickReport, outbox: _Outbox
-    ) -> datetime | None:
-        """Plan one job; whatever goes wrong with it stays with it. Returns its first fire left unplanned
-        (None: all planned up to the horizon)."""
-        progress = _JobProgress(job)
+    def _next_step(
+        self, progress: _JobProgress, job: Job | None, now: datetime, horizon: datetime, conflicts: int
+    ) -> _Step | None:
+        """The job's next commit, planned (pure) but not yet sent; None when the job has nothing left to
+        plan up to the horizon (or is gone, or paused)."""
+        if (
+            job is None
+            or job.state is not JobState.ACTIVE
+            or job.next_fire_at is None
+            or job.next_fire_at > horizon
+        ):
+            progress.done()
+            return None
+        progress.at(job)
+        batch = plan_batch(job, now=now, horizon=horizon, max_runs=self._config.max_runs_per_commit)
+        # Their messages go out before the commit: the queue, not the sweeper, carries them from here on.
+        runs = tuple(replace(r, queue_carried=True) if r.state is RunState.PLANNED else r for r in batch.runs)
+        return _Step(progress, job, runs, batch.next_fire_at, conflicts)
+
+    def _send(self, steps: Sequence[_Step], report: TickReport) -> tuple[datetime, set[str]]:
+        """Send the messages of every step's runs, in SQS batches of 10 across jobs. Returns the instant
+        after which none of them may be committed, and the dedupe ids of the messages that did not go."""
+        sent_at = max(report.now, self._clock.now())  # never before the tick's own instant
+        commit_by = truncate_ms(sent_at + COMMIT_WINDOW)  # as the message carries it
+        sending = [run for step in steps for run in step.to_send]
+        if not sending:
+            return commit_by, set()
         try:
-            if self._plan_job(progress, now, horizon, report, outbox):
-                return None
-            report.deferred_jobs.append(job.job_id)
+            self._dispatcher.dispatch(sending, sent_at, commit_by=commit_by)
+        except DispatchError as error:
+            report.dispatch_failures += len(error.failed_run_ids)
+            logger.error(
+                "shard %d: some messages did not go; their jobs wait for the next tick: %s",
+                report.shard,
+                error,
+            )
+            return commit_by, set(error.failed_run_ids)
+        return commit_by, set()
+
+    def _commit_isolated(
+        self, step: _Step, commit_by: datetime, now: datetime, horizon: datetime, report: TickReport
+    ) -> _Step | None:
+        """Commit one step; whatever goes wrong with it stays with its job. Returns the job's next step
+        (None: done, or left for the next tick with its progress where it stopped)."""
+        job = step.job
+        try:
+            return self._commit(step, commit_by, now, horizon, report)
         except TransientStoreError as error:
             # Throttling that outlasted the retries, wherever it struck (the commit, or a read inside the
             # conflict handling): the job waits for the next tick.
@@ -190,87 +225,121 @@ class Planner:
             logger.exception(
                 "job %s could not be planned; the rest of shard %d goes on", job.job_id, job.shard
             )
-        return progress.unplanned_from
+        return None
 
-    def _plan_job(
-        self, progress: _JobProgress, now: datetime, horizon: datetime, report: TickReport, outbox: _Outbox
-    ) -> bool:
-        """Commit every fire of one job up to the horizon. False: left for the next tick."""
-        current: Job | None = progress.job
-        conflicts = 0
-        while (
-            current is not None
-            and current.state is JobState.ACTIVE
-            and current.next_fire_at is not None
-            and current.next_fire_at <= horizon
-        ):
-            progress.at(current)
-            batch = plan_batch(current, now=now, horizon=horizon, max_runs=self._config.max_runs_per_commit)
-            runs = batch.runs
-            try:
-                self._commit(current, runs, batch.next_fire_at)
-            except PlanConflictError as conflict:
-                conflicts += 1
-                report.conflicts += 1
-                if conflicts > MAX_CONFLICTS_PER_JOB:
-                    logger.warning("job %s kept changing during the tick; left for the next", current.job_id)
-                    return False
-                if conflict.job_changed:
-                    # Another ticker planned it, or the user edited / paused / deleted it: re-read, re-plan.
-                    current = self._store.get_job(current.job_id)
-                    continue
-                # Only runs existed: created already (e.g. by the job's own write), so advance the job
-                # past them without creating them again.
-                existing = self._store.existing_run_times(current.job_id, [r.scheduled_for for r in runs])
-                runs = tuple(r for r in runs if r.scheduled_for not in existing)
-                try:
-                    self._commit(current, runs, batch.next_fire_at)
-                except PlanConflictError:
-                    report.conflicts += 1
-                    current = self._store.get_job(current.job_id)
-                    continue
-            report.commits += 1
-            to_dispatch = [r for r in runs if r.state is RunState.PLANNED]
-            report.runs_planned += len(to_dispatch)
-            report.runs_catch_up += sum(1 for r in to_dispatch if r.scheduled_for < now)
-            report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
-            outbox.add(to_dispatch)
-            current = current.advanced_to(batch.next_fire_at)
-        progress.done()
-        return True
-
-    def _commit(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
-        self._store.commit_plan(job, runs, next_fire_at)
-
-
-class _Outbox:
-    """Committed runs waiting to be sent, in SQS batches of 10 across jobs (one send per run would cost ten
-    times the requests). A crash before a flush loses no run: the sweeper re-sends planned runs whose message
-    never arrived. Each message's delay is computed when it is sent, not when the tick began: a long tick
-    would otherwise make every later message visible late by the time the tick had already run."""
-
-    def __init__(
-        self, dispatcher: Dispatcher, clock: Clock, tick_started: datetime, report: TickReport
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._clock = clock
-        self._tick_started = tick_started
-        self._report = report
-        self._pending: list[Run] = []
-
-    def add(self, runs: Sequence[Run]) -> None:
-        self._pending.extend(runs)
-        if len(self._pending) >= DISPATCH_BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        sending, self._pending = self._pending, []
-        # Never before the tick's own instant (a caller may plan "as of" a given time).
-        sent_at = max(self._tick_started, self._clock.now())
+    def _commit(
+        self, step: _Step, commit_by: datetime, now: datetime, horizon: datetime, report: TickReport
+    ) -> _Step | None:
+        """One conditional transaction (create the runs, advance the job), started only inside the
+        messages' commit window. A lost race re-plans the job into the next round, whose send goes first."""
+        job, runs = step.job, step.runs
+        if not self._in_window(step, commit_by, report):
+            return None
         try:
-            self._dispatcher.dispatch(sending, sent_at)
-        except DispatchError as error:
-            self._report.dispatch_failures += len(error.failed_run_ids)
-            logger.error("dispatch failed after commit, sweeper will re-send: %s", error)
+            self._store.commit_plan(job, runs, step.next_fire_at)
+        except PlanConflictError as conflict:
+            report.conflicts += 1
+            conflicts = step.conflicts + 1
+            if conflicts > MAX_CONFLICTS_PER_JOB:
+                logger.warning("job %s kept changing during the tick; left for the next", job.job_id)
+                report.deferred_jobs.append(job.job_id)
+                return None
+            if conflict.job_changed:
+                # Another ticker planned it, or the user edited / paused / deleted it: re-read, re-plan.
+                return self._next_step(
+                    step.progress, self._store.get_job(job.job_id), now, horizon, conflicts
+                )
+            # Only runs existed: created already (e.g. by the job's own write), so advance the job past
+            # them without creating them again (the messages sent for them are duplicates, fenced at claim).
+            existing = self._store.existing_run_times(job.job_id, [r.scheduled_for for r in runs])
+            runs = tuple(r for r in runs if r.scheduled_for not in existing)
+            if not self._in_window(step, commit_by, report):
+                return None
+            try:
+                self._store.commit_plan(job, runs, step.next_fire_at)
+            except PlanConflictError:
+                report.conflicts += 1
+                return self._next_step(
+                    step.progress, self._store.get_job(job.job_id), now, horizon, conflicts
+                )
+        report.commits += 1
+        planned = [r for r in runs if r.state is RunState.PLANNED]
+        report.runs_planned += len(planned)
+        report.runs_catch_up += sum(1 for r in planned if r.scheduled_for < now)
+        report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
+        return self._next_step(
+            step.progress, job.advanced_to(step.next_fire_at), now, horizon, step.conflicts
+        )
+
+    def _in_window(self, step: _Step, commit_by: datetime, report: TickReport) -> bool:
+        if not step.to_send or self._clock.now() < commit_by:
+            return True
+        # Too long since its messages went: they may already have been given up on (COMMIT_SETTLE).
+        logger.warning("job %s: commit window passed; next tick plans it", step.job.job_id)
+        report.deferred_jobs.append(step.job.job_id)
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One job's next commit: its runs, planned but not yet sent, and where the job's next fire moves."""
+
+    progress: _JobProgress
+    job: Job
+    runs: tuple[Run, ...]
+    next_fire_at: datetime | None
+    conflicts: int
+
+    @property
+    def to_send(self) -> list[Run]:
+        return [r for r in self.runs if r.state is RunState.PLANNED]
+
+
+class _Rounds:
+    """A shard's jobs, planned in rounds: the messages of a round's runs go out first, in SQS batches of 10
+    across jobs (one send per job would cost up to ten times the requests), then each job's transaction.
+    A crash between the two leaves messages whose run never appears (the executor drops them once their
+    commit window has settled) and jobs not advanced (the next tick plans them again): nothing committed
+    is ever without its message, so planned runs need no sweeper index entry."""
+
+    def __init__(self, planner: Planner, now: datetime, horizon: datetime, report: TickReport) -> None:
+        self._planner = planner
+        self._now = now
+        self._horizon = horizon
+        self._report = report
+        self._progress: list[_JobProgress] = []
+        self._ready: list[_Step] = []
+        self._seen: set[str] = set()
+
+    def add(self, job: Job) -> None:
+        if job.job_id in self._seen:
+            # Its first commit moved it into a later bucket of this same tick: its next step is already
+            # in hand (or it was left for the next tick).
+            return
+        self._seen.add(job.job_id)
+        progress = _JobProgress(job)
+        self._progress.append(progress)
+        self._queue(self._planner._next_step(progress, job, self._now, self._horizon, 0))
+        if sum(len(step.to_send) for step in self._ready) >= DISPATCH_BATCH:
+            self._round()
+
+    def finish(self) -> list[datetime]:
+        """Run rounds until every job is planned or left; returns each left job's first unplanned fire."""
+        while self._ready:
+            self._round()
+        return [p.unplanned_from for p in self._progress if p.unplanned_from is not None]
+
+    def _queue(self, step: _Step | None) -> None:
+        if step is not None:
+            self._ready.append(step)
+
+    def _round(self) -> None:
+        steps, self._ready = self._ready, []
+        commit_by, unsent = self._planner._send(steps, self._report)
+        for step in steps:
+            if any(RunMessage.for_run(r).dedupe_id in unsent for r in step.to_send):
+                self._report.deferred_jobs.append(step.job.job_id)  # its progress stays at this step
+                continue
+            self._queue(
+                self._planner._commit_isolated(step, commit_by, self._now, self._horizon, self._report)
+            )

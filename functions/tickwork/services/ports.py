@@ -157,9 +157,10 @@ class RunRequestStore(Protocol):
 
 
 class Dispatcher(Protocol):
-    def dispatch(self, runs: Sequence[Run], now: datetime) -> None:
-        """Hand committed runs to the executors, each to become visible at its due time.
-        Raises DispatchError listing the runs it could not send (the sweeper re-sends them)."""
+    def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
+        """Hand runs to the executors, each to become visible at its due time: committed runs, or (with
+        `commit_by`, the ticker's) runs about to be committed by then. Raises DispatchError listing the
+        messages it could not send (their dedupe ids)."""
         ...
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:

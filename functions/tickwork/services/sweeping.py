@@ -60,6 +60,16 @@ def overdue_since(run: Run) -> datetime:
     return max(run.due_at, run.planned_at)
 
 
+def expire_lease(store: RunStore, run: Run, now: datetime, rng: Random) -> Run:
+    """End a running run's attempt whose lease expired (its worker went silent), by the job's retry policy
+    as it is now: waiting to retry, failed, or cancelled if the job is gone. Returns the run as written;
+    StaleRunError if it moved meanwhile. The sweeper and a held message (the executor) both end leases."""
+    job = store.get_job(run.job_id)
+    after = after_lease_expired(run, None if job is None else job.policies.retry, now=now, rng=rng)
+    store.transition_run(run, after)
+    return after
+
+
 class Sweeper:
     def __init__(
         self,
@@ -169,9 +179,7 @@ class Sweeper:
             logger.error("sweeper could not repair %s (next sweep retries): %s", run.run_id, error)
 
     def _expire_lease(self, run: Run, now: datetime, report: SweepReport, outbox: _RepairOutbox) -> None:
-        job = self._store.get_job(run.job_id)
-        after = after_lease_expired(run, None if job is None else job.policies.retry, now=now, rng=self._rng)
-        self._store.transition_run(run, after)
+        after = expire_lease(self._store, run, now, self._rng)
         report.expired_leases += 1
         if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
             outbox.add(RunMessage.for_run(after, after.retry_at))

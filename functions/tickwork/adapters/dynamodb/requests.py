@@ -17,6 +17,7 @@ from tickwork.adapters.records import (
     request_to_item,
     run_from_item,
     run_to_item,
+    run_update_base,
 )
 from tickwork.domain.errors import NotFoundError, RequestConflictError, StaleRunError, VersionMismatchError
 from tickwork.domain.models import Job, Run
@@ -59,7 +60,7 @@ class RequestRecords(StoreBase):
         items.extend(self._put_new_run(run) for run in created)
         for expected, updated in retried:
             run_condition, run_values = self._run_condition(expected)
-            update, names, update_values = _changes(run_to_item(expected), run_to_item(updated))
+            update, names, update_values = _changes(run_update_base(expected), run_to_item(updated))
             items.append(
                 {
                     "Update": {

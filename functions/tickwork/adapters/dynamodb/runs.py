@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
-from tickwork.adapters.records import open_keys, run_from_item, run_to_item
+from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
 from tickwork.domain.errors import (
     StaleRunError,
     TransientStoreError,
@@ -159,7 +159,7 @@ class RunRecords(StoreBase):
     def transition_run(self, expected: Run, updated: Run) -> None:
         """One conditional UpdateItem of the attributes that change (never a whole-item put)."""
         condition, values = self._run_condition(expected)
-        update, names, update_values = _changes(run_to_item(expected), run_to_item(updated))
+        update, names, update_values = _changes(run_update_base(expected), run_to_item(updated))
         self._update_run(
             f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
             Key=serialize(_run_key(expected)),
@@ -345,7 +345,7 @@ class RunRecords(StoreBase):
     ) -> bool:
         """Move the run and the job's overlap slot together; False when only the slot's condition failed."""
         run_condition, run_values = self._run_condition(expected)
-        update, names, update_values = _changes(run_to_item(expected), run_to_item(updated))
+        update, names, update_values = _changes(run_update_base(expected), run_to_item(updated))
         items: list[dict[str, Any]] = [
             {
                 "Update": {

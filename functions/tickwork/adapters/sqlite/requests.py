@@ -13,6 +13,7 @@ from tickwork.adapters.records import (
     request_to_item,
     run_from_item,
     run_to_item,
+    run_update_base,
 )
 from tickwork.adapters.sqlite.base import SqliteBase, apply_changes, load, put, run_still_at, stored_run
 from tickwork.domain.errors import NotFoundError, RequestConflictError, StaleRunError, VersionMismatchError
@@ -69,7 +70,7 @@ class SqliteRequestRecords(SqliteBase):
             for run in created:
                 put(connection, RUNS, run_to_item(run))
             for item, (expected, updated) in zip(current, retried, strict=True):
-                put(connection, RUNS, apply_changes(item, run_to_item(expected), run_to_item(updated)))
+                put(connection, RUNS, apply_changes(item, run_update_base(expected), run_to_item(updated)))
             if record is not None:
                 put(connection, REQUESTS, request_to_item(record))
 

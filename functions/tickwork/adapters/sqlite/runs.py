@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.adapters.records import open_keys, run_from_item, run_to_item
+from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
 from tickwork.adapters.sqlite.base import (
     SqliteBase,
     apply_changes,
@@ -117,7 +117,7 @@ class SqliteRunRecords(SqliteBase):
                 f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
                 current=stored_run(stored),
             )
-        put(connection, RUNS, apply_changes(stored, run_to_item(expected), run_to_item(updated)))
+        put(connection, RUNS, apply_changes(stored, run_update_base(expected), run_to_item(updated)))
 
     def claim(self, claim: Claim) -> Run:
         """The executor's claim: claimable at the expected attempt (and, trusting the view, the view lets
@@ -239,7 +239,7 @@ class SqliteRunRecords(SqliteBase):
             return False
         change(job)
         put(connection, JOBS, job)
-        put(connection, RUNS, apply_changes(stored, run_to_item(expected), run_to_item(updated)))
+        put(connection, RUNS, apply_changes(stored, run_update_base(expected), run_to_item(updated)))
         return True
 
 
