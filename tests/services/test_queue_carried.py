@@ -13,10 +13,11 @@ import pytest
 from tests.fakes import CrashError, FaultyPlanStore, RecordingDispatcher, RecordingMetrics, ScriptedInvoker
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, RunMessage
-from tickwork.domain.jobs import JobSpec
-from tickwork.domain.models import Job, Policies, RetryPolicy, Run, RunState, Target
+from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, DeadLetter, RunMessage
+from tickwork.domain.jobs import JobPatch, JobSpec
+from tickwork.domain.models import Job, OverlapPolicy, Policies, RetryPolicy, Run, RunState, Target
 from tickwork.domain.schedule import parse_schedule
+from tickwork.services import planning
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
@@ -259,3 +260,135 @@ def test_runs_made_by_the_api_keep_their_sweeper_entry(store: DynamoStore, clock
     assert made and not any(run.queue_carried for run in made)
     assert sorted(open_run_ids(store, FAR)) == sorted(run.run_id for run in made)
     assert job.next_fire_at is not None
+
+
+class EditBeforeWrite:
+    """The store, with a job edit landing just before the executor's overlap claim (a race the executor
+    cannot see coming: the edit rewrites the unclaimed run's view, so the claim is refused)."""
+
+    def __init__(self, store: DynamoStore, edit: Any) -> None:
+        self._store = store
+        self._edit = edit
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if name != "claim_exclusive" or self._edit is None:
+            return attribute
+
+        def edited_first(*args: Any, **kwargs: Any) -> Any:
+            edit, self._edit = self._edit, None
+            edit()
+            return attribute(*args, **kwargs)
+
+        return edited_first
+
+
+def test_a_job_edit_racing_the_overlap_claim_sends_the_message_back_instead_of_dropping_it(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    dispatcher = RecordingDispatcher()
+    service = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2))
+    job = a_job(store, clock, dispatcher, policies=Policies(overlap=OverlapPolicy.SKIP))
+    Planner(store, dispatcher, clock).plan(job.shard, TICK)
+    message = sent_message(dispatcher)
+    clock.set(FIRE)
+
+    def edit() -> None:
+        service.update("alice", job.job_id, JobPatch(timeout_seconds=61))
+
+    invoker = ScriptedInvoker()
+    raced = Executor(
+        EditBeforeWrite(store, edit),  # type: ignore[arg-type]
+        invoker,
+        dispatcher,
+        clock,
+        RecordingMetrics(),
+        ExecutorConfig(worker_id="w"),
+    )
+    first = raced.execute(message)
+
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None and run.state is RunState.PLANNED and invoker.calls == []
+    assert open_run_ids(store, FAR) == []  # still only its message can bring it
+    assert first is Outcome.DEFERRED  # refused by the rewritten view: sent back, not dropped
+    again = dispatcher.messages[-1]
+    assert (again.run_id, again.attempt, again.hops) == (run.run_id, 0, 1)
+    assert executor(store, clock, dispatcher, invoker).execute(again) is Outcome.SUCCEEDED
+    assert len(invoker.calls) == 1
+
+
+def test_a_dead_workers_run_whose_job_was_deleted_ends_when_its_message_comes_back(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    """The message comes back after the views' trust window, so the executor reads the job: deleted. The
+    run is running at the message's attempt: not a duplicate to drop, its lease is what decides."""
+    _, message, running = claimed_run(store, clock, RetryPolicy(max_attempts=3))
+    dispatcher = RecordingDispatcher()
+    JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2)).delete("alice", running.job_id)
+    clock.set(FIRE + timedelta(minutes=16))  # the queue's visibility timeout in AWS: 960 s
+
+    outcome = executor(store, clock, dispatcher, ScriptedInvoker()).execute(message)
+
+    ended = store.get_run(running.job_id, FIRE)
+    assert outcome is Outcome.LEASE_EXPIRED and ended is not None
+    assert (ended.state, ended.reason) == (RunState.CANCELLED, "job deleted")
+
+
+def test_a_dead_letter_of_a_running_queue_carried_run_keeps_watching_it(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    _, message, running = claimed_run(store, clock, RetryPolicy(max_attempts=3))
+    assert running.lease_expires_at is not None
+    letter = DeadLetter(receipt="r-1", message=message, body=message.to_json(), receive_count=5)
+    dispatcher = RecordingDispatcher()
+    letters = OneLetter(letter)
+    sweeper = Sweeper(store, dispatcher, letters, clock, RecordingMetrics(), 2)
+
+    clock.set(running.lease_expires_at - timedelta(seconds=10))  # the lease still holds
+    sweeper.sweep()
+    watch = dispatcher.messages[-1]
+    assert letters.deleted == ["r-1"] and watch.not_before == running.lease_expires_at
+    assert store.get_run(running.job_id, FIRE) == running
+
+    letters.letters = [letter]  # the same letter again, after the lease
+    clock.set(running.lease_expires_at)
+    report = sweeper.sweep()
+    waiting = store.get_run(running.job_id, FIRE)
+    assert report.expired_leases == 1 and waiting is not None and waiting.state is RunState.RETRY_WAIT
+    assert dispatcher.messages[-1].not_before == waiting.retry_at
+
+
+class OneLetter:
+    def __init__(self, letter: DeadLetter) -> None:
+        self.letters = [letter]
+        self.deleted: list[str] = []
+
+    def receive(self, max_messages: int) -> list[DeadLetter]:
+        batch, self.letters = self.letters[:max_messages], self.letters[max_messages:]
+        return batch
+
+    def delete(self, receipt: str) -> None:
+        self.deleted.append(receipt)
+
+
+def test_a_job_whose_fires_cannot_be_planned_does_not_stop_its_shard(
+    store: DynamoStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatcher = RecordingDispatcher()
+    bad = a_job(store, clock, dispatcher)
+    others = [a_job(store, clock, dispatcher) for _ in range(12)]
+    real = planning.plan_batch
+
+    def poisoned(job: Job, **kwargs: Any) -> Any:
+        if job.job_id == bad.job_id:
+            raise ValueError("a record the code cannot read")
+        return real(job, **kwargs)
+
+    monkeypatch.setattr(planning, "plan_batch", poisoned)
+    reports = [Planner(store, dispatcher, clock).plan(shard, TICK) for shard in range(2)]
+
+    assert sum(r.runs_planned for r in reports) == len(others)
+    assert [j for r in reports for j in r.failed_jobs] == [bad.job_id]
+    assert all(store.get_run(j.job_id, FIRE) is not None for j in others)
+    watermark = store.get_watermark(bad.shard)
+    assert watermark is not None and watermark < FIRE  # its fire stays behind the watermark

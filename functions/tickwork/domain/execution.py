@@ -43,6 +43,13 @@ def claimable_at(run: Run, attempt: int) -> bool:
     return run.state in CLAIMABLE_STATES and run.attempt == attempt
 
 
+def recovered_by_message(run: Run, attempt: int) -> bool:
+    """Whether a message sent for `attempt` is what recovers the run: a queue-carried run running the
+    attempt that message started has no sweeper entry, so the message must stay with it until it ends
+    (dropping it as a duplicate could strand the run if its worker died)."""
+    return run.state is RunState.RUNNING and run.queue_carried and run.attempt == attempt + 1
+
+
 def waiting_slot_is_stale(holder: Run | None) -> bool:
     """Overlap queue: the job's one waiting slot names a run that is no longer waiting (cancelled,
     skipped, failed from the dead-letter queue, or gone): another run may take the slot over, or the job's

@@ -21,6 +21,7 @@ from tickwork.domain.execution import (
     claimed,
     is_own_write,
     lease_until,
+    recovered_by_message,
     standing_of,
     terminal,
     trusts_view,
@@ -138,7 +139,7 @@ class Executor:
                 return self._execute_with_job_read(message)
             reason = cancellation_reason(view.standing)
             if reason is not None:
-                return self._end(current, RunState.CANCELLED, reason, Outcome.CANCELLED)
+                return self._end(current, RunState.CANCELLED, reason, Outcome.CANCELLED, message)
             if view.overlap is not OverlapPolicy.ALLOW:
                 return self._execute_exclusive(current, view, message, self._clock.now())
             if tries > 1 and view.timeout_seconds != timeout_seconds:
@@ -221,10 +222,10 @@ class Executor:
         )
         try:
             if not self._store.claim_exclusive(run, mine, now):
-                return self._blocked_by_overlap(run, view, message.hops)
+                return self._blocked_by_overlap(run, view, message)
         except StaleRunError as error:
             if not is_own_write(error.current, mine):
-                return Outcome.DUPLICATE  # another delivery claimed it first
+                return self._refused(message)  # another delivery claimed it first, or its view moved
             self._lost_response_recognised("claim", run.run_id)
         self._count_start(mine)
         return self._run_target(mine, view, True, message.hops)
@@ -256,13 +257,24 @@ class Executor:
         run moved on). But a queue-carried run running at this message's attempt has no sweeper entry:
         this message is what brings it back if its worker died, so it stays with the run until the lease
         ends (docs/design.md, "What recovers a run")."""
-        if (
-            current.state is RunState.RUNNING
-            and current.queue_carried
-            and current.attempt == message.attempt + 1
-        ):
+        if recovered_by_message(current, message.attempt):
             return self._watch_lease(current, message)
         return Outcome.DUPLICATE
+
+    def _refused(self, message: RunMessage) -> Outcome:
+        """A write of this delivery was refused: the run moved since it was read. Read it again. Still
+        claimable at this attempt (a job write rewrote its view in between): the message goes back to be
+        handled afresh, since a queue-carried run has nothing else to bring it. Otherwise as any delivery
+        that cannot claim."""
+        current = self._store.get_run(message.job_id, message.scheduled_for)
+        if current is None:
+            return self._orphan(message)
+        if claimable_at(current, message.attempt):
+            now = self._clock.now()
+            again = replace(message.resent(), not_before=max(message.not_before, now))
+            self._dispatcher.redispatch(again, current.shard, now)
+            return Outcome.DEFERRED
+        return self._not_claimable(current, message)
 
     def _watch_lease(self, running: Run, message: RunMessage) -> Outcome:
         now = self._clock.now()
@@ -301,8 +313,8 @@ class Executor:
         if run is None:
             return self._orphan(message)
         if not claimable_at(run, message.attempt):
-            return Outcome.DUPLICATE
-        return self._end(run, RunState.CANCELLED, reason, Outcome.CANCELLED)
+            return self._not_claimable(run, message)
+        return self._end(run, RunState.CANCELLED, reason, Outcome.CANCELLED, message)
 
     def _send_back_throttled(self, message: RunMessage, error: TransientStoreError) -> Outcome:
         delay = THROTTLED_RETRY_BASE_SECONDS + backoff_delay(
@@ -329,11 +341,11 @@ class Executor:
         if run is None:
             return self._orphan(message)
         if run.state.is_terminal or run.attempt != message.attempt:
-            return Outcome.DUPLICATE
+            return self._not_claimable(run, message)
         reason = f"stopped a runaway re-send loop: message re-sent {message.hops} times (limit {MAX_HOPS})"
         logger.error("run %s: %s", run.run_id, reason)
         self._metrics.count("RunawayLoops")
-        return self._end(run, RunState.FAILED, reason, Outcome.FAILED)
+        return self._end(run, RunState.FAILED, reason, Outcome.FAILED, message)
 
     def _run_target(self, run: Run, job: JobView, exclusive: bool, hops: int) -> Outcome:
         target = job.target
@@ -388,7 +400,8 @@ class Executor:
         logger.error("run %s failed after attempt %d: %s", run.run_id, run.attempt, finished.reason)
         return Outcome.FAILED
 
-    def _blocked_by_overlap(self, run: Run, job: JobView, hops: int) -> Outcome:
+    def _blocked_by_overlap(self, run: Run, job: JobView, message: RunMessage) -> Outcome:
+        hops = message.hops
         if run.attempt > 0:
             # A retry of a run that already started is not a new overlapping fire: it waits for the slot
             # instead of being skipped (a skipped retry would be a failure nobody hears about).
@@ -405,12 +418,16 @@ class Executor:
                     self._metrics.count("RunsQueued")
                     return Outcome.QUEUED
             except StaleRunError:
-                return Outcome.DUPLICATE
+                return self._refused(message)
             return self._end(
-                run, RunState.SKIPPED, "overlap=queue and a run is already waiting", Outcome.SKIPPED
+                run, RunState.SKIPPED, "overlap=queue and a run is already waiting", Outcome.SKIPPED, message
             )
         return self._end(
-            run, RunState.SKIPPED, "overlap=skip and the previous run is still running", Outcome.SKIPPED
+            run,
+            RunState.SKIPPED,
+            "overlap=skip and the previous run is still running",
+            Outcome.SKIPPED,
+            message,
         )
 
     def _release_queued(self, run_id: str, shard: int) -> None:
@@ -427,10 +444,14 @@ class Executor:
                 logger.error("could not release queued run %s, sweeper will: %s", run_id, error)
                 self._metrics.count("DispatchFailures")
 
-    def _end(self, run: Run, state: RunState, reason: str, outcome: Outcome) -> Outcome:
+    def _end(
+        self, run: Run, state: RunState, reason: str, outcome: Outcome, message: RunMessage | None = None
+    ) -> Outcome:
+        """End the run as read. Refused: a delivery (`message`) looks at the run again (`_refused`); the
+        worker holding a claimed run (no message) has nothing to redo."""
         try:
             self._store.transition_run(run, terminal(run, state, reason, self._clock.now()))
         except StaleRunError:
-            return Outcome.DUPLICATE
+            return Outcome.DUPLICATE if message is None else self._refused(message)
         self._metrics.count(f"Runs{state.value.capitalize()}")
         return outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,8 @@ DEFAULT_REREAD = timedelta(seconds=120)
 DEFAULT_MAX_RUNS_PER_COMMIT = 25
 # SQS sends up to 10 messages per request.
 DISPATCH_BATCH = 10
+# A round's commits, at most: with its one SQS batch of messages, it starts them all well inside the window.
+MAX_COMMITS_PER_ROUND = 25
 # After this many lost races on one job in one tick, leave it for the next tick (the watermark stays).
 MAX_CONFLICTS_PER_JOB = 3
 # A watermark held for an unplanned fire stops just before it (stored instants have millisecond precision).
@@ -217,15 +220,17 @@ class Planner:
             report.deferred_jobs.append(job.job_id)
             logger.warning("job %s: store still throttling after retries (%s); next tick", job.job_id, error)
         except Exception as error:
-            # Isolation, not silence: a job that cannot be planned (a bug, a record the code cannot read,
-            # a write the store refuses) must not stop its shard every minute. It is logged with its
-            # traceback, counted (PlanFailures alarms), and its fires are kept behind the watermark.
-            report.failed_jobs.append(job.job_id)
-            report.errors.append(f"job {job.job_id}: {type(error).__name__}: {error}")
-            logger.exception(
-                "job %s could not be planned; the rest of shard %d goes on", job.job_id, job.shard
-            )
+            logger.exception("job %s could not be planned; shard %d goes on", job.job_id, job.shard)
+            self._isolated_failure(job, error, report)
         return None
+
+    @staticmethod
+    def _isolated_failure(job: Job, error: Exception, report: TickReport) -> None:
+        """Isolation, not silence: a job that cannot be planned (a bug, a record the code cannot read, a
+        write the store refuses) must not stop its shard every minute. It is logged with its traceback,
+        counted (PlanFailures alarms), and its fires are kept behind the watermark. The caller logs it."""
+        report.failed_jobs.append(job.job_id)
+        report.errors.append(f"job {job.job_id}: {type(error).__name__}: {error}")
 
     def _commit(
         self, step: _Step, commit_by: datetime, now: datetime, horizon: datetime, report: TickReport
@@ -260,7 +265,7 @@ class Planner:
             except PlanConflictError:
                 report.conflicts += 1
                 return self._next_step(
-                    step.progress, self._store.get_job(job.job_id), now, horizon, conflicts
+                    step.progress, self._store.get_job(job.job_id), now, horizon, conflicts + 1
                 )
         report.commits += 1
         planned = [r for r in runs if r.state is RunState.PLANNED]
@@ -308,7 +313,8 @@ class _Rounds:
         self._horizon = horizon
         self._report = report
         self._progress: list[_JobProgress] = []
-        self._ready: list[_Step] = []
+        self._ready: deque[_Step] = deque()
+        self._ready_messages = 0
         self._seen: set[str] = set()
 
     def add(self, job: Job) -> None:
@@ -319,22 +325,44 @@ class _Rounds:
         self._seen.add(job.job_id)
         progress = _JobProgress(job)
         self._progress.append(progress)
-        self._queue(self._planner._next_step(progress, job, self._now, self._horizon, 0))
-        if sum(len(step.to_send) for step in self._ready) >= DISPATCH_BATCH:
+        try:
+            step = self._planner._next_step(progress, job, self._now, self._horizon, 0)
+        except Exception as error:
+            # Planning this job's fires failed (a record the code cannot read): isolated like a failed commit.
+            logger.exception("job %s could not be planned; shard %d goes on", job.job_id, job.shard)
+            self._planner._isolated_failure(job, error, self._report)
+            return
+        self._queue(step)
+        while self._ready_messages >= DISPATCH_BATCH:
             self._round()
 
     def finish(self) -> list[datetime]:
         """Run rounds until every job is planned or left; returns each left job's first unplanned fire."""
         while self._ready:
             self._round()
+        deferred = self._report.deferred_jobs
+        deferred[:] = list(dict.fromkeys(deferred))  # a job left once, whatever the path
         return [p.unplanned_from for p in self._progress if p.unplanned_from is not None]
 
     def _queue(self, step: _Step | None) -> None:
         if step is not None:
             self._ready.append(step)
+            self._ready_messages += len(step.to_send)
+
+    def _take(self) -> list[_Step]:
+        """The next round: about one SQS batch of messages, and a bounded number of commits, so that every
+        commit of the round starts well inside its messages' window."""
+        steps: list[_Step] = []
+        messages = 0
+        while self._ready and messages < DISPATCH_BATCH and len(steps) < MAX_COMMITS_PER_ROUND:
+            step = self._ready.popleft()
+            steps.append(step)
+            messages += len(step.to_send)
+        self._ready_messages -= messages
+        return steps
 
     def _round(self) -> None:
-        steps, self._ready = self._ready, []
+        steps = self._take()
         commit_by, unsent = self._planner._send(steps, self._report)
         for step in steps:
             if any(RunMessage.for_run(r).dedupe_id in unsent for r in step.to_send):

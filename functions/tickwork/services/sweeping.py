@@ -10,7 +10,7 @@ from random import Random
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
-from tickwork.domain.execution import after_lease_expired, needs_repair, terminal
+from tickwork.domain.execution import after_lease_expired, needs_repair, recovered_by_message, terminal
 from tickwork.domain.models import Run, RunState
 from tickwork.services.ports import DeadLetterSource, Dispatcher, Metrics, RunStore
 
@@ -218,7 +218,10 @@ class Sweeper:
             self._dead_letters.delete(letter.receipt)
             return
         run = self._store.get_run(letter.message.job_id, letter.message.scheduled_for)
-        if run is not None and self._dead_letter_ends(run, letter, now):
+        if run is not None and recovered_by_message(run, letter.message.attempt):
+            # The letter was all that would bring this run back if its worker died: take over its watch.
+            self._watch_for_dead_letter(run, letter.message, now, report)
+        elif run is not None and self._dead_letter_ends(run, letter, now):
             reason = f"dead-lettered after {letter.receive_count} deliveries (attempt {run.attempt})"
             try:
                 self._store.transition_run(run, terminal(run, RunState.FAILED, reason, now))
@@ -229,6 +232,33 @@ class Sweeper:
                 report.lost_races += 1
                 return  # it moved while we looked; the letter stays for the next sweep
         self._dead_letters.delete(letter.receipt)
+
+    def _watch_for_dead_letter(
+        self, run: Run, message: RunMessage, now: datetime, report: SweepReport
+    ) -> None:
+        """A queue-carried run still running the attempt a dead letter started: a live lease gets a fresh
+        message that comes back when it ends; an expired one ends the attempt (retry or failed), as the
+        letter would have. A send that fails keeps the letter (DispatchError: the drain stops)."""
+        lease = run.lease_expires_at
+        if lease is not None and lease > now:
+            watch = replace(message, hops=0, sent_at=None, not_before=lease)
+            self._dispatcher.redispatch(watch, run.shard, now)
+            return
+        try:
+            after = expire_lease(self._store, run, now, self._rng)
+        except StaleRunError:
+            report.lost_races += 1
+            return
+        report.expired_leases += 1
+        if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
+            try:
+                self._dispatcher.redispatch(RunMessage.for_run(after, after.retry_at), run.shard, now)
+            except DispatchError as error:
+                # The retry wait has its sweeper entry: a later sweep re-sends it.
+                report.errors.append(f"retry of {run.run_id}: {error}")
+        elif after.state is RunState.FAILED:
+            report.failed += 1
+            self._metrics.count("RunsFailed")
 
 
 class _RepairOutbox:
