@@ -256,7 +256,7 @@ class Executor:
         """A delivery that cannot claim its run: usually a duplicate (another delivery claimed it, or the
         run moved on). But a queue-carried run running at this message's attempt has no sweeper entry:
         this message is what brings it back if its worker died, so it stays with the run until the lease
-        ends (docs/design.md, "What recovers a run")."""
+        ends (docs/design.md, "Where a run could be lost")."""
         if recovered_by_message(current, message.attempt):
             return self._watch_lease(current, message)
         return Outcome.DUPLICATE
