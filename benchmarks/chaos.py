@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 from _common import machine
-from _e2e import LocalSettings, LocalTickwork, Target, scan_table, seed_jobs
+from _e2e import LocalSettings, LocalTickwork, Target, exit_cleanly_on_sigterm, scan_table, seed_jobs
 from tickwork.domain.timekeys import parse_instant
 from tickwork.resources import RUNS
 
@@ -57,6 +57,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    exit_cleanly_on_sigterm()  # `timeout` or a kill unwinds through the finally blocks: nothing is left
     print(f"machine: {machine()}")
     settings = LocalSettings(
         shards=4, queues=2, cap=200, lookahead=20, tick_interval=2.0, sweep_interval=10.0, engine=args.engine
