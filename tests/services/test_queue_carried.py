@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import CrashError, FaultyPlanStore, RecordingDispatcher, RecordingMetrics, ScriptedInvoker
+from tests.services.test_executing import NoDeadLetters
 from tickwork.adapters.dynamodb.store import DynamoStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, DeadLetter, RunMessage
@@ -27,14 +28,6 @@ HTTP = Target(kind="http", config={"url": "http://127.0.0.1:9/hook", "method": "
 FIRE = datetime(2026, 12, 2, 12, 5, 0, tzinfo=UTC)
 TICK = FIRE - timedelta(seconds=110)
 FAR = FIRE + timedelta(days=1)  # any sweeper check time is long past by then
-
-
-class NoDeadLetters:
-    def receive(self, max_messages: int) -> list[Any]:
-        return []
-
-    def delete(self, receipt: str) -> None:
-        raise AssertionError("no dead letters here")
 
 
 class StoreSeeingDispatcher(RecordingDispatcher):
@@ -90,17 +83,24 @@ def test_the_ticker_sends_before_it_commits_and_the_run_has_no_sweeper_entry(
     assert open_run_ids(store, FAR) == []  # nothing for the sweeper, even a day later
 
 
-def test_a_crash_between_send_and_commit_loses_nothing_and_the_early_message_waits(
+def crash_between_send_and_commit(
     store: DynamoStore, clock: FakeClock
-) -> None:
+) -> tuple[RecordingDispatcher, Job, RunMessage]:
+    """A tick that sent a job's message and died before its commit: the message, and no run."""
     dispatcher = RecordingDispatcher()
     job = a_job(store, clock, dispatcher)
     faulty = FaultyPlanStore(store)
     faulty.crash_before_commit = True
     with pytest.raises(CrashError):
         Planner(faulty, dispatcher, clock).plan(job.shard, TICK)  # type: ignore[arg-type]
-    early = sent_message(dispatcher)
     assert store.get_run(job.job_id, FIRE) is None  # sent, never committed
+    return dispatcher, job, sent_message(dispatcher)
+
+
+def test_a_crash_between_send_and_commit_loses_nothing_and_the_early_message_waits(
+    store: DynamoStore, clock: FakeClock
+) -> None:
+    dispatcher, job, early = crash_between_send_and_commit(store, clock)
 
     # The message arrives before any run: it looks again a second later instead of being dropped.
     clock.set(FIRE)
@@ -126,13 +126,7 @@ def test_a_crash_between_send_and_commit_loses_nothing_and_the_early_message_wai
 def test_a_message_whose_run_never_came_is_dropped_once_its_commit_window_has_settled(
     store: DynamoStore, clock: FakeClock
 ) -> None:
-    dispatcher = RecordingDispatcher()
-    job = a_job(store, clock, dispatcher)
-    faulty = FaultyPlanStore(store)
-    faulty.crash_before_commit = True
-    with pytest.raises(CrashError):
-        Planner(faulty, dispatcher, clock).plan(job.shard, TICK)  # type: ignore[arg-type]
-    message = sent_message(dispatcher)
+    dispatcher, _, message = crash_between_send_and_commit(store, clock)
     assert message.commit_by is not None
     run_executor = executor(store, clock, dispatcher, ScriptedInvoker())
 
@@ -246,8 +240,9 @@ def test_a_dead_worker_on_the_last_attempt_fails_the_run_through_its_message(
     assert outcome is Outcome.LEASE_EXPIRED and failed is not None and failed.state is RunState.FAILED
     assert dispatcher.messages == []
     # The sweeper would not have found it (no entry), and now has nothing to do for it either.
-    report = Sweeper(store, dispatcher, NoDeadLetters(), clock, RecordingMetrics(), 2).sweep(FAR)
-    assert report.expired_leases == 0 and report.redispatched == 0
+    letters = NoDeadLetters()
+    report = Sweeper(store, dispatcher, letters, clock, RecordingMetrics(), 2).sweep(FAR)
+    assert report.expired_leases == 0 and report.redispatched == 0 and letters.deleted == []
 
 
 def test_runs_made_by_the_api_keep_their_sweeper_entry(store: DynamoStore, clock: FakeClock) -> None:
@@ -341,7 +336,7 @@ def test_a_dead_letter_of_a_running_queue_carried_run_keeps_watching_it(
     assert running.lease_expires_at is not None
     letter = DeadLetter(receipt="r-1", message=message, body=message.to_json(), receive_count=5)
     dispatcher = RecordingDispatcher()
-    letters = OneLetter(letter)
+    letters = NoDeadLetters([letter])
     sweeper = Sweeper(store, dispatcher, letters, clock, RecordingMetrics(), 2)
 
     clock.set(running.lease_expires_at - timedelta(seconds=10))  # the lease still holds
@@ -356,19 +351,6 @@ def test_a_dead_letter_of_a_running_queue_carried_run_keeps_watching_it(
     waiting = store.get_run(running.job_id, FIRE)
     assert report.expired_leases == 1 and waiting is not None and waiting.state is RunState.RETRY_WAIT
     assert dispatcher.messages[-1].not_before == waiting.retry_at
-
-
-class OneLetter:
-    def __init__(self, letter: DeadLetter) -> None:
-        self.letters = [letter]
-        self.deleted: list[str] = []
-
-    def receive(self, max_messages: int) -> list[DeadLetter]:
-        batch, self.letters = self.letters[:max_messages], self.letters[max_messages:]
-        return batch
-
-    def delete(self, receipt: str) -> None:
-        self.deleted.append(receipt)
 
 
 def test_a_job_whose_fires_cannot_be_planned_does_not_stop_its_shard(

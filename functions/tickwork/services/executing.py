@@ -29,7 +29,7 @@ from tickwork.domain.execution import (
 from tickwork.domain.models import JobView, OverlapPolicy, Run, RunState, split_run_id
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
-from tickwork.services.sweeping import expire_lease
+from tickwork.services.sweeping import watch_lease
 
 logger = logging.getLogger(__name__)
 
@@ -277,27 +277,23 @@ class Executor:
         return self._not_claimable(current, message)
 
     def _watch_lease(self, running: Run, message: RunMessage) -> Outcome:
+        # Its worker may still be at it: the message comes back when the lease ends (a finished run then
+        # makes it a duplicate); a silent worker's attempt is ended.
         now = self._clock.now()
-        lease = running.lease_expires_at
-        if lease is not None and lease > now:
-            # Its worker may still be at it: come back when the lease ends (a finished run then makes this
-            # message a duplicate; a silent worker's run is taken over).
-            self._dispatcher.redispatch(replace(message.resent(), not_before=lease), running.shard, now)
-            return Outcome.WATCHING_LEASE
         try:
-            after = expire_lease(self._store, running, now, self._rng)
+            ended = watch_lease(self._store, self._dispatcher, running, message.resent(), now, self._rng)
         except StaleRunError:
             return Outcome.DUPLICATE  # it moved while we looked: finished, or taken over by another
+        if ended is None:
+            return Outcome.WATCHING_LEASE
         self._metrics.count("ExpiredLeases")
-        if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
-            try:
-                retry = RunMessage.for_run(after, after.retry_at, hops=message.hops + 1)
-                self._dispatcher.redispatch(retry, running.shard, now)
-            except DispatchError as error:
-                # The retry-wait is committed, with its sweeper entry: the sweeper re-sends it.
-                logger.error("could not schedule the retry of %s, sweeper will: %s", running.run_id, error)
-                self._metrics.count("DispatchFailures")
-        elif after.state is RunState.FAILED:
+        if ended.retry_not_sent is not None:
+            # The retry-wait is committed, with its sweeper entry: the sweeper re-sends it.
+            logger.error(
+                "could not schedule the retry of %s, sweeper will: %s", running.run_id, ended.retry_not_sent
+            )
+            self._metrics.count("DispatchFailures")
+        if ended.run.state is RunState.FAILED:
             self._metrics.count("RunsFailed")
         return Outcome.LEASE_EXPIRED
 

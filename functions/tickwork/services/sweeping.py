@@ -70,6 +70,36 @@ def expire_lease(store: RunStore, run: Run, now: datetime, rng: Random) -> Run:
     return after
 
 
+@dataclass(frozen=True, slots=True)
+class EndedAttempt:
+    """A silent worker's attempt, ended by `watch_lease`: the run as written, and the error of its retry's
+    send if that failed (the retry wait has its sweeper entry, so a later sweep re-sends it)."""
+
+    run: Run
+    retry_not_sent: DispatchError | None = None
+
+
+def watch_lease(
+    store: RunStore, dispatcher: Dispatcher, running: Run, watch: RunMessage, now: datetime, rng: Random
+) -> EndedAttempt | None:
+    """The lease rule for a queue-carried run whose message is what recovers it (`recovered_by_message`);
+    `watch` is that message as it goes back to the queue. A live lease: `watch` is sent to come back when
+    it ends (None). An expired one: the attempt ends (`expire_lease`; StaleRunError if the run moved) and a
+    retry's message goes out, at `watch`'s hop. The executor and the sweeper's dead-letter drain use it."""
+    lease = running.lease_expires_at
+    if lease is not None and lease > now:
+        dispatcher.redispatch(replace(watch, not_before=lease), running.shard, now)
+        return None
+    after = expire_lease(store, running, now, rng)
+    if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
+        try:
+            retry = RunMessage.for_run(after, after.retry_at, hops=watch.hops)
+            dispatcher.redispatch(retry, running.shard, now)
+        except DispatchError as error:
+            return EndedAttempt(after, error)
+    return EndedAttempt(after)
+
+
 class Sweeper:
     def __init__(
         self,
@@ -239,24 +269,18 @@ class Sweeper:
         """A queue-carried run still running the attempt a dead letter started: a live lease gets a fresh
         message that comes back when it ends; an expired one ends the attempt (retry or failed), as the
         letter would have. A send that fails keeps the letter (DispatchError: the drain stops)."""
-        lease = run.lease_expires_at
-        if lease is not None and lease > now:
-            watch = replace(message, hops=0, sent_at=None, not_before=lease)
-            self._dispatcher.redispatch(watch, run.shard, now)
-            return
+        watch = replace(message, hops=0, sent_at=None)  # the sweeper's sends begin a new chain
         try:
-            after = expire_lease(self._store, run, now, self._rng)
+            ended = watch_lease(self._store, self._dispatcher, run, watch, now, self._rng)
         except StaleRunError:
             report.lost_races += 1
             return
+        if ended is None:
+            return
         report.expired_leases += 1
-        if after.state is RunState.RETRY_WAIT and after.retry_at is not None:
-            try:
-                self._dispatcher.redispatch(RunMessage.for_run(after, after.retry_at), run.shard, now)
-            except DispatchError as error:
-                # The retry wait has its sweeper entry: a later sweep re-sends it.
-                report.errors.append(f"retry of {run.run_id}: {error}")
-        elif after.state is RunState.FAILED:
+        if ended.retry_not_sent is not None:
+            report.errors.append(f"retry of {run.run_id}: {ended.retry_not_sent}")
+        if ended.run.state is RunState.FAILED:
             report.failed += 1
             self._metrics.count("RunsFailed")
 
