@@ -1,0 +1,630 @@
+"""What a delivery of a run message does next: one pure decision over what the executor knows so far.
+
+The executor (services/executing.py) carries out the step `next_step` returns, feeds its result back into
+`Known`, and asks again, until the step is `Done` or `SendBack`. Every rule of at-least-once delivery is
+here: when a missing run may still appear, when a message must stay with a running run, when a refused
+write is someone else's move and when it was our own. docs/design.md, "A delivery, step by step", lists the
+situations as a table; tests/domain/test_delivery.py holds one row per situation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import Enum, StrEnum
+from random import Random
+
+from tickwork.domain.backoff import backoff_delay
+from tickwork.domain.dispatch import MAX_HOPS, RunMessage
+from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.execution import (
+    LEASE_MARGIN,
+    Claim,
+    after_attempt,
+    cancellation_reason,
+    claimable_at,
+    claimed,
+    is_own_write,
+    lease_until,
+    recovered_by_message,
+    standing_of,
+    terminal,
+    trusts_view,
+)
+from tickwork.domain.models import (
+    Job,
+    JobView,
+    OverlapPolicy,
+    Run,
+    RunState,
+    Standing,
+    Target,
+    split_run_id,
+)
+from tickwork.domain.targets import TargetResult
+
+# Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
+# further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
+DEFAULT_MAX_HOLD = timedelta(seconds=2)
+# A retry that finds the job's overlap slot taken looks again this much later.
+BLOCKED_RETRY_WAIT = timedelta(seconds=30)
+# A delivery whose store calls still throttle after the store retries goes back to the queue as a fresh
+# message this much later (jittered, growing with its hops): a redelivery of the same message would count
+# towards the DLQ's receive limit, and a dead letter fails the run. Throttling must never fail a run.
+THROTTLED_RETRY_BASE_SECONDS = 5.0
+THROTTLED_RETRY_MAX_SECONDS = 60.0
+# Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
+CLAIMS_ON_VIEW = 2
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    QUEUED = "queued"
+    DEFERRED = "deferred"  # not yet due, or to be looked at afresh: sent back with a delay
+    DUPLICATE = "duplicate"  # another delivery or attempt owns the run: nothing to do
+    STALE_COMPLETION = "stale_completion"  # finished after losing the lease: result discarded
+    NOT_FOUND = "not_found"
+    WAITING_FOR_RUN = "waiting_for_run"  # sent before its run was committed: looks again shortly
+    WATCHING_LEASE = "watching_lease"  # its run is running: the message comes back when the lease ends
+    LEASE_EXPIRED = "lease_expired"  # its run's worker went silent: the attempt ended (retry, or failed)
+
+
+class Why(StrEnum):
+    """Why a run is read: what its state decides next."""
+
+    RUNAWAY = "runaway"  # a looping message: is its run still at its attempt, to be failed?
+    CANCEL = "cancel"  # the job says no: is the run still this delivery's to cancel?
+    EXCLUSIVE = "exclusive"  # overlap skip/queue: the slot is taken from the run as stored
+    REFUSED = "refused"  # a write was refused: where is the run now?
+    RELEASE = "release"  # an overlap=queue run finished: is the run waiting behind it still waiting?
+
+
+class Unsent(StrEnum):
+    """What a failed send of a `SendBack` means."""
+
+    RAISE = "raise"  # nothing was written: the delivery fails and the queue brings the message back
+    SWEEPER = "sweeper"  # the run's state is committed with its sweeper entry: the sweeper re-sends it
+    THROTTLED = "throttled"  # the delivery fails with the throttling error that sent it back
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One thing to do. `counts` are the metrics that doing it records, `log` its line: the executor
+    writes both in one place (`Executor._record`)."""
+
+    counts: tuple[str, ...] = ()
+    timings: tuple[tuple[str, float], ...] = ()  # (metric, milliseconds)
+    log: Log | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A run this delivery holds: claimed (or its lost claim recognised), to be run with `view`."""
+
+    run: Run
+    view: JobView
+    exclusive: bool  # it holds the job's overlap slot too
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hold(Step):
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadRun(Step):
+    why: Why
+    job_id: str
+    scheduled_for: datetime
+    then: Outcome | None = None  # RELEASE: the delivery's own outcome, once the waiting run is seen to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadJob(Step):
+    started: Started | None = None  # set: the claimed run's target is on the job, not on its view
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRun(Step):
+    claim: Claim
+    view: JobView | None  # None: a claim on the run's view (the store checks the view); else the job's
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakeSlot(Step):
+    """Overlap skip/queue: claim the run and the job's one running slot in one transaction."""
+
+    expected: Run
+    mine: Run
+    view: JobView
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueBehind(Step):
+    """Overlap queue: the run takes the job's one waiting slot."""
+
+    expected: Run
+    waiting: Run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartTarget(Step):
+    started: Started
+    target: Target
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchLease(Step):
+    """The message stays with its running run: back when the lease ends, or the silent attempt ends now."""
+
+    running: Run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndAttempt(Step):
+    """Write the run's end (cancelled, skipped, failed) or its attempt's result (`after_target`)."""
+
+    expected: Run
+    ended: Run
+    outcome: Outcome
+    after_target: bool = False
+    frees_slot: bool = False  # the attempt held the job's overlap slot and the run is done with it
+    by_message: bool = True  # a refusal is looked at again (a delivery), not taken as a duplicate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendBack(Step):
+    """Send a message (this run's, later; or a run released by this one) and finish the delivery."""
+
+    message: RunMessage
+    shard: int
+    outcome: Outcome
+    unsent: Unsent = Unsent.RAISE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done(Step):
+    """Nothing more to do: the message is deleted (a duplicate or orphan is dropped)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseWatched:
+    """What `WatchLease` found: a live lease (`ended` None), the silent attempt ended, or the run moved."""
+
+    ended: Run | None = None
+    moved: bool = False
+    retry_not_sent: str | None = None  # the ended attempt's retry message failed to go
+
+
+class Keep(Enum):
+    JOB = "job"  # `Known.after`: the job read earlier stays known
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What a delivery knows so far. `last` is the step just carried out; the fields after it are its
+    results. A refused write leaves the stored run (as the refusal returned it) in `run`."""
+
+    message: RunMessage
+    now: datetime
+    worker: str  # this delivery's lease owner: unique per delivery, so two of one run never share a claim
+    rng: Random = field(compare=False)
+    lease_margin: timedelta = LEASE_MARGIN
+    max_hold: timedelta = DEFAULT_MAX_HOLD
+    last: Step | None = None
+    run: Run | None = None
+    job: Job | None = None
+    refused: bool = False  # the last write was refused by its condition
+    busy: bool = False  # TakeSlot: the job's running slot is taken; QueueBehind: its waiting slot is
+    released: str | None = None  # an exclusive finish freed the slot for this queued run
+    result: TargetResult | None = None
+    watched: LeaseWatched | None = None
+    claims_on_view: int = 0
+    throttled: TransientStoreError | None = field(default=None, compare=False)
+
+    def after(
+        self,
+        step: Step,
+        now: datetime,
+        *,
+        run: Run | None = None,
+        job: Job | Keep | None = Keep.JOB,
+        refused: bool = False,
+        busy: bool = False,
+        released: str | None = None,
+        result: TargetResult | None = None,
+        watched: LeaseWatched | None = None,
+        throttled: TransientStoreError | None = None,
+    ) -> Known:
+        """What is known once `step` was carried out at `now`, with its results. Each result is the last
+        step's alone, but the job, once read, is kept: the steps after a job read decide by it."""
+        return replace(
+            self,
+            last=step,
+            now=now,
+            run=run,
+            job=self.job if isinstance(job, Keep) else job,
+            refused=refused,
+            busy=busy,
+            released=released,
+            result=result,
+            watched=watched,
+            claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
+            throttled=throttled,
+        )
+
+
+def next_step(known: Known) -> Step:
+    """The one decision of a delivery: what to do, given what is known."""
+    last = known.last
+    if known.throttled is not None:
+        return _send_back_throttled(known)
+    if last is None:
+        return _arrived(known)
+    if isinstance(last, Hold):
+        return _route(known)
+    if isinstance(last, ReadRun):
+        return _run_read(known, last)
+    if isinstance(last, ReadJob):
+        return _job_read(known, last)
+    if isinstance(last, ClaimRun):
+        return _claim_answered(known, last)
+    if isinstance(last, TakeSlot):
+        return _slot_answered(known, last)
+    if isinstance(last, QueueBehind):
+        return _queue_answered(known, last)
+    if isinstance(last, StartTarget):
+        return _target_answered(known, last.started)
+    if isinstance(last, EndAttempt):
+        return _end_answered(known, last)
+    if isinstance(last, WatchLease):
+        return _lease_watched(known)
+    raise ValueError(f"{type(last).__name__} ends a delivery: nothing comes after it")
+
+
+def _arrived(known: Known) -> Step:
+    message = known.message
+    if message.runaway:
+        return _read(message, Why.RUNAWAY)
+    wait = message.not_before - known.now
+    if wait > known.max_hold:
+        return SendBack(message=message.resent(), shard=0, outcome=Outcome.DEFERRED)
+    if wait > timedelta(0):
+        return Hold(until=message.not_before)
+    return _route(known)
+
+
+def _route(known: Known) -> Step:
+    """The hot path claims on the run's view: one conditional write, no read. A retry (attempt > 0), a
+    message without the view's timeout, or a run older than the views' window reads the job: job writes
+    rewrite the views of unclaimed runs only, within that window."""
+    message = known.message
+    timeout = message.timeout_seconds
+    if message.attempt > 0 or timeout is None or not trusts_view(message.scheduled_for, known.now):
+        return ReadJob()
+    return _claim(known, timeout, view=None)
+
+
+def _claim(known: Known, timeout_seconds: int, view: JobView | None) -> ClaimRun:
+    message, now = known.message, known.now
+    claim = Claim(
+        job_id=message.job_id,
+        scheduled_for=message.scheduled_for,
+        expected_attempt=message.attempt,
+        worker=known.worker,
+        now=now,
+        timeout_seconds=timeout_seconds,
+        lease_expires_at=lease_until(timeout_seconds, now, known.lease_margin),
+        dispatched_at=message.sent_at,
+        trusting_view=view is None,
+    )
+    return ClaimRun(claim=claim, view=view)
+
+
+def _claim_answered(known: Known, last: ClaimRun) -> Step:
+    current = known.run
+    if not known.refused and current is not None:
+        return _started(known, Started(current, last.view or _view_of(current), exclusive=False))
+    if current is None:
+        return _run_missing(known)
+    if last.claim.is_own(current):
+        return _started(known, Started(current, last.view or _view_of(current), False), recognised="claim")
+    if not claimable_at(current, known.message.attempt):
+        return _not_claimable(known, current)
+    if last.view is not None:
+        return _not_claimable(known, current)  # claimable, yet refused on the job's own terms: a race
+    # Still claimable, so its view refused: the job stops it, wants its overlap slot, has another timeout
+    # since the message was sent, or the run has no view.
+    view = current.job_view
+    if view is None:
+        return ReadJob()
+    reason = cancellation_reason(view.standing)
+    if reason is not None:
+        return _end(current, RunState.CANCELLED, reason, Outcome.CANCELLED, known.now)
+    if view.overlap is not OverlapPolicy.ALLOW:
+        return _take_slot(known, current, view)
+    if known.claims_on_view < CLAIMS_ON_VIEW and view.timeout_seconds != last.claim.timeout_seconds:
+        return _claim(known, view.timeout_seconds, view=None)
+    return ReadJob()  # it moved under us: let the job decide
+
+
+def _job_read(known: Known, last: ReadJob) -> Step:
+    """The job as it is now decides, read strongly consistent: for a run whose view may be stale, and for
+    the target of a run whose view leaves it out."""
+    job = known.job
+    if last.started is not None:
+        if job is None:
+            ended = terminal(last.started.run, RunState.CANCELLED, "job deleted", known.now)
+            return EndAttempt(
+                expected=last.started.run, ended=ended, outcome=Outcome.CANCELLED, by_message=False
+            )
+        started = last.started
+        view = replace(started.view, target=job.target)
+        return StartTarget(started=replace(started, view=view), target=job.target)
+    if job is None or cancellation_reason(_standing(known)) is not None:
+        return _read(known.message, Why.CANCEL)
+    if job.policies.overlap is not OverlapPolicy.ALLOW:
+        return _read(known.message, Why.EXCLUSIVE)
+    return _claim(known, job.timeout_seconds, view=_job_view(known, job))
+
+
+def _run_read(known: Known, last: ReadRun) -> Step:
+    run, message = known.run, known.message
+    if last.why is Why.RELEASE:
+        outcome = last.then or Outcome.SUCCEEDED
+        if run is None or run.state is not RunState.QUEUED:
+            return Done(outcome=outcome)
+        # Another run's message: its own first re-send (hop 1). Counting the finished run's hops on
+        # would fail a healthy backlogged overlap=queue job after MAX_HOPS runs.
+        released = RunMessage.for_run(run, known.now, hops=1)
+        return SendBack(message=released, shard=run.shard, outcome=outcome, unsent=Unsent.SWEEPER)
+    if run is None:
+        if last.why is Why.EXCLUSIVE:
+            return _run_missing(known)
+        return _orphan(message)
+    if last.why is Why.RUNAWAY:
+        if run.state.is_terminal or run.attempt != message.attempt:
+            return _not_claimable(known, run)
+        reason = f"stopped a runaway re-send loop: message re-sent {message.hops} times (limit {MAX_HOPS})"
+        step = _end(run, RunState.FAILED, reason, Outcome.FAILED, known.now)
+        return replace(step, counts=("RunawayLoops",), log=Log(logging.ERROR, f"run {run.run_id}: {reason}"))
+    if not claimable_at(run, message.attempt):
+        return _not_claimable(known, run)
+    if last.why is Why.REFUSED:
+        # Still claimable at this attempt (a job write rewrote its view in between): the message goes back
+        # to be handled afresh, since a queue-carried run has nothing else to bring it.
+        again = replace(message.resent(), not_before=max(message.not_before, known.now))
+        return SendBack(message=again, shard=run.shard, outcome=Outcome.DEFERRED)
+    job = known.job
+    if last.why is Why.CANCEL or job is None:
+        reason = cancellation_reason(_standing(known)) or "job deleted"
+        return _end(run, RunState.CANCELLED, reason, Outcome.CANCELLED, known.now)
+    return _take_slot(known, run, _job_view(known, job))
+
+
+def _take_slot(known: Known, run: Run, view: JobView) -> TakeSlot:
+    mine = claimed(
+        run,
+        view,
+        worker=known.worker,
+        now=known.now,
+        lease_margin=known.lease_margin,
+        dispatched_at=known.message.sent_at,
+    )
+    return TakeSlot(expected=run, mine=mine, view=view, now=known.now)
+
+
+def _slot_answered(known: Known, last: TakeSlot) -> Step:
+    if known.refused:
+        if not is_own_write(known.run, last.mine):
+            return _read(known.message, Why.REFUSED)  # another delivery claimed it first, or its view moved
+        return _started(known, Started(last.mine, last.view, exclusive=True), recognised="claim")
+    if not known.busy:
+        return _started(known, Started(last.mine, last.view, exclusive=True))
+    run, message = last.expected, known.message
+    if run.attempt > 0:
+        # A retry of a run that already started is not a new overlapping fire: it waits for the slot
+        # instead of being skipped (a skipped retry would be a failure nobody hears about).
+        wait = RunMessage.for_run(run, known.now + BLOCKED_RETRY_WAIT, hops=message.hops + 1)
+        return SendBack(message=wait, shard=run.shard, outcome=Outcome.DEFERRED)
+    if last.view.overlap is OverlapPolicy.QUEUE:
+        waiting = replace(run, state=RunState.QUEUED, reason="waiting for the job's running run to finish")
+        return QueueBehind(expected=run, waiting=waiting)
+    reason = "overlap=skip and the previous run is still running"
+    return _end(run, RunState.SKIPPED, reason, Outcome.SKIPPED, known.now)
+
+
+def _queue_answered(known: Known, last: QueueBehind) -> Step:
+    if known.refused:
+        return _read(known.message, Why.REFUSED)
+    if known.busy:
+        reason = "overlap=queue and a run is already waiting"
+        return _end(last.expected, RunState.SKIPPED, reason, Outcome.SKIPPED, known.now)
+    return Done(outcome=Outcome.QUEUED, counts=("RunsQueued",))
+
+
+def _started(known: Known, started: Started, recognised: str | None = None) -> Step:
+    """The run is this delivery's: count the start, then call its target (read from the job if the
+    view leaves it out)."""
+    run = started.run
+    counts = ("RunsStarted",) + (("Retries",) if run.attempt > 1 else ())
+    log = None
+    if recognised is not None:
+        # Our write landed and its response was lost; the retry was refused by its own condition.
+        counts = ("LostResponsesRecognised", *counts)
+        log = Log(logging.INFO, f"{recognised} of {run.run_id} recognised as our own after a lost response")
+    timings: tuple[tuple[str, float], ...] = ()
+    if run.attempt == 1 and run.start_delay_ms is not None:
+        # Start delay is measured once, for the first attempt, against the due time (fire + jitter).
+        timings = (("StartDelay", float(run.start_delay_ms)),)
+    target = started.view.target
+    if target is None:
+        return ReadJob(started=started, counts=counts, timings=timings, log=log)
+    return StartTarget(started=started, target=target, counts=counts, timings=timings, log=log)
+
+
+def _target_answered(known: Known, started: Started) -> Step:
+    if known.result is None:
+        raise ValueError("a target step needs the target's result")
+    run = started.run
+    finished = after_attempt(run, started.view.retry, known.result, now=known.now, rng=known.rng)
+    outcome = {
+        RunState.SUCCEEDED: Outcome.SUCCEEDED,
+        RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
+    }.get(finished.state, Outcome.FAILED)
+    frees_slot = started.exclusive and finished.state is not RunState.RETRY_WAIT
+    return EndAttempt(expected=run, ended=finished, outcome=outcome, after_target=True, frees_slot=frees_slot)
+
+
+def _end_answered(known: Known, last: EndAttempt) -> Step:
+    ended = last.ended
+    counts: tuple[str, ...] = ()
+    log = None
+    if known.refused:
+        if not last.after_target:
+            return _read(known.message, Why.REFUSED) if last.by_message else Done(outcome=Outcome.DUPLICATE)
+        if not is_own_write(known.run, ended):
+            # A newer attempt owns the run (our lease expired and it was taken over): our result must not
+            # overwrite it.
+            text = f"stale completion of {ended.run_id} attempt {ended.attempt} discarded"
+            return Done(
+                outcome=Outcome.STALE_COMPLETION, counts=("StaleCompletions",), log=Log(logging.WARNING, text)
+            )
+        # Landed; only the response was lost (a run queued behind it is then left to the sweeper: its
+        # release id came back only with the lost response).
+        counts = ("LostResponsesRecognised",)
+        log = Log(logging.INFO, f"finish of {ended.run_id} recognised as our own after a lost response")
+    if not last.after_target:
+        return Done(outcome=last.outcome, counts=(f"Runs{ended.state.value.capitalize()}",))
+    if ended.state is RunState.SUCCEEDED:
+        counts = (*counts, "RunsSucceeded")
+    elif ended.state is RunState.FAILED:
+        counts = (*counts, "RunsFailed")
+        failure = f"run {ended.run_id} failed after attempt {ended.attempt}: {ended.reason}"
+        log = Log(logging.ERROR, failure)
+    if known.released is not None:
+        job_id, scheduled_for = split_run_id(known.released)
+        return ReadRun(
+            why=Why.RELEASE,
+            job_id=job_id,
+            scheduled_for=scheduled_for,
+            then=last.outcome,
+            counts=counts,
+            log=log,
+        )
+    if ended.state is RunState.RETRY_WAIT and ended.retry_at is not None:
+        retry = RunMessage.for_run(ended, ended.retry_at, hops=known.message.hops + 1)
+        return SendBack(
+            message=retry,
+            shard=ended.shard,
+            outcome=last.outcome,
+            unsent=Unsent.SWEEPER,
+            counts=counts,
+            log=log,
+        )
+    return Done(outcome=last.outcome, counts=counts, log=log)
+
+
+def _lease_watched(known: Known) -> Step:
+    watched = known.watched or LeaseWatched()
+    if watched.moved:
+        return Done(outcome=Outcome.DUPLICATE)  # it moved while we looked: finished, or taken over
+    if watched.ended is None:
+        return Done(outcome=Outcome.WATCHING_LEASE)
+    counts: tuple[str, ...] = ("ExpiredLeases",)
+    log = None
+    if watched.retry_not_sent is not None:
+        # The retry-wait is committed, with its sweeper entry: the sweeper re-sends it.
+        counts = (*counts, "DispatchFailures")
+        text = (
+            f"could not schedule the retry of {watched.ended.run_id}, sweeper will: {watched.retry_not_sent}"
+        )
+        log = Log(logging.ERROR, text)
+    if watched.ended.state is RunState.FAILED:
+        counts = (*counts, "RunsFailed")
+    return Done(outcome=Outcome.LEASE_EXPIRED, counts=counts, log=log)
+
+
+def _run_missing(known: Known) -> Step:
+    """No run for this message. One the ticker sent before committing its run may be early: its commit
+    can still land (`run_may_appear`), so the message looks again later rather than be dropped."""
+    message = known.message
+    if not message.run_may_appear(known.now):
+        return _orphan(message)
+    return SendBack(
+        message=message.missing_run_recheck(known.now),
+        shard=0,
+        outcome=Outcome.WAITING_FOR_RUN,
+        counts=("MessagesBeforeTheirRun",),
+    )
+
+
+def _not_claimable(known: Known, current: Run) -> Step:
+    """A delivery that cannot claim its run: usually a duplicate (another delivery claimed it, or the run
+    moved on). But a queue-carried run running at this message's attempt has no sweeper entry: this message
+    is what brings it back if its worker died, so it stays with the run until the lease ends."""
+    if recovered_by_message(current, known.message.attempt):
+        return WatchLease(running=current)
+    return Done(outcome=Outcome.DUPLICATE)
+
+
+def _orphan(message: RunMessage) -> Done:
+    text = f"message for unknown run {message.dedupe_id}: dropped"
+    return Done(outcome=Outcome.NOT_FOUND, counts=("OrphanMessages",), log=Log(logging.WARNING, text))
+
+
+def _send_back_throttled(known: Known) -> SendBack:
+    """Still throttled after the store's retries: the message goes again later, a fresh one, rather than
+    let its receive count run out. Routing is by run id: the run may not have been read."""
+    message = known.message
+    delay = THROTTLED_RETRY_BASE_SECONDS + backoff_delay(
+        message.hops + 1, THROTTLED_RETRY_BASE_SECONDS, THROTTLED_RETRY_MAX_SECONDS, known.rng
+    )
+    later = replace(
+        message.resent(), not_before=max(message.not_before, known.now + timedelta(seconds=delay))
+    )
+    text = f"run {message.run_id}: store throttled ({known.throttled}); message sent back for {delay:.0f} s"
+    return SendBack(
+        message=later,
+        shard=0,
+        outcome=Outcome.DEFERRED,
+        unsent=Unsent.THROTTLED,
+        counts=("ThrottledDeliveries",),
+        log=Log(logging.WARNING, text),
+    )
+
+
+def _end(run: Run, state: RunState, reason: str, outcome: Outcome, now: datetime) -> EndAttempt:
+    return EndAttempt(expected=run, ended=terminal(run, state, reason, now), outcome=outcome)
+
+
+def _read(message: RunMessage, why: Why) -> ReadRun:
+    return ReadRun(why=why, job_id=message.job_id, scheduled_for=message.scheduled_for)
+
+
+def _standing(known: Known) -> Standing:
+    return standing_of(known.job, known.message.scheduled_for)
+
+
+def _job_view(known: Known, job: Job) -> JobView:
+    return replace(JobView.planned(job), standing=_standing(known), target=job.target)
+
+
+def _view_of(run: Run) -> JobView:
+    if run.job_view is None:
+        raise AssertionError(f"run {run.run_id} was claimed on its view but has none")
+    return run.job_view
