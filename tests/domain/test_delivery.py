@@ -1,0 +1,827 @@
+"""The delivery table: one named row per situation a run message can meet, and the step `next_step` takes.
+
+Pure: no store, no queue, no clock. Each row builds what the executor would know at that point by walking
+the real decisions before it (`then`), so a row reads as the story that leads to its situation. The table in
+docs/design.md ("A delivery, step by step") is rendered from these rows, and
+`test_the_design_doc_shows_this_table` keeps the two in agreement (`python -m tests.domain.test_delivery`
+prints the table).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from random import Random
+from typing import Any
+
+import pytest
+
+from tickwork.domain.delivery import (
+    BLOCKED_RETRY_WAIT,
+    ClaimRun,
+    Done,
+    EndAttempt,
+    Hold,
+    Known,
+    LeaseWatched,
+    Outcome,
+    QueueBehind,
+    ReadJob,
+    ReadRun,
+    SendBack,
+    Started,
+    StartTarget,
+    Step,
+    TakeSlot,
+    Unsent,
+    WatchLease,
+    Why,
+    next_step,
+)
+from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, MAX_HOPS, RunMessage
+from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.execution import LEASE_MARGIN, VIEW_TRUST_WINDOW, claimed, lease_until
+from tickwork.domain.models import (
+    Job,
+    JobState,
+    OverlapPolicy,
+    Policies,
+    Run,
+    RunState,
+    Standing,
+    Target,
+    Trigger,
+    make_run_id,
+)
+from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.targets import TargetResult
+
+FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+NOW = FIRE + timedelta(milliseconds=100)
+SENT = FIRE - timedelta(seconds=40)
+WORKER = "w-1#0000abcd"
+TARGET = Target("http", {"url": "https://example.com/hook"})
+DOC = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+
+
+def a_job(**changes: Any) -> Job:
+    job = Job(
+        job_id="job_a",
+        owner="alice",
+        name="a",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=TARGET,
+        shard=3,
+        created_at=FIRE - timedelta(days=1),
+        updated_at=FIRE - timedelta(days=1),
+        next_fire_at=FIRE,
+    )
+    return replace(job, **changes)
+
+
+def a_run(job: Job | None = None, **changes: Any) -> Run:
+    run = Run.for_fire(
+        job or a_job(),
+        FIRE,
+        now=FIRE - timedelta(minutes=1),
+        trigger=Trigger.SCHEDULE,
+        state=RunState.PLANNED,
+    )
+    return replace(run, queue_carried=True, **changes)
+
+
+def with_view(run: Run, **changes: Any) -> Run:
+    assert run.job_view is not None
+    return replace(run, job_view=replace(run.job_view, **changes))
+
+
+def a_message(**changes: Any) -> RunMessage:
+    message = RunMessage.for_run(a_run(), commit_by=SENT + COMMIT_WINDOW)
+    return replace(message, sent_at=SENT, **changes)
+
+
+def arrived(message: RunMessage | None = None, now: datetime = NOW) -> Known:
+    return Known(message=message or a_message(), now=now, worker=WORKER, rng=Random(7))
+
+
+def then(known: Known, **results: Any) -> Known:
+    """What is known after the step `known` leads to was carried out with `results`."""
+    return known.after(next_step(known), known.now, **results)
+
+
+def running(run: Run | None = None, **changes: Any) -> Run:
+    """`run` as this delivery's claim left it (attempt 1, leased by WORKER)."""
+    mine = claimed(run or a_run(), a_job(), worker=WORKER, now=NOW, dispatched_at=SENT)
+    return replace(mine, **changes)
+
+
+def someone_elses(run: Run | None = None) -> Run:
+    return running(run, lease_owner="w-2#00001234")
+
+
+def claim_on_view(run: Run | None = None) -> Known:
+    """A fresh message's claim on the run's view, answered with the run as it landed."""
+    return then(arrived(), run=running(run))
+
+
+def refused_claim(current: Run | None, message: RunMessage | None = None, now: datetime = NOW) -> Known:
+    return then(arrived(message, now), refused=True, run=current)
+
+
+def job_read(job: Job | None, message: RunMessage | None = None) -> Known:
+    return then(arrived(message or a_message(attempt=1)), job=job)
+
+
+def target_answered(result: TargetResult, *, exclusive: bool = False, attempt: int = 1, **job: Any) -> Known:
+    """The target of a claimed run answered `result`."""
+    run = running(a_run(a_job(**job)), attempt=attempt)
+    assert run.job_view is not None
+    step = StartTarget(started=Started(run, run.job_view, exclusive), target=TARGET)
+    return arrived().after(step, NOW + timedelta(seconds=2), result=result)
+
+
+def finish_answered(
+    result: TargetResult, *, exclusive: bool = False, attempt: int = 1, **answer: Any
+) -> Known:
+    known = target_answered(result, exclusive=exclusive, attempt=attempt, **_policies(exclusive))
+    return then(known, **answer)
+
+
+def _policies(exclusive: bool) -> dict[str, Any]:
+    return {"policies": Policies(overlap=OverlapPolicy.QUEUE)} if exclusive else {}
+
+
+RELEASED = make_run_id("job_a", FIRE + timedelta(minutes=5))
+OK = TargetResult(ok=True, retryable=False, status="200", latency_ms=12)
+BUSY = TargetResult(ok=False, retryable=True, status="503", latency_ms=9, detail="busy")
+BAD = TargetResult(ok=False, retryable=False, status="400", latency_ms=9, detail="bad request")
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    situation: str
+    known: Callable[[], Known]
+    kind: type[Step]
+    expect: dict[str, Any] = field(default_factory=dict)  # dotted attribute of the step -> value
+
+
+ROWS: list[Row] = [
+    # A message arrives.
+    Row(
+        "on_time_claims_on_the_view",
+        "a message arrives at its due time, its run inside the views' window",
+        arrived,
+        ClaimRun,
+        {"view": None, "claim.timeout_seconds": 60, "claim.trusting_view": True, "claim.expected_attempt": 0},
+    ),
+    Row(
+        "early_by_a_second_is_held",
+        "it arrives under a second early (SQS delays round down)",
+        lambda: arrived(now=FIRE - timedelta(milliseconds=800)),
+        Hold,
+        {"until": FIRE},
+    ),
+    Row(
+        "held_then_claims",
+        "the hold is over",
+        lambda: then(arrived(now=FIRE - timedelta(milliseconds=800))),
+        ClaimRun,
+        {"view": None},
+    ),
+    Row(
+        "far_early_goes_back",
+        "it arrives more than the hold ahead (a backoff beyond SQS's 900 s delay)",
+        lambda: arrived(now=FIRE - timedelta(minutes=20)),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.hops": 1, "message.not_before": FIRE, "unsent": Unsent.RAISE},
+    ),
+    Row(
+        "retry_reads_the_job",
+        "a retry's message (attempt > 0): the view was claimed at the first attempt and is not kept current",
+        lambda: arrived(a_message(attempt=1)),
+        ReadJob,
+        {"started": None},
+    ),
+    Row(
+        "no_timeout_reads_the_job",
+        "a message without the view's timeout (from before the field existed)",
+        lambda: arrived(a_message(timeout_seconds=None)),
+        ReadJob,
+    ),
+    Row(
+        "old_run_reads_the_job",
+        "its run is older than the views' window (a late catch-up): the view may be stale",
+        lambda: arrived(now=FIRE + VIEW_TRUST_WINDOW + timedelta(seconds=1)),
+        ReadJob,
+    ),
+    Row(
+        "runaway_reads_its_run",
+        f"a message re-sent more than {MAX_HOPS} times arrives",
+        lambda: arrived(a_message(hops=MAX_HOPS + 1)),
+        ReadRun,
+        {"why": Why.RUNAWAY},
+    ),
+    Row(
+        "runaway_run_fails",
+        "a runaway's run is still at the message's attempt",
+        lambda: then(arrived(a_message(hops=MAX_HOPS + 1)), run=a_run()),
+        EndAttempt,
+        {"ended.state": RunState.FAILED, "outcome": Outcome.FAILED, "counts": ("RunawayLoops",)},
+    ),
+    Row(
+        "runaway_run_moved_on",
+        "a runaway's run has moved on (finished)",
+        lambda: then(arrived(a_message(hops=MAX_HOPS + 1)), run=a_run(state=RunState.SUCCEEDED)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "runaway_without_run",
+        "a runaway's run does not exist",
+        lambda: then(arrived(a_message(hops=MAX_HOPS + 1)), run=None),
+        Done,
+        {"outcome": Outcome.NOT_FOUND, "counts": ("OrphanMessages",)},
+    ),
+    # The claim on the view.
+    Row(
+        "claimed_starts_the_target",
+        "the claim landed (the hot path: one conditional write)",
+        claim_on_view,
+        StartTarget,
+        {"started.run.attempt": 1, "started.exclusive": False, "counts": ("RunsStarted",)},
+    ),
+    Row(
+        "claimed_without_target_reads_the_job",
+        "the claim landed, but the view leaves out a large target",
+        lambda: claim_on_view(with_view(a_run(), target=None)),
+        ReadJob,
+        {"started.run.attempt": 1, "counts": ("RunsStarted",)},
+    ),
+    Row(
+        "target_on_the_job",
+        "the job read for the target has it",
+        lambda: then(claim_on_view(with_view(a_run(), target=None)), job=a_job()),
+        StartTarget,
+        {"target": TARGET},
+    ),
+    Row(
+        "target_job_deleted",
+        "the job read for the target is gone",
+        lambda: then(claim_on_view(with_view(a_run(), target=None)), job=None),
+        EndAttempt,
+        {"ended.state": RunState.CANCELLED, "ended.reason": "job deleted", "by_message": False},
+    ),
+    Row(
+        "no_run_yet_looks_again",
+        "the claim finds no run, and the ticker's commit may still land (sent first, commit_by not settled)",
+        lambda: refused_claim(None),
+        SendBack,
+        {"outcome": Outcome.WAITING_FOR_RUN, "counts": ("MessagesBeforeTheirRun",), "message.hops": 1},
+    ),
+    Row(
+        "no_run_ever_is_an_orphan",
+        "the claim finds no run, and its commit can no longer land",
+        lambda: refused_claim(None, a_message(commit_by=NOW - COMMIT_SETTLE - timedelta(seconds=1))),
+        Done,
+        {"outcome": Outcome.NOT_FOUND},
+    ),
+    Row(
+        "own_claim_recognised",
+        "the claim was refused by its own condition: its first try landed and the response was lost",
+        lambda: refused_claim(running(lease_expires_at=lease_until(60, NOW, LEASE_MARGIN))),
+        StartTarget,
+        {"counts": ("LostResponsesRecognised", "RunsStarted")},
+    ),
+    Row(
+        "claimed_by_another_is_a_duplicate",
+        "another delivery claimed the run first (not queue-carried: its sweeper entry recovers it)",
+        lambda: refused_claim(replace(someone_elses(), queue_carried=False)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "queue_carried_running_watches_the_lease",
+        "a queue-carried run is running the attempt this message started: the message is what recovers it",
+        lambda: refused_claim(someone_elses()),
+        WatchLease,
+        {"running.attempt": 1},
+    ),
+    Row(
+        "finished_run_is_a_duplicate",
+        "the run already ended",
+        lambda: refused_claim(a_run(state=RunState.SUCCEEDED, attempt=1)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "view_paused_cancels",
+        "the view refused: the job was paused",
+        lambda: refused_claim(with_view(a_run(), standing=Standing.PAUSED)),
+        EndAttempt,
+        {"ended.state": RunState.CANCELLED, "ended.reason": "job paused", "outcome": Outcome.CANCELLED},
+    ),
+    Row(
+        "view_deleted_cancels",
+        "the view refused: the job was deleted",
+        lambda: refused_claim(with_view(a_run(), standing=Standing.DELETED)),
+        EndAttempt,
+        {"ended.reason": "job deleted"},
+    ),
+    Row(
+        "view_off_schedule_cancels",
+        "the view refused: an edit took this fire off the schedule",
+        lambda: refused_claim(with_view(a_run(), standing=Standing.OFF_SCHEDULE)),
+        EndAttempt,
+        {"ended.state": RunState.CANCELLED, "outcome": Outcome.CANCELLED},
+    ),
+    Row(
+        "view_exclusive_takes_the_slot",
+        "the view refused: the job's overlap is skip or queue",
+        lambda: refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP)),
+        TakeSlot,
+        {"mine.state": RunState.RUNNING, "mine.attempt": 1, "expected.attempt": 0},
+    ),
+    Row(
+        "view_new_timeout_claims_again",
+        "the view refused: the job's timeout changed since the message was sent",
+        lambda: refused_claim(with_view(a_run(), timeout_seconds=300)),
+        ClaimRun,
+        {"claim.timeout_seconds": 300, "view": None},
+    ),
+    Row(
+        "second_refusal_reads_the_job",
+        "the second claim on the view is refused too (the view moved again)",
+        lambda: then(refused_claim(with_view(a_run(), timeout_seconds=300)), refused=True, run=a_run()),
+        ReadJob,
+    ),
+    Row(
+        "no_view_reads_the_job",
+        "the run has no view (planned before views existed)",
+        lambda: refused_claim(a_run(job_view=None)),
+        ReadJob,
+    ),
+    # The job decides.
+    Row(
+        "job_deleted_reads_the_run_to_cancel",
+        "the job read finds the job deleted",
+        lambda: job_read(None),
+        ReadRun,
+        {"why": Why.CANCEL},
+    ),
+    Row(
+        "job_paused_reads_the_run_to_cancel",
+        "the job read finds it paused",
+        lambda: job_read(a_job(state=JobState.PAUSED)),
+        ReadRun,
+        {"why": Why.CANCEL},
+    ),
+    Row(
+        "job_exclusive_reads_the_run",
+        "the job's overlap is skip or queue: the slot is taken from the run as stored",
+        lambda: job_read(a_job(policies=Policies(overlap=OverlapPolicy.QUEUE))),
+        ReadRun,
+        {"why": Why.EXCLUSIVE},
+    ),
+    Row(
+        "job_allows_claims_with_its_view",
+        "the job lets the run go: claim with the job's timeout, not trusting the run's view",
+        lambda: job_read(a_job(timeout_seconds=120)),
+        ClaimRun,
+        {"claim.timeout_seconds": 120, "claim.trusting_view": False, "view.standing": Standing.ACTIVE},
+    ),
+    Row(
+        "job_claim_refused_is_a_duplicate",
+        "the claim with the job's view is refused: another delivery took the run",
+        lambda: then(job_read(a_job()), refused=True, run=a_run(state=RunState.SUCCEEDED, attempt=2)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "cancel_claimable_run",
+        "the run the job stops is still this delivery's",
+        lambda: then(job_read(a_job(state=JobState.PAUSED)), run=a_run(attempt=1)),
+        EndAttempt,
+        {"ended.state": RunState.CANCELLED, "ended.reason": "job paused"},
+    ),
+    Row(
+        "cancel_gone_run",
+        "the run the job stops does not exist",
+        lambda: then(job_read(None), run=None),
+        Done,
+        {"outcome": Outcome.NOT_FOUND},
+    ),
+    Row(
+        "cancel_moved_run",
+        "the run the job stops has moved on",
+        lambda: then(job_read(None), run=a_run(state=RunState.CANCELLED, attempt=1)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "exclusive_run_not_there_yet",
+        "the exclusive job's run is not committed yet",
+        lambda: then(
+            job_read(a_job(policies=Policies(overlap=OverlapPolicy.SKIP)), a_message(timeout_seconds=None)),
+            run=None,
+        ),
+        SendBack,
+        {"outcome": Outcome.WAITING_FOR_RUN},
+    ),
+    Row(
+        "exclusive_run_takes_the_slot",
+        "the exclusive job's run is claimable",
+        lambda: then(job_read(a_job(policies=Policies(overlap=OverlapPolicy.SKIP))), run=a_run(attempt=1)),
+        TakeSlot,
+        {"mine.attempt": 2, "view.overlap": OverlapPolicy.SKIP},
+    ),
+    # The overlap slot.
+    Row(
+        "slot_taken_starts_exclusive",
+        "the run took the job's running slot",
+        lambda: then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP))),
+        StartTarget,
+        {"started.exclusive": True, "counts": ("RunsStarted",)},
+    ),
+    Row(
+        "slot_busy_skips",
+        "the slot is held by the previous run, overlap skip",
+        lambda: then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP)), busy=True),
+        EndAttempt,
+        {"ended.state": RunState.SKIPPED, "outcome": Outcome.SKIPPED},
+    ),
+    Row(
+        "slot_busy_queues",
+        "the slot is held by the previous run, overlap queue",
+        lambda: then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.QUEUE)), busy=True),
+        QueueBehind,
+        {"waiting.state": RunState.QUEUED},
+    ),
+    Row(
+        "slot_busy_retry_waits",
+        "the slot is held, and this is a retry (not a new overlapping fire): it waits, never skipped",
+        lambda: then(
+            then(job_read(a_job(policies=Policies(overlap=OverlapPolicy.SKIP))), run=a_run(attempt=1)),
+            busy=True,
+        ),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.not_before": NOW + BLOCKED_RETRY_WAIT, "message.hops": 1},
+    ),
+    Row(
+        "slot_refused_reads_again",
+        "the slot transaction was refused: another delivery claimed the run, or its view moved",
+        lambda: then(
+            refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP)), refused=True, run=someone_elses()
+        ),
+        ReadRun,
+        {"why": Why.REFUSED},
+    ),
+    Row(
+        "slot_refused_own_write",
+        "the slot transaction was refused by its own landed first try",
+        lambda: _own_slot(),
+        StartTarget,
+        {"started.exclusive": True, "counts": ("LostResponsesRecognised", "RunsStarted")},
+    ),
+    Row(
+        "queued_behind",
+        "the run took the job's waiting slot",
+        lambda: then(then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.QUEUE)), busy=True)),
+        Done,
+        {"outcome": Outcome.QUEUED, "counts": ("RunsQueued",)},
+    ),
+    Row(
+        "waiting_slot_taken_skips",
+        "another run already waits in the job's one waiting slot",
+        lambda: then(
+            then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.QUEUE)), busy=True), busy=True
+        ),
+        EndAttempt,
+        {"ended.state": RunState.SKIPPED, "ended.reason": "overlap=queue and a run is already waiting"},
+    ),
+    Row(
+        "queue_refused_reads_again",
+        "taking the waiting slot was refused: the run moved",
+        lambda: then(
+            then(refused_claim(with_view(a_run(), overlap=OverlapPolicy.QUEUE)), busy=True), refused=True
+        ),
+        ReadRun,
+        {"why": Why.REFUSED},
+    ),
+    # A refused write, read again.
+    Row(
+        "reread_still_claimable_goes_back",
+        "read again after a refusal, the run is still claimable at this attempt (a job write moved its view)",
+        lambda: then(_refused_end(), run=a_run()),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.hops": 1, "shard": 3},
+    ),
+    Row(
+        "reread_gone",
+        "read again after a refusal, the run is gone",
+        lambda: then(_refused_end(), run=None),
+        Done,
+        {"outcome": Outcome.NOT_FOUND},
+    ),
+    Row(
+        "reread_running_watches",
+        "read again after a refusal, its queue-carried run is running this message's attempt",
+        lambda: then(_refused_end(), run=someone_elses()),
+        WatchLease,
+    ),
+    # The target answered.
+    Row(
+        "target_ok_finishes",
+        "the target answered success",
+        lambda: target_answered(OK),
+        EndAttempt,
+        {"ended.state": RunState.SUCCEEDED, "after_target": True, "frees_slot": False},
+    ),
+    Row(
+        "target_failed_retries",
+        "the target failed, retryably, with attempts left",
+        lambda: target_answered(BUSY),
+        EndAttempt,
+        {"ended.state": RunState.RETRY_WAIT, "outcome": Outcome.RETRY_SCHEDULED},
+    ),
+    Row(
+        "target_failed_for_good",
+        "the target failed, not retryably",
+        lambda: target_answered(BAD),
+        EndAttempt,
+        {"ended.state": RunState.FAILED, "outcome": Outcome.FAILED},
+    ),
+    Row(
+        "last_attempt_fails",
+        "the target failed retryably on the last attempt",
+        lambda: target_answered(BUSY, attempt=3),
+        EndAttempt,
+        {"ended.state": RunState.FAILED},
+    ),
+    Row(
+        "exclusive_finish_frees_the_slot",
+        "an exclusive run's target answered success: the finish frees the job's slot",
+        lambda: target_answered(OK, exclusive=True),
+        EndAttempt,
+        {"frees_slot": True},
+    ),
+    Row(
+        "exclusive_retry_keeps_the_slot",
+        "an exclusive run will retry: it keeps the slot",
+        lambda: target_answered(BUSY, exclusive=True),
+        EndAttempt,
+        {"frees_slot": False, "ended.state": RunState.RETRY_WAIT},
+    ),
+    # The finish write.
+    Row(
+        "finished",
+        "the finish landed: success",
+        lambda: finish_answered(OK),
+        Done,
+        {"outcome": Outcome.SUCCEEDED, "counts": ("RunsSucceeded",)},
+    ),
+    Row(
+        "retry_sent",
+        "the finish landed: waiting to retry, its message goes out (the sweeper re-sends it if that fails)",
+        lambda: finish_answered(BUSY),
+        SendBack,
+        {"outcome": Outcome.RETRY_SCHEDULED, "unsent": Unsent.SWEEPER, "message.attempt": 1},
+    ),
+    Row(
+        "failed",
+        "the finish landed: failed",
+        lambda: finish_answered(BAD),
+        Done,
+        {"outcome": Outcome.FAILED, "counts": ("RunsFailed",), "log.level": logging.ERROR},
+    ),
+    Row(
+        "stale_completion_discarded",
+        "the finish was refused: the lease expired and a newer attempt owns the run",
+        lambda: finish_answered(OK, refused=True, run=running(attempt=2, lease_owner="w-3")),
+        Done,
+        {"outcome": Outcome.STALE_COMPLETION, "counts": ("StaleCompletions",)},
+    ),
+    Row(
+        "own_finish_recognised",
+        "the finish was refused by its own landed first try",
+        lambda: _own_finish(),
+        Done,
+        {"outcome": Outcome.SUCCEEDED, "counts": ("LostResponsesRecognised", "RunsSucceeded")},
+    ),
+    Row(
+        "release_reads_the_waiting_run",
+        "the exclusive finish freed the slot for a queued run",
+        lambda: finish_answered(OK, exclusive=True, released=RELEASED),
+        ReadRun,
+        {"why": Why.RELEASE, "then": Outcome.SUCCEEDED, "counts": ("RunsSucceeded",)},
+    ),
+    Row(
+        "release_sends_the_waiting_run",
+        "the released run is still queued: its message goes out, its own first re-send",
+        lambda: then(
+            finish_answered(OK, exclusive=True, released=RELEASED),
+            run=replace(a_run(), scheduled_for=FIRE + timedelta(minutes=5), state=RunState.QUEUED),
+        ),
+        SendBack,
+        {"outcome": Outcome.SUCCEEDED, "message.hops": 1, "unsent": Unsent.SWEEPER},
+    ),
+    Row(
+        "release_already_moved",
+        "the released run is no longer queued",
+        lambda: then(finish_answered(OK, exclusive=True, released=RELEASED), run=None),
+        Done,
+        {"outcome": Outcome.SUCCEEDED, "counts": ()},
+    ),
+    Row(
+        "ended",
+        "an end (cancel, skip, runaway) landed",
+        lambda: then(refused_claim(with_view(a_run(), standing=Standing.PAUSED))),
+        Done,
+        {"outcome": Outcome.CANCELLED, "counts": ("RunsCancelled",)},
+    ),
+    Row(
+        "end_refused_reads_again",
+        "an end written by a delivery was refused",
+        lambda: _refused_end(),
+        ReadRun,
+        {"why": Why.REFUSED},
+    ),
+    Row(
+        "end_of_held_run_refused",
+        "the cancel of a run this delivery held (its job gone at the target read) was refused",
+        lambda: then(then(claim_on_view(with_view(a_run(), target=None)), job=None), refused=True),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    # The lease watch.
+    Row(
+        "lease_live",
+        "the watched run's lease is live: the message comes back at its end",
+        lambda: then(refused_claim(someone_elses()), watched=LeaseWatched()),
+        Done,
+        {"outcome": Outcome.WATCHING_LEASE},
+    ),
+    Row(
+        "lease_expired_retries",
+        "the watched lease expired: the silent attempt ended and its retry went out",
+        lambda: then(
+            refused_claim(someone_elses()),
+            watched=LeaseWatched(ended=a_run(state=RunState.RETRY_WAIT, attempt=1)),
+        ),
+        Done,
+        {"outcome": Outcome.LEASE_EXPIRED, "counts": ("ExpiredLeases",)},
+    ),
+    Row(
+        "lease_expired_fails",
+        "the watched lease expired on the last attempt",
+        lambda: then(
+            refused_claim(someone_elses()),
+            watched=LeaseWatched(ended=a_run(state=RunState.FAILED, attempt=3)),
+        ),
+        Done,
+        {"outcome": Outcome.LEASE_EXPIRED, "counts": ("ExpiredLeases", "RunsFailed")},
+    ),
+    Row(
+        "lease_expired_retry_unsent",
+        "the watched lease expired and the retry's message failed to go (the sweeper re-sends it)",
+        lambda: then(
+            refused_claim(someone_elses()),
+            watched=LeaseWatched(ended=a_run(state=RunState.RETRY_WAIT, attempt=1), retry_not_sent="down"),
+        ),
+        Done,
+        {"counts": ("ExpiredLeases", "DispatchFailures"), "log.level": logging.ERROR},
+    ),
+    Row(
+        "lease_run_moved",
+        "the watched run moved while we looked (finished, or taken over)",
+        lambda: then(refused_claim(someone_elses()), watched=LeaseWatched(moved=True)),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    # The store throttles.
+    Row(
+        "throttled_goes_back",
+        "a store call still throttles after the store's retries (before or after the target)",
+        lambda: then(arrived(), throttled=TransientStoreError("ProvisionedThroughputExceeded")),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "unsent": Unsent.THROTTLED, "counts": ("ThrottledDeliveries",)},
+    ),
+]
+
+
+def _refused_end() -> Known:
+    """A cancel written by this delivery (the view said paused) was refused."""
+    return then(refused_claim(with_view(a_run(), standing=Standing.PAUSED)), refused=True)
+
+
+def _own_slot() -> Known:
+    known = refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP))
+    step = next_step(known)
+    assert isinstance(step, TakeSlot)
+    return known.after(step, NOW, refused=True, run=step.mine)
+
+
+def _own_finish() -> Known:
+    known = target_answered(OK)
+    step = next_step(known)
+    assert isinstance(step, EndAttempt)
+    return known.after(step, NOW, refused=True, run=step.ended)
+
+
+def _attribute(step: Step, dotted: str) -> Any:
+    value: Any = step
+    for name in dotted.split("."):
+        value = getattr(value, name)
+    return value
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_delivery_table(row: Row) -> None:
+    step = next_step(row.known())
+    assert isinstance(step, row.kind), f"{row.situation}: {describe(step)}"
+    for dotted, value in row.expect.items():
+        assert _attribute(step, dotted) == value, f"{row.name}: {dotted}"
+
+
+def test_the_rows_are_distinct_situations() -> None:
+    assert len(ROWS) >= 30
+    assert len({row.name for row in ROWS}) == len(ROWS)
+    assert len({row.situation for row in ROWS}) == len(ROWS)
+
+
+def test_a_step_that_ends_the_delivery_has_nothing_after_it() -> None:
+    for final in (
+        Done(outcome=Outcome.QUEUED),
+        next_step(then(arrived(), throttled=TransientStoreError("x"))),
+    ):
+        with pytest.raises(ValueError, match="ends a delivery"):
+            next_step(arrived().after(final, NOW))
+
+
+def test_the_throttled_send_back_grows_with_the_hops_and_never_precedes_the_due_time() -> None:
+    delays = []
+    for hops in (0, 3, 6):
+        known = then(arrived(a_message(hops=hops)), throttled=TransientStoreError("x"))
+        step = next_step(known)
+        assert isinstance(step, SendBack)
+        assert step.message.not_before >= FIRE
+        delays.append((step.message.not_before - NOW).total_seconds())
+    assert all(5.0 <= delay <= 65.0 for delay in delays)
+
+
+def describe(step: Step) -> str:
+    """A step as the design doc's table shows it."""
+    if isinstance(step, Hold):
+        text = "hold until due"
+    elif isinstance(step, ReadRun):
+        text = f"read the run ({step.why.value})"
+    elif isinstance(step, ReadJob):
+        text = "read the job" + (" for the target" if step.started is not None else "")
+    elif isinstance(step, ClaimRun):
+        on = "the run's view" if step.view is None else "the job's view"
+        text = f"claim on {on}"
+    elif isinstance(step, TakeSlot):
+        text = "take the overlap slot"
+    elif isinstance(step, QueueBehind):
+        text = "queue behind"
+    elif isinstance(step, StartTarget):
+        text = "start the target" + (" (holding the slot)" if step.started.exclusive else "")
+    elif isinstance(step, WatchLease):
+        text = "watch the lease"
+    elif isinstance(step, EndAttempt):
+        text = f"end the attempt: {step.ended.state.value}" + (", free the slot" if step.frees_slot else "")
+    elif isinstance(step, SendBack):
+        text = f"send back later → {step.outcome.value}"
+    elif isinstance(step, Done):
+        text = f"done → {step.outcome.value}"
+    else:
+        raise TypeError(step)
+    return text + (f" [{', '.join(step.counts)}]" if step.counts else "")
+
+
+def table() -> str:
+    lines = ["| situation | next step | row |", "|---|---|---|"]
+    for row in ROWS:
+        lines.append(f"| {row.situation} | {describe(next_step(row.known()))} | `{row.name}` |")
+    return "\n".join(lines)
+
+
+TABLE_START = "<!-- delivery-table: rendered from tests/domain/test_delivery.py -->"
+TABLE_END = "<!-- /delivery-table -->"
+
+
+def test_the_design_doc_shows_this_table() -> None:
+    text = DOC.read_text()
+    match = re.search(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), text, re.S)
+    assert match is not None, f"docs/design.md has no {TABLE_START} ... {TABLE_END} block"
+    assert match.group(1) == table(), (
+        "docs/design.md's delivery table differs: python -m tests.domain.test_delivery"
+    )
+
+
+if __name__ == "__main__":
+    print(table())
