@@ -9,8 +9,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -200,3 +201,19 @@ def percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
+
+
+@contextmanager
+def baseline_checkout(ref: str, workdir: Path) -> Iterator[Path]:
+    """A detached worktree of this repository at `ref`, removed afterwards."""
+    repo = Path(__file__).resolve().parent.parent
+    path = workdir / "baseline-src"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(path), ref], check=True)
+    emulator_venv = repo / ".venv-ministack"
+    if emulator_venv.exists():
+        # The emulator is found next to the source; the worktree has none of its own.
+        (path / ".venv-ministack").symlink_to(emulator_venv, target_is_directory=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)], check=False)

@@ -27,14 +27,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import baseline_checkout
 from _e2e import (
     LocalSettings,
     Target,
@@ -268,22 +267,6 @@ def side_by_side(n: int, saved: dict[str, Any]) -> None:
                 f"last start {t['max'] / a['max']:.2f}x, CPU per fire "
                 f"{saved[key]['cpu_per_fire_ms'] / aps['cpu_per_fire_ms']:.2f}x"
             )
-
-
-@contextmanager
-def baseline_checkout(ref: str, workdir: Path) -> Iterator[Path]:
-    """A detached worktree of this repository at `ref`, removed afterwards."""
-    repo = Path(__file__).resolve().parent.parent
-    path = workdir / "baseline-src"
-    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(path), ref], check=True)
-    emulator_venv = repo / ".venv-ministack"
-    if emulator_venv.exists():
-        # The emulator is found next to the source; the worktree has none of its own.
-        (path / ".venv-ministack").symlink_to(emulator_venv, target_is_directory=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)], check=False)
 
 
 def main() -> None:

@@ -97,7 +97,7 @@ class Executor:
         """Do one step's I/O; what it found is what the next decision reads."""
         store, clock = self._store, self._clock
         if isinstance(step, Hold):
-            clock.sleep((step.until - clock.now()).total_seconds())
+            clock.sleep(max(0.0, (step.until - clock.now()).total_seconds()))
             return known.after(step, clock.now())
         if isinstance(step, ReadRun):
             return known.after(step, clock.now(), run=store.get_run(step.job_id, step.scheduled_for))
