@@ -1,6 +1,8 @@
-"""The SQLite engine's queues against the SQS behaviour Tickwork relies on, through the same SQS-speaking code
-(SqsDispatcher, SqsDeadLetters) that runs over them in `tickwork local`. Offline, on a fake clock, except the
-two-process test, which runs on the real one."""
+"""The embedded engines' queues (SQLite's, and the in-memory one the fast tests run on) against the SQS
+behaviour Tickwork relies on, through the same SQS-speaking code (SqsDispatcher, SqsDeadLetters) that runs
+over them in `tickwork local` and in the service tests. Offline, on a fake clock, except the two-process
+test, which runs on the real one; the last two tests are the SQLite engine's alone (its lock, its
+processes)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tickwork.adapters.memory.queue import MemoryQueues
+from tickwork.adapters.queue_api import MAX_WAIT_SECONDS
 from tickwork.adapters.sqlite import db as sqlite_db
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import (
@@ -47,14 +51,23 @@ ALL_COUNTS = [
 
 
 class Queues:
-    """The queues under test, their names, and the clock they read."""
+    """The queues under test (one engine's), their names, and the clock they read."""
 
-    def __init__(self, path: Path, clock: FakeClock) -> None:
+    def __init__(self, engine: str, path: Path, clock: FakeClock) -> None:
         self.clock = clock
-        self.db = Database(path).open()
         self.urls, self.dlq, configs = queue_configs(NAMES, dispatch_queues=2)
         self.url = self.urls[0]
-        self.sqs = SqliteQueues(self.db, configs, self.now_ms, clock.sleep)
+        self.sqs: SqliteQueues | MemoryQueues
+        if engine == "sqlite":
+            self.db: Database | None = Database(path).open()
+            self.sqs = SqliteQueues(self.db, configs, self.now_ms, clock.sleep)
+            # A long poll looks again at least this often: another process's send wakes no one here.
+            self.longest_sleep = POLL_SECONDS
+        else:
+            self.db = None
+            self.sqs = MemoryQueues(configs, self.now_ms, clock.sleep)
+            # Every send is this process's and wakes a long poll: it sleeps until a message is due.
+            self.longest_sleep = float(MAX_WAIT_SECONDS)
 
     def now_ms(self) -> int:
         return int(self.clock.now().timestamp() * 1000)
@@ -76,11 +89,12 @@ def fake_clock() -> FakeClock:
     return FakeClock(START)
 
 
-@pytest.fixture
-def queues(tmp_path: Path, fake_clock: FakeClock) -> Iterator[Queues]:
-    world = Queues(tmp_path / "tickwork.db", fake_clock)
+@pytest.fixture(params=["sqlite", "memory"])
+def queues(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeClock) -> Iterator[Queues]:
+    world = Queues(request.param, tmp_path / "tickwork.db", fake_clock)
     yield world
-    world.db.close()
+    if world.db is not None:
+        world.db.close()
 
 
 def a_message(seconds_from_start: float = 0, job_id: str = "job_q") -> RunMessage:
@@ -319,19 +333,24 @@ def test_a_long_poll_sleeps_until_the_first_message_is_due(queues: Queues) -> No
 
     assert message["Body"] == "soon"
     assert queues.clock.now() - START == timedelta(seconds=3)
-    assert max(queues.clock.slept) <= POLL_SECONDS
+    assert max(queues.clock.slept) <= queues.longest_sleep
 
 
 def test_an_empty_long_poll_returns_nothing_when_the_wait_is_over(queues: Queues) -> None:
     assert queues.sqs.receive_message(QueueUrl=queues.url, WaitTimeSeconds=2) == {"Messages": []}
     assert sum(queues.clock.slept) == pytest.approx(2.0)
-    assert max(queues.clock.slept) <= POLL_SECONDS
+    assert max(queues.clock.slept) <= queues.longest_sleep
 
 
-def test_a_long_poll_ends_even_on_a_clock_that_stands_still(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sqlite", "memory"])
+def test_a_long_poll_ends_even_on_a_clock_that_stands_still(engine: str, tmp_path: Path) -> None:
     slept: list[float] = []
     _, _, configs = queue_configs(NAMES, 1)
-    sqs = SqliteQueues(Database(tmp_path / "q.db").open(), configs, lambda: 0, slept.append)
+    sqs: SqliteQueues | MemoryQueues
+    if engine == "sqlite":
+        sqs = SqliteQueues(Database(tmp_path / "q.db").open(), configs, lambda: 0, slept.append)
+    else:
+        sqs = MemoryQueues(configs, lambda: 0, slept.append)
 
     assert sqs.receive_message(QueueUrl="t-dispatch-0", WaitTimeSeconds=1) == {"Messages": []}
     assert sum(slept) == pytest.approx(1.0)

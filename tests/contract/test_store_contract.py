@@ -1,6 +1,8 @@
-"""One contract suite for the storage and queue adapters, run against moto, MiniStack and the embedded SQLite
-engine: any difference between them shows up here as a failing test, not as a surprise in `tickwork local`.
-(The SQLite queue's own semantics in depth: tests/contract/test_sqlite_queue.py.)"""
+"""One contract suite for the storage and queue adapters, run against moto, MiniStack, the embedded SQLite
+engine and the in-memory engine: any difference between them shows up here as a failing test, not as a
+surprise in `tickwork local` or in a service test on the in-memory store. Every storage port method
+(services/ports.py) has a test here, and so do the Dispatcher and DeadLetterSource ports over each engine's
+queues. (The embedded queues' own semantics in depth: tests/contract/test_sqlite_queue.py.)"""
 
 from __future__ import annotations
 
@@ -20,8 +22,12 @@ from tests.conftest import ANCHOR, ministack_client
 from tickwork.adapters.dynamodb.items import deserialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.memory.base import copied
+from tickwork.adapters.memory.queue import MemoryQueues
+from tickwork.adapters.memory.store import MemoryStore
+from tickwork.adapters.queue_api import queue_configs
 from tickwork.adapters.sqlite.db import Database
-from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+from tickwork.adapters.sqlite.queue import SqliteQueues
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
@@ -47,7 +53,7 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
-from tickwork.resources import ResourceNames
+from tickwork.resources import DISPATCH_DLQ, ResourceNames
 
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
 
@@ -66,25 +72,58 @@ class Backend:
         )
         return deserialize(raw["Item"])
 
+    def queues(self, now: datetime) -> tuple[Any, list[str], str]:
+        """The engine's queues as the SQS API reaches them, two dispatch queues and the DLQ (their URLs)."""
+        sqs = self.clients["sqs"]
+        urls, dlq_url = ensure_queues(sqs, self.names, dispatch_queues=2)
+        return sqs, urls, dlq_url
 
-class SqliteBackend(Backend):
-    def __init__(self, path: Path) -> None:
-        self.name = "sqlite"
+    def redrive(self, queue: str) -> tuple[int, str]:
+        """A dispatch queue's redrive rule: after how many receives, and to which queue (its name)."""
+        attributes = self.clients["sqs"].get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])
+        redrive = json.loads(attributes["Attributes"]["RedrivePolicy"])
+        return int(redrive["maxReceiveCount"]), str(redrive["deadLetterTargetArn"]).split(":")[-1]
+
+
+class EmbeddedBackend(Backend):
+    """An engine in this process (SQLite, memory): its queues' redrive rule is their configuration, from
+    resources.py."""
+
+    def __init__(self, name: str, store: Any) -> None:
+        self.name = name
         self.clients = {}
         self.names = ResourceNames()
-        self.store = SqliteStore(Database(path).open())
+        self.store = store
+        _, _, self.configs = queue_configs(self.names, 2)
+
+    def queues(self, now: datetime) -> tuple[Any, list[str], str]:
+        urls, dlq, configs = queue_configs(self.names, 2)
+        now_ms = lambda: int(now.timestamp() * 1000)  # noqa: E731 - the queue's clock, stopped at `now`
+        if self.name == "sqlite":
+            return SqliteQueues(self.store.db, configs, now_ms), urls, dlq
+        return MemoryQueues(configs, now_ms), urls, dlq
+
+    def redrive(self, queue: str) -> tuple[int, str]:
+        config = self.configs[queue]
+        assert config.max_receive_count is not None and config.dead_letter is not None
+        return config.max_receive_count, config.dead_letter
 
     def raw_job(self, job_id: str) -> dict[str, Any]:
+        if self.name == "memory":
+            with self.store.tables.lock:
+                return copied(self.store.tables.jobs[job_id])
         with self.store.db.read() as connection:
             row = connection.execute("SELECT item FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return dict(json.loads(row[0]))
 
 
-@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack), "sqlite"])
+@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack), "sqlite", "memory"])
 def backend(request: pytest.FixtureRequest, aws_env: None, tmp_path: Path) -> Iterator[Backend]:
     names = ResourceNames(prefix=f"c{time.monotonic_ns() % 10**9}")
     if request.param == "sqlite":
-        yield SqliteBackend(tmp_path / "tickwork.db")
+        yield EmbeddedBackend("sqlite", SqliteStore(Database(tmp_path / "tickwork.db").open()))
+    elif request.param == "memory":
+        yield EmbeddedBackend("memory", MemoryStore())
     elif request.param == "moto":
         with mock_aws():
             clients = {s: boto3.client(s, region_name="us-east-1") for s in ("dynamodb", "sqs")}
@@ -293,13 +332,7 @@ def test_list_runs_is_time_ordered(backend: Backend) -> None:
 
 def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backend) -> None:
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
-    sqs: Any
-    if backend.name == "sqlite":
-        urls, dlq_url, configs = queue_configs(backend.names, 2)
-        sqs = SqliteQueues(backend.store.db, configs, lambda: int(now.timestamp() * 1000))
-    else:
-        sqs = backend.clients["sqs"]
-        urls, dlq_url = ensure_queues(sqs, backend.names, dispatch_queues=2)
+    sqs, urls, dlq_url = backend.queues(now)
     job = a_job()
     due_now, due_later = a_run(job, now), a_run(job, now + timedelta(seconds=30))
     dispatcher = SqsDispatcher(sqs, urls)
@@ -315,14 +348,7 @@ def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backen
         QueueUrl=dispatcher.queue_for(due_later), AttributeNames=["ApproximateNumberOfMessagesDelayed"]
     )["Attributes"]
     assert later["ApproximateNumberOfMessagesDelayed"] == "1"
-    if backend.name == "sqlite":  # the redrive rule is the queue adapter's configuration, from resources.py
-        assert (configs[queue].max_receive_count, configs[queue].dead_letter) == (5, dlq_url)
-    else:
-        attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
-        redrive = json.loads(attributes["RedrivePolicy"])
-        assert int(redrive["maxReceiveCount"]) == 5 and redrive["deadLetterTargetArn"].endswith(
-            "dispatch-dlq"
-        )
+    assert backend.redrive(queue) == (5, backend.names.queue(DISPATCH_DLQ))
 
     sqs.send_message(QueueUrl=dlq_url, MessageBody=RunMessage.for_run(due_now).to_json())
     sqs.send_message(QueueUrl=dlq_url, MessageBody="not a run message")

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
 from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
-from tickwork.adapters.sqlite.base import SqliteBase, claimable, job_still_at, put
+from tickwork.adapters.sqlite.base import SqliteBase, put
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -20,11 +21,6 @@ from tickwork.domain.errors import (
 from tickwork.domain.models import Job, JobState, JobView, Run
 from tickwork.domain.timekeys import format_instant
 from tickwork.resources import JOBS, RUNS
-
-# Attribute of a job record: sha256 of the create request that carried an Idempotency-Key (as DynamoDB's).
-REQUEST_FINGERPRINT = "request_fingerprint"
-# Job attributes job management may remove (the rest of what it owns it always writes).
-_REMOVABLE = ("next_fire_at", "due_key", "paused_at", "resumed_at", "due_floor")
 
 
 class SqliteJobRecords(SqliteBase):
@@ -122,11 +118,7 @@ class SqliteJobRecords(SqliteBase):
             stored = self._check_job_change(connection, expected, refreshed)
             if any(self._exists(connection, run) for run in runs):
                 raise ConflictError(f"job {expected.job_id}: a run it plans already exists")
-            # The fields job management owns; the executors' overlap slot (active_run, queued_run) and
-            # the create fingerprint stay as they are.
-            item = {k: v for k, v in stored.items() if k not in _REMOVABLE}
-            item.update(job_to_item(updated))
-            put(connection, JOBS, item)
+            put(connection, JOBS, rewritten_job(stored, updated))
             self._insert_runs(connection, runs)
             self._rewrite_views(connection, refreshed)
 

@@ -31,94 +31,56 @@ idle receivers wake rarely: four idle queues cost ~1 ms of CPU per second."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from tickwork.adapters.queue_api import (
+    BATCH_LIMIT,
+    NON_EXISTENT_QUEUE,
+    RECEIPT_INVALID,
+    THROTTLED,
+    TOO_MANY_ENTRIES,
+    QueueConfig,
+    batch_result,
+    check_batch,
+    check_dead_letters,
+    check_delays,
+    check_receive,
+    check_visibility,
+    client_error,
+    count_attributes,
+    delivered_message,
+    invalid_receipt,
+    md5_of,
+    no_such_queue,
+    queue_configs,
+    system_attributes,
+)
 from tickwork.adapters.sqlite.db import Database
-from tickwork.adapters.sqs_provision import dispatch_queue_name
 from tickwork.domain.errors import StoreError, TransientStoreError
-from tickwork.resources import DISPATCH, DISPATCH_DLQ, ResourceNames
 
-# SQS's limits.
-BATCH_LIMIT = 10
-MAX_DELAY_SECONDS = 900
-MAX_VISIBILITY_SECONDS = 12 * 3600
-MAX_WAIT_SECONDS = 20
+# Re-exported: the callers that build these queues (composition, the local runtime, tests) name them here.
+__all__ = [
+    "BATCH_LIMIT",
+    "NON_EXISTENT_QUEUE",
+    "POLL_SECONDS",
+    "RECEIPT_INVALID",
+    "THROTTLED",
+    "TOO_MANY_ENTRIES",
+    "QueueConfig",
+    "SqliteQueues",
+    "queue_configs",
+]
+
 # The longest a long poll sleeps between looks while nothing is due: the latency of a message another
 # process sends, traded against idle CPU.
 POLL_SECONDS = 1.0
-
-NON_EXISTENT_QUEUE = "AWS.SimpleQueueService.NonExistentQueue"
-RECEIPT_INVALID = "ReceiptHandleIsInvalid"
-TOO_MANY_ENTRIES = "TooManyEntriesInBatchRequest"
-THROTTLED = "RequestThrottled"
-
-_SYSTEM_ATTRIBUTES = ("SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp")
-_COUNT_ATTRIBUTES = (
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesDelayed",
-    "ApproximateNumberOfMessagesNotVisible",
-)
 # Receipts and visibility are in milliseconds; a keyset start below any real visible_at_ms.
 _BEFORE_ALL = -(2**62)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueConfig:
-    """One queue: its default visibility timeout, and where a message goes after max_receive_count
-    receives (both or neither)."""
-
-    visibility_timeout_seconds: int
-    max_receive_count: int | None = None
-    dead_letter: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.max_receive_count is None) != (self.dead_letter is None):
-            raise ValueError("max_receive_count and dead_letter go together")
-        if self.max_receive_count is not None and self.max_receive_count < 1:
-            raise ValueError("max_receive_count must be at least 1")
-        if not 0 <= self.visibility_timeout_seconds <= MAX_VISIBILITY_SECONDS:
-            raise ValueError(f"visibility_timeout_seconds must be within 0..{MAX_VISIBILITY_SECONDS}")
-
-
-def queue_configs(
-    names: ResourceNames, dispatch_queues: int
-) -> tuple[list[str], str, dict[str, QueueConfig]]:
-    """The dispatch queues' names, the DLQ's name, and every queue's config, from `tickwork.resources`
-    (the names are the ones the SQS provisioning gives the same queues)."""
-    if dispatch_queues < 1:
-        raise ValueError("at least one dispatch queue is needed")
-    dlq = names.queue(DISPATCH_DLQ)
-    dispatch = [dispatch_queue_name(names, index) for index in range(dispatch_queues)]
-    configs = {dlq: QueueConfig(DISPATCH_DLQ.visibility_timeout_seconds)}
-    for name in dispatch:
-        configs[name] = QueueConfig(DISPATCH.visibility_timeout_seconds, DISPATCH.max_receive_count, dlq)
-    return dispatch, dlq, configs
-
-
-def _client_error(code: str, message: str, operation: str, status: int = 400) -> ClientError:
-    """An error shaped like the one boto3 raises for the SQS error `code`."""
-    return ClientError(
-        {
-            "Error": {"Code": code, "Message": message},
-            "ResponseMetadata": {
-                "RequestId": "",
-                "HostId": "",
-                "HTTPStatusCode": status,
-                "HTTPHeaders": {},
-                "RetryAttempts": 0,
-            },
-        },
-        operation,
-    )
 
 
 @contextmanager
@@ -127,13 +89,9 @@ def _as_client_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except TransientStoreError as error:
-        raise _client_error(THROTTLED, str(error), operation) from error
+        raise client_error(THROTTLED, str(error), operation) from error
     except StoreError as error:
-        raise _client_error("InternalFailure", f"{error.code}: {error}", operation, 500) from error
-
-
-def _md5(body: str) -> str:
-    return hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+        raise client_error("InternalFailure", f"{error.code}: {error}", operation, 500) from error
 
 
 class SqliteQueues:
@@ -147,9 +105,7 @@ class SqliteQueues:
         now_ms: Callable[[], int],
         sleep: Callable[[float], None] | None = None,
     ) -> None:
-        for name, config in queues.items():
-            if config.dead_letter is not None and config.dead_letter not in queues:
-                raise ValueError(f"queue {name}'s dead-letter queue {config.dead_letter} is not defined")
+        check_dead_letters(queues)
         self._db = db
         self._queues = dict(queues)
         self._now_ms = now_ms
@@ -173,17 +129,13 @@ class SqliteQueues:
 
     def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """All the entries are sent in one transaction, or none is (the call raises)."""
-        _check_batch(Entries, "SendMessageBatch")
+        check_batch(Entries, "SendMessageBatch")
         messages = [(str(e["Id"]), str(e["MessageBody"]), int(e.get("DelaySeconds", 0))) for e in Entries]
         return self._send(QueueUrl, messages, "SendMessageBatch")
 
     def _send(self, queue: str, messages: list[tuple[str, str, int]], operation: str) -> dict[str, Any]:
         self._config(queue, operation)
-        for _, _, delay in messages:
-            if not 0 <= delay <= MAX_DELAY_SECONDS:
-                raise _client_error(
-                    "InvalidParameterValue", f"DelaySeconds must be within 0..{MAX_DELAY_SECONDS}", operation
-                )
+        check_delays([delay for _, _, delay in messages], operation)
         successful: list[dict[str, Any]] = []
         with _as_client_errors(operation), self._db.write() as connection:
             now = self._now_ms()
@@ -193,7 +145,7 @@ class SqliteQueues:
                     (queue, body, now, now + delay * 1000),
                 )
                 successful.append(
-                    {"Id": entry_id, "MessageId": str(cursor.lastrowid), "MD5OfMessageBody": _md5(body)}
+                    {"Id": entry_id, "MessageId": str(cursor.lastrowid), "MD5OfMessageBody": md5_of(body)}
                 )
         with self._sent:
             self._sent.notify_all()
@@ -216,20 +168,10 @@ class SqliteQueues:
         wait is over. `AttributeNames` is the older spelling of `MessageSystemAttributeNames`."""
         operation = "ReceiveMessage"
         config = self._config(QueueUrl, operation)
-        if not 1 <= MaxNumberOfMessages <= BATCH_LIMIT:
-            raise _client_error(
-                "InvalidParameterValue", f"MaxNumberOfMessages must be within 1..{BATCH_LIMIT}", operation
-            )
-        if not 0 <= WaitTimeSeconds <= MAX_WAIT_SECONDS:
-            raise _client_error(
-                "InvalidParameterValue", f"WaitTimeSeconds must be within 0..{MAX_WAIT_SECONDS}", operation
-            )
+        check_receive(MaxNumberOfMessages, WaitTimeSeconds, operation)
         visibility = config.visibility_timeout_seconds if VisibilityTimeout is None else VisibilityTimeout
-        _check_visibility(visibility, operation)
-        wanted = set(MessageSystemAttributeNames) | set(AttributeNames)
-        attributes = (
-            _SYSTEM_ATTRIBUTES if "All" in wanted else tuple(a for a in _SYSTEM_ATTRIBUTES if a in wanted)
-        )
+        check_visibility(visibility, operation)
+        attributes = system_attributes(MessageSystemAttributeNames, AttributeNames)
 
         # The wait ends when the sleeps add up to it or the clock passed it, whichever comes first: a clock
         # that stands still (a fake one) or jumps back cannot stretch it.
@@ -294,7 +236,7 @@ class SqliteQueues:
                 if len(rows) < page:
                     break
                 after = (int(rows[-1][3]), int(rows[-1][0]))
-        return [_as_message(m, attributes) for m in delivered]
+        return [delivered_message(**m, attributes=attributes) for m in delivered]
 
     def _deliver_or_dead_letter(
         self,
@@ -305,7 +247,7 @@ class SqliteQueues:
         visibility: int,
     ) -> list[dict[str, Any]]:
         message_id, body, sent_at, _, receive_count, first_received = row
-        if config.max_receive_count is not None and receive_count >= config.max_receive_count:
+        if config.dead_lettered_after(receive_count):
             # Keeps its id, timestamps and receive count, as SQS does; visible in the DLQ at once.
             connection.execute(
                 "UPDATE messages SET queue = ?, visible_at_ms = ?, receipt = NULL WHERE id = ?",
@@ -321,12 +263,12 @@ class SqliteQueues:
         )
         return [
             {
-                "MessageId": str(message_id),
-                "ReceiptHandle": receipt,
-                "Body": body,
-                "SentTimestamp": sent_at,
-                "ApproximateReceiveCount": receive_count + 1,
-                "ApproximateFirstReceiveTimestamp": first_received,
+                "message_id": str(message_id),
+                "receipt": receipt,
+                "body": body,
+                "sent_at_ms": sent_at,
+                "receive_count": receive_count + 1,
+                "first_received_at_ms": first_received,
             }
         ]
 
@@ -338,21 +280,21 @@ class SqliteQueues:
             QueueUrl, [("0", ReceiptHandle, None)], "DeleteMessage", "DELETE FROM messages"
         )
         if failed:
-            raise _client_error(RECEIPT_INVALID, failed[0]["Message"], "DeleteMessage")
+            raise client_error(RECEIPT_INVALID, failed[0]["Message"], "DeleteMessage")
         return {}
 
     def delete_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        _check_batch(Entries, "DeleteMessageBatch")
+        check_batch(Entries, "DeleteMessageBatch")
         entries = [(str(e["Id"]), str(e["ReceiptHandle"]), None) for e in Entries]
         failed = self._by_receipt(QueueUrl, entries, "DeleteMessageBatch", "DELETE FROM messages")
-        return _batch_result(entries, failed)
+        return batch_result(entries, failed)
 
     def change_message_visibility(
         self, *, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int
     ) -> dict[str, Any]:
         """Visible again VisibilityTimeout seconds from now, if the message still holds this receipt."""
         operation = "ChangeMessageVisibility"
-        _check_visibility(VisibilityTimeout, operation)
+        check_visibility(VisibilityTimeout, operation)
         failed = self._by_receipt(
             QueueUrl,
             [("0", ReceiptHandle, VisibilityTimeout)],
@@ -360,19 +302,19 @@ class SqliteQueues:
             "UPDATE messages SET visible_at_ms = ?",
         )
         if failed:
-            raise _client_error(RECEIPT_INVALID, failed[0]["Message"], operation)
+            raise client_error(RECEIPT_INVALID, failed[0]["Message"], operation)
         return {}
 
     def change_message_visibility_batch(
         self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         operation = "ChangeMessageVisibilityBatch"
-        _check_batch(Entries, operation)
+        check_batch(Entries, operation)
         entries = [(str(e["Id"]), str(e["ReceiptHandle"]), int(e["VisibilityTimeout"])) for e in Entries]
         for _, _, visibility in entries:
-            _check_visibility(visibility, operation)
+            check_visibility(visibility, operation)
         failed = self._by_receipt(QueueUrl, entries, operation, "UPDATE messages SET visible_at_ms = ?")
-        return _batch_result(entries, failed)
+        return batch_result(entries, failed)
 
     def _by_receipt(
         self, queue: str, entries: Sequence[tuple[str, str, int | None]], operation: str, statement: str
@@ -390,15 +332,7 @@ class SqliteQueues:
                     values = (now + visibility * 1000, *values)
                 cursor = connection.execute(f"{statement} WHERE queue = ? AND receipt = ?", values)
                 if cursor.rowcount == 0:
-                    failed.append(
-                        {
-                            "Id": entry_id,
-                            "SenderFault": True,
-                            "Code": RECEIPT_INVALID,
-                            "Message": "The receipt handle is not the message's latest: it was received "
-                            "again since, or deleted.",
-                        }
-                    )
+                    failed.append(invalid_receipt(entry_id))
         return failed
 
     # --- attributes --------------------------------------------------------------------------------
@@ -408,11 +342,6 @@ class SqliteQueues:
         received and not yet due), and in flight (received and still hidden)."""
         operation = "GetQueueAttributes"
         self._config(QueueUrl, operation)
-        unknown = set(AttributeNames) - {*_COUNT_ATTRIBUTES, "All"}
-        if unknown:
-            raise _client_error(
-                "InvalidAttributeName", f"unsupported attributes: {sorted(unknown)}", operation
-            )
         with _as_client_errors(operation), self._db.read() as connection:
             now = self._now_ms()
             visible, delayed, hidden = connection.execute(
@@ -421,56 +350,10 @@ class SqliteQueues:
                 "COALESCE(SUM(visible_at_ms > ? AND receive_count > 0), 0) FROM messages WHERE queue = ?",
                 (now, now, now, QueueUrl),
             ).fetchone()
-        counts = dict(zip(_COUNT_ATTRIBUTES, (visible, delayed, hidden), strict=True))
-        wanted = _COUNT_ATTRIBUTES if "All" in AttributeNames else AttributeNames
-        return {"Attributes": {name: str(counts[name]) for name in wanted}}
+        return count_attributes(AttributeNames, (visible, delayed, hidden), operation)
 
     def _config(self, queue: str, operation: str) -> QueueConfig:
         config = self._queues.get(queue)
         if config is None:
-            raise _client_error(NON_EXISTENT_QUEUE, f"The specified queue {queue} does not exist.", operation)
+            raise no_such_queue(queue, operation)
         return config
-
-
-def _check_batch(entries: Sequence[Mapping[str, Any]], operation: str) -> None:
-    if not entries:
-        raise _client_error(
-            "EmptyBatchRequest", "There should be at least one entry in the request.", operation
-        )
-    if len(entries) > BATCH_LIMIT:
-        raise _client_error(
-            TOO_MANY_ENTRIES, f"Maximum number of entries per request are {BATCH_LIMIT}.", operation
-        )
-    ids = [str(e["Id"]) for e in entries]
-    if len(set(ids)) != len(ids):
-        raise _client_error(
-            "BatchEntryIdsNotDistinct", "Two or more batch entries have the same Id.", operation
-        )
-
-
-def _check_visibility(seconds: int, operation: str) -> None:
-    if not 0 <= seconds <= MAX_VISIBILITY_SECONDS:
-        raise _client_error(
-            "InvalidParameterValue",
-            f"VisibilityTimeout must be within 0..{MAX_VISIBILITY_SECONDS}",
-            operation,
-        )
-
-
-def _batch_result(
-    entries: Sequence[tuple[str, str, int | None]], failed: list[dict[str, Any]]
-) -> dict[str, Any]:
-    failed_ids = {f["Id"] for f in failed}
-    return {"Successful": [{"Id": e[0]} for e in entries if e[0] not in failed_ids], "Failed": failed}
-
-
-def _as_message(delivered: Mapping[str, Any], attributes: Sequence[str]) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "MessageId": delivered["MessageId"],
-        "ReceiptHandle": delivered["ReceiptHandle"],
-        "MD5OfBody": _md5(delivered["Body"]),
-        "Body": delivered["Body"],
-    }
-    if attributes:
-        message["Attributes"] = {name: str(delivered[name]) for name in attributes}
-    return message

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.adapters.conditions import apply_changes, run_still_at, stored_run
 from tickwork.adapters.records import (
     failed_keys,
     request_from_item,
@@ -15,7 +16,7 @@ from tickwork.adapters.records import (
     run_to_item,
     run_update_base,
 )
-from tickwork.adapters.sqlite.base import SqliteBase, apply_changes, load, put, run_still_at, stored_run
+from tickwork.adapters.sqlite.base import SqliteBase, load, put
 from tickwork.domain.errors import NotFoundError, RequestConflictError, StaleRunError, VersionMismatchError
 from tickwork.domain.models import Job, Run
 from tickwork.domain.requests import RunRequest

@@ -8,15 +8,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.adapters.conditions import apply_changes, claimable, run_still_at, stored_run
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
-from tickwork.adapters.sqlite.base import (
-    SqliteBase,
-    apply_changes,
-    claimable,
-    put,
-    run_still_at,
-    stored_run,
-)
+from tickwork.adapters.sqlite.base import SqliteBase, put
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import Claim, waiting_slot_is_stale
 from tickwork.domain.models import OverlapPolicy, Run, RunState, Standing, split_run_id

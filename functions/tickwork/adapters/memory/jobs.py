@@ -1,0 +1,149 @@
+"""In-memory records of the jobs aggregate: the same writes as adapters/sqlite/jobs.py and
+adapters/dynamodb/jobs.py, each one step under the lock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
+from tickwork.adapters.memory.base import MemoryBase, copied
+from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.domain.errors import (
+    ConflictError,
+    NotFoundError,
+    PlanConflictError,
+    RunsMovedError,
+    VersionMismatchError,
+)
+from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.timekeys import format_instant
+
+
+class MemoryJobRecords(MemoryBase):
+    """Job records, the `due` and `by_owner` indexes over them (read from the records that carry their
+    keys: sparse, as in the other engines), and the writes that change a job together with its runs."""
+
+    def get_job(self, job_id: str) -> Job | None:
+        with self.tables.lock:
+            item = self._job_item(job_id)
+        return None if item is None else job_from_item(item)
+
+    def query_due(self, due_key: str, through: datetime) -> list[Job]:
+        until = format_instant(through)
+        with self.tables.lock:
+            due = [
+                copied(item)
+                for item in self.tables.jobs.values()
+                if item.get("due_key") == due_key and str(item.get("next_fire_at", "")) <= until
+            ]
+        due.sort(key=lambda item: (str(item["next_fire_at"]), str(item["job_id"])))
+        return [job_from_item(item) for item in due]
+
+    def owner_job_ids(
+        self, owner: str, *, limit: int, after_job_id: str | None = None
+    ) -> tuple[list[str], bool]:
+        with self.tables.lock:
+            ids = sorted(
+                job_id
+                for job_id, item in self.tables.jobs.items()
+                if item.get("owner") == owner and job_id > (after_job_id or "")
+            )
+        return ids[:limit], len(ids) > limit
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        with self.tables.lock:
+            items = [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
+        return {job.job_id: job for job in map(job_from_item, items)}
+
+    def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
+        with self.tables.lock:
+            item = self._job_item(job_id)
+        if item is None:
+            return None
+        fingerprint = item.get(REQUEST_FINGERPRINT)
+        return job_from_item(item), None if fingerprint is None else str(fingerprint)
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        if job.next_fire_at is None:
+            raise ValueError("a job without a next fire has nothing to plan")
+        advanced = job.advanced_to(next_fire_at)
+        with self.tables.lock:
+            run_exists = any(self._run_exists(run) for run in runs)
+            item = self._job_item(job.job_id)
+            job_changed = not (
+                item is not None
+                and item.get("state") == str(JobState.ACTIVE)
+                and item.get("version") == job.version
+                and item.get("next_fire_at") == format_instant(job.next_fire_at)
+            )
+            if run_exists or job_changed or item is None:
+                raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+            item.pop("next_fire_at", None)
+            item.pop("due_key", None)
+            if next_fire_at is not None:
+                item["next_fire_at"] = format_instant(next_fire_at)
+                item["due_key"] = advanced.due_key
+            self._put_runs(runs)
+            self._put_job(item)
+
+    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
+        self._create(job_to_item(job), runs)
+
+    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+        with self.tables.lock:
+            if job_item["job_id"] in self.tables.jobs or any(self._run_exists(run) for run in runs):
+                raise ConflictError(f"job {job_item['job_id']} already exists")
+            self._put_job(job_item)
+            self._put_runs(runs)
+
+    def replace_job(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: Sequence[Run],
+        refreshed: Sequence[tuple[Run, JobView]] = (),
+    ) -> None:
+        with self.tables.lock:
+            stored = self._check_job_change(expected, refreshed)
+            if any(self._run_exists(run) for run in runs):
+                raise ConflictError(f"job {expected.job_id}: a run it plans already exists")
+            self._put_job(rewritten_job(stored, updated))
+            self._put_runs(runs)
+            self._rewrite_views(refreshed)
+
+    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+        with self.tables.lock:
+            self._check_job_change(expected, refreshed)
+            del self.tables.jobs[expected.job_id]
+            self._rewrite_views(refreshed)
+
+    def _check_job_change(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]]) -> dict[str, Any]:
+        """The stored job, if a job write may go ahead: NotFoundError, VersionMismatchError or
+        RunsMovedError (one of the runs it rewrites was claimed meanwhile) otherwise."""
+        stored = self._job_item(expected.job_id)
+        if stored is None:
+            raise NotFoundError(f"job {expected.job_id} not found")
+        if not job_still_at(stored, expected):
+            raise VersionMismatchError(f"job {expected.job_id} changed since version {expected.version}")
+        for run, _ in refreshed:
+            if not claimable(self._run_item(run.job_id, format_instant(run.scheduled_for)), run.attempt):
+                raise RunsMovedError(
+                    f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
+                )
+        return stored
+
+    def _rewrite_views(self, refreshed: Sequence[tuple[Run, JobView]]) -> None:
+        for run, view in refreshed:
+            item = self._run_item(run.job_id, format_instant(run.scheduled_for))
+            if item is not None:  # checked claimable under the same lock
+                item["job_view"] = job_view_to_item(view)
+                self._put_run(item)
+
+    def _put_runs(self, runs: Sequence[Run]) -> None:
+        for run in runs:
+            self._put_run(run_to_item(run))
