@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -104,9 +105,28 @@ def test_bad_context_is_refused_by_name(context: dict[str, Any], message: str) -
 def test_requirements_are_the_projects_pinned_to_what_is_installed() -> None:
     pinned = requirements()
     names = [r.split("==")[0] for r in pinned]
-    assert names == ["boto3", "croniter", "aws-lambda-powertools[parser,tracer]", "pydantic"]
+    # croniter is the schedule tests' oracle (the dev extra), not a runtime dependency: it is not bundled.
+    assert names == ["boto3", "aws-lambda-powertools[parser,tracer]", "pydantic"]
     assert all("==" in r for r in pinned)
-    assert "croniter==7.0.0" in pinned
+
+
+def test_no_bundled_module_imports_croniter() -> None:
+    """The bundle leaves croniter out, so the code it carries must not import it."""
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    sources = sorted(functions.rglob("*.py"))
+    assert functions / "tickwork" / "domain" / "schedule.py" in sources
+    importers = []
+    for source in sources:
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            if any(module.partition(".")[0] == "croniter" for module in modules):
+                importers.append(str(source.relative_to(functions)))
+    assert importers == []
 
 
 def test_pip_targets_the_lambda_platform_with_wheels_only(tmp_path: Path) -> None:

@@ -117,6 +117,10 @@ class _Field:
 
 
 _MONTH_NAMES: Final = {name.lower(): number for number, name in enumerate(calendar.month_abbr) if name}
+# The lengths a month can have: February has 28 days in common years and 29 in leap years.
+_MONTH_LENGTHS: Final = {
+    month: (28, 29) if month == 2 else (calendar.monthrange(2001, month)[1],) for month in range(1, 13)
+}
 _WEEKDAY_NAMES: Final = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
 
 _SECOND_FIELD: Final = _Field("second", 0, 59, 59, {})
@@ -162,7 +166,8 @@ def expression_pattern() -> str:
     """A regular expression for the expressions every schedule accepts (for the API document): a macro, or
     five fields, or six whose seconds field fires at least 10 s apart (one second, or a step dividing a
     minute). `parse_schedule` takes more (names in any case, other second lists) and refuses what no
-    expression of this shape can show: a day that never occurs in the months given (31 in February)."""
+    expression of this shape can show: an expression that never fires (31 in February, or `0 0 30 2 */2`,
+    where a day must match both day fields)."""
     macros = "|".join(_MACROS)
     day_of_week = _value_pattern(_DAY_OF_WEEK_FIELD)
     day_of_month = _value_pattern(_DAY_OF_MONTH_FIELD)
@@ -293,10 +298,11 @@ def _is_wildcard_text(text: str) -> bool:
     return "*" in text or "/" in text
 
 
-def _nearest_weekday(year: int, month: int, day: int, last: int) -> int:
-    """Quartz `W`: the weekday nearest to `day` without leaving the month."""
+def _nearest_weekday(first_weekday: int, day: int, last: int) -> int:
+    """Quartz `W`: the weekday nearest to `day` without leaving a month of `last` days whose 1st is
+    `first_weekday` (Monday = 0)."""
     day = min(day, last)
-    weekday = calendar.weekday(year, month, day)  # Monday = 0
+    weekday = (first_weekday + day - 1) % 7  # Monday = 0
     if weekday == 5:  # Saturday: Friday before, or Monday after when the 1st is a Saturday
         return day - 1 if day > 1 else day + 2
     if weekday == 6:  # Sunday: Monday after, or Friday before when it is the last day
@@ -351,13 +357,24 @@ class _CronSpec:
         self._day_memo: dict[int, tuple[int, ...]] = {}
 
     def can_ever_fire(self) -> bool:
-        dom = self.day_of_month
-        if self.day_of_week_restricted or dom.last_day or dom.nearest_weekdays:
-            return True
-        longest_month = max(
-            29 if month == 2 else calendar.monthrange(2001, month)[1] for month in self.months
+        """Whether some real date matches, by the same day rule as `matching_days`.
+
+        Which days of a month match depends only on the month, its length and the weekday of its 1st, and each
+        month (February both in common and in leap years) starts on every weekday within 40 years, well
+        inside the `next_wall` search. So trying every such shape of month decides it.
+        """
+        return any(
+            self._days_of_month(month, first_weekday, last)
+            for month in self.months
+            for last in _MONTH_LENGTHS[month]
+            for first_weekday in range(7)
         )
-        return min(dom.days) <= longest_month
+
+    def day_of_month_can_occur(self) -> bool:
+        """Whether the day-of-month field alone names a day that some month of the month field has."""
+        dom = self.day_of_month
+        longest = max(_MONTH_LENGTHS[month][-1] for month in self.months)
+        return dom.last_day or bool(dom.nearest_weekdays) or min(dom.days, default=32) <= longest
 
     def matching_days(self, year: int, month: int) -> tuple[int, ...]:
         key = year * 12 + month
@@ -371,8 +388,14 @@ class _CronSpec:
         if month not in self.months:
             return ()
         first_weekday, last = calendar.monthrange(year, month)  # Monday = 0
+        return self._days_of_month(month, first_weekday, last)
+
+    def _days_of_month(self, month: int, first_weekday: int, last: int) -> tuple[int, ...]:
+        """The matching days of a month of `last` days whose 1st is `first_weekday` (Monday = 0)."""
+        if month not in self.months:
+            return ()
         dom, dow = self.day_of_month, self.day_of_week
-        nearest = {_nearest_weekday(year, month, day, last) for day in dom.nearest_weekdays}
+        nearest = {_nearest_weekday(first_weekday, day, last) for day in dom.nearest_weekdays}
         either = self.either_day_field
         days = []
         for day in range(1, last + 1):
@@ -469,8 +492,14 @@ def _compile(expression: str) -> _CronSpec:
     field_texts, has_seconds = _split_expression(expression)
     spec = _CronSpec(field_texts, has_seconds)
     if not spec.can_ever_fire():
+        dom_text, month_text, dow_text = field_texts[3:]
+        if not spec.day_of_month_can_occur():
+            raise _expression_error(
+                f"day-of-month field '{dom_text}' never occurs in month field '{month_text}'"
+            )
         raise _expression_error(
-            f"day-of-month field '{field_texts[3]}' never occurs in month field '{field_texts[4]}'"
+            f"day-of-month field '{dom_text}' and day-of-week field '{dow_text}' never match the same day "
+            f"in month field '{month_text}' (a day field starting with '*' means a day must match both)"
         )
     return spec
 
@@ -746,9 +775,13 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
 
 
 def is_fire_time(schedule: Schedule, instant: datetime) -> bool:
-    """Whether `instant` is exactly one of the schedule's fires (policies and bounds included)."""
-    _require_aware(instant, "instant")
-    return next_fire_after(schedule, instant - timedelta(microseconds=1)) == instant
+    """Whether `instant` is exactly one of the schedule's fires (policies and bounds included).
+
+    Compared in UTC: arithmetic on a local time drops its `fold` (which pass of a repeated hour it is), and
+    Python never finds a local time inside a repeated hour equal to a time in another zone.
+    """
+    moment = _require_aware(instant, "instant").astimezone(UTC)
+    return next_fire_after(schedule, moment - timedelta(microseconds=1)) == moment
 
 
 def jitter_offset(schedule: Schedule, job_id: str, fire_at: datetime) -> timedelta:
@@ -787,10 +820,11 @@ def preview(schedule: Schedule, after: datetime, count: int) -> list[FireTime]:
 _ORDINALS: Final = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 _WEEKDAY_TITLES: Final = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 _MAX_LISTED_TIMES: Final = 6
+_MAX_LISTED_DAYS: Final = 8
 
 
-def _join(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+def _join(words: list[str], conjunction: str = "and") -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {conjunction} {words[-1]}"
 
 
 def _nth(number: int) -> str:
@@ -853,37 +887,79 @@ def _describe_time(spec: _CronSpec) -> str:
     return " ".join(parts)
 
 
+def _describe_month_days(dom_text: str) -> list[str]:
+    """The day-of-month items in words, e.g. ['day 1 through 5', 'the last day'] (the caller adds 'of the
+    month'). A step is spelled out as the days it gives: `*/10` is day 1, 11, 21 and 31."""
+    words = []
+    for item in dom_text.split(","):
+        upper = item.upper()
+        if upper == "L":
+            words.append("the last day")
+        elif upper == "LW":
+            words.append("the last weekday")
+        elif upper.endswith("W"):
+            words.append(f"the weekday nearest day {item[:-1]}")
+        elif "*" in item or "/" in item:
+            days = _expand_token(_DAY_OF_MONTH_FIELD, item)
+            if len(days) <= _MAX_LISTED_DAYS:
+                words.append(f"day {_join([str(day) for day in days])}")
+            else:
+                step = item.partition("/")[2]
+                words.append(f"every {_nth(int(step))} day from day {days[0]} through {days[-1]}")
+        else:
+            words.append(f"day {_describe_items(_DAY_OF_MONTH_FIELD, item)}")
+    return words
+
+
+def _describe_week_days(spec: _CronSpec) -> list[str]:
+    """The day-of-week items in words, e.g. ['Monday through Friday', 'the last Friday of the month']. Items
+    with `*` or a step are spelled out as the weekdays they give (`*/2` is Sunday, Tuesday, Thursday and
+    Saturday; `*/7` is Sunday, as 0-7 in steps of 7 is 0 and 7)."""
+    plain: list[str] = []
+    special: list[str] = []
+    for item in spec.field_texts[5].split(","):
+        if match := _NTH_WEEKDAY_RE.fullmatch(item):
+            weekday = _parse_value(_DAY_OF_WEEK_FIELD, match.group(1), item)
+            special.append(
+                f"the {_ORDINALS[int(match.group(2))]} {_WEEKDAY_TITLES[weekday % 7]} of the month"
+            )
+        elif match := _LAST_WEEKDAY_RE.fullmatch(item):
+            weekday = _parse_value(_DAY_OF_WEEK_FIELD, match.group(1) or match.group(2), item)
+            special.append(f"the last {_WEEKDAY_TITLES[weekday % 7]} of the month")
+        else:
+            plain.append(item)
+    if any("*" in item or "/" in item for item in plain):
+        named = [_WEEKDAY_TITLES[weekday] for weekday in sorted(spec.day_of_week.weekdays)]
+    else:
+        named = [_describe_items(_DAY_OF_WEEK_FIELD, item) for item in plain]
+    return named + special
+
+
 def _describe_days(spec: _CronSpec) -> str:
-    _, _, _, dom_text, month_text, dow_text = spec.field_texts
-    day_phrases = []
-    if spec.day_of_month_restricted:
-        words = []
-        for item in dom_text.split(","):
-            upper = item.upper()
-            if upper == "L":
-                words.append("the last day")
-            elif upper == "LW":
-                words.append("the last weekday")
-            elif upper.endswith("W"):
-                words.append(f"the weekday nearest day {item[:-1]}")
-            else:
-                words.append(f"day {_describe_items(_DAY_OF_MONTH_FIELD, item)}")
-        day_phrases.append(f"on {_join(words)} of the month")
-    if spec.day_of_week_restricted:
-        words = []
-        for item in dow_text.split(","):
-            if match := _NTH_WEEKDAY_RE.fullmatch(item):
-                weekday = _parse_value(_DAY_OF_WEEK_FIELD, match.group(1), item)
-                words.append(
-                    f"the {_ORDINALS[int(match.group(2))]} {_WEEKDAY_TITLES[weekday % 7]} of the month"
-                )
-            elif match := _LAST_WEEKDAY_RE.fullmatch(item):
-                weekday = _parse_value(_DAY_OF_WEEK_FIELD, match.group(1) or match.group(2), item)
-                words.append(f"the last {_WEEKDAY_TITLES[weekday % 7]} of the month")
-            else:
-                words.append(_describe_items(_DAY_OF_WEEK_FIELD, item))
-        day_phrases.append(f"on {_join(words)}")
-    phrase = " or ".join(day_phrases)
+    """The day pattern in words under the matcher's day rule: when both day fields are restricted and neither
+    starts with `*`, a day matches either ('on day 1 of the month or on Monday'); otherwise it must match both
+    ('on day 1, 11, 21 and 31 of the month if it is a Monday'). A field that matches every day (`*`, `*/1`,
+    `*,1`) restricts nothing and is not mentioned; under 'either' it makes every day match."""
+    month_text = spec.field_texts[4]
+    every_month_day = len(spec.day_of_month.days) == _DAY_OF_MONTH_FIELD.high
+    every_week_day = len(spec.day_of_week.weekdays) == _DAY_OF_WEEK_FIELD.cycle_high + 1
+    month_days: list[str] = []
+    week_days: list[str] = []
+    if not (spec.either_day_field and (every_month_day or every_week_day)):
+        month_days = [] if every_month_day else _describe_month_days(spec.field_texts[3])
+        week_days = [] if every_week_day else _describe_week_days(spec)
+    if month_days and week_days:
+        if spec.either_day_field:
+            phrase = f"on {_join(month_days)} of the month or on {_join(week_days)}"
+        else:
+            article = "a " if week_days[0] in _WEEKDAY_TITLES else ""
+            phrase = f"on {_join(month_days)} of the month if it is {article}{_join(week_days, 'or')}"
+    elif month_days:
+        phrase = f"on {_join(month_days)} of the month"
+    elif week_days:
+        phrase = f"on {_join(week_days)}"
+    else:
+        phrase = ""
     if month_text not in ("*", "?"):
         phrase = f"{phrase} in {_describe_items(_MONTH_FIELD, month_text)}".strip()
     return phrase
