@@ -3,8 +3,8 @@
 Pure: no store, no queue, no clock. Each row builds what the executor would know at that point by walking
 the real decisions before it (`then`), so a row reads as the story that leads to its situation. The table in
 docs/design.md ("A delivery, step by step") is rendered from these rows, and
-`test_the_design_doc_shows_this_table` keeps the two in agreement (`python -m tests.domain.test_delivery`
-prints the table).
+`test_the_design_doc_shows_this_table` keeps the two in agreement (`python -m tests.domain.test_delivery
+--write` rewrites the doc's copy).
 """
 
 from __future__ import annotations
@@ -657,6 +657,70 @@ ROWS: list[Row] = [
         Done,
         {"outcome": Outcome.DUPLICATE},
     ),
+    # The finish write throttles: the target is never called again for a result already known.
+    Row(
+        "finish_throttled_tries_again",
+        "the finish write throttled past the store's retries, the lease has time: wait, then write again",
+        lambda: then(target_answered(OK), throttled=TransientStoreError("throttled")),
+        Hold,
+        {"then.after_target": True, "until": NOW + timedelta(seconds=3), "counts": ("FinishWriteRetries",)},
+    ),
+    Row(
+        "finish_written_again",
+        "the wait before writing the finish again is over",
+        lambda: then(then(target_answered(OK), throttled=TransientStoreError("throttled"))),
+        EndAttempt,
+        {"after_target": True, "ended.state": RunState.SUCCEEDED},
+    ),
+    Row(
+        "finish_goes_by_message",
+        "the finish write throttled every try: the attempt's end goes by message, never a second call",
+        lambda: _finish_throttled(times=3),
+        SendBack,
+        {
+            "outcome": Outcome.FINISH_SENT,
+            "unsent": Unsent.THROTTLED,
+            "message.finish.state": RunState.SUCCEEDED,
+            "message.finish.attempt": 1,
+            "message.finish.worker": WORKER,
+            "counts": ("ThrottledDeliveries", "FinishesSent"),
+        },
+    ),
+    Row(
+        "finish_throttled_near_the_lease_end",
+        "the finish write throttled and the lease ends before a retry could: the end goes by message",
+        lambda: _finish_throttled(times=1, at=NOW + timedelta(seconds=89, milliseconds=500)),
+        SendBack,
+        {"outcome": Outcome.FINISH_SENT},
+    ),
+    Row(
+        "finish_message_reads_the_run",
+        "a message carrying an attempt's end arrives",
+        lambda: _finish_arrives(),
+        ReadRun,
+        {"why": Why.FINISH},
+    ),
+    Row(
+        "finish_message_applied",
+        "the run is still the running attempt the carried end is for: write it",
+        lambda: then(_finish_arrives(), run=running()),
+        EndAttempt,
+        {"after_target": True, "ended.state": RunState.SUCCEEDED, "counts": ("FinishesApplied",)},
+    ),
+    Row(
+        "finish_message_applied_lands",
+        "the carried end landed",
+        lambda: then(then(_finish_arrives(), run=running())),
+        Done,
+        {"outcome": Outcome.SUCCEEDED, "counts": ("RunsSucceeded",)},
+    ),
+    Row(
+        "finish_message_too_late",
+        "the attempt the carried end is for is over (its lease expired and a newer attempt took the run)",
+        lambda: then(_finish_arrives(), run=running(attempt=2, lease_owner="w-9")),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
     # The lease watch.
     Row(
         "lease_live",
@@ -718,6 +782,25 @@ def _refused_end() -> Known:
     return then(refused_claim(with_view(a_run(), standing=Standing.PAUSED)), refused=True)
 
 
+def _finish_throttled(times: int, at: datetime = NOW) -> Known:
+    """The finish write after a successful target throttled `times` times, the last at `at`."""
+    known = target_answered(OK)
+    for _ in range(times - 1):
+        known = then(then(known, throttled=TransientStoreError("throttled")))
+    return known.after(next_step(known), at, throttled=TransientStoreError("throttled"))
+
+
+def _finish_message() -> RunMessage:
+    step = next_step(_finish_throttled(times=3))
+    assert isinstance(step, SendBack)
+    return RunMessage.from_json(step.message.to_json())  # as the queue delivers it
+
+
+def _finish_arrives() -> Known:
+    message = _finish_message()
+    return arrived(message, now=message.not_before)
+
+
 def _own_slot() -> Known:
     known = refused_claim(with_view(a_run(), overlap=OverlapPolicy.SKIP))
     step = next_step(known)
@@ -776,7 +859,9 @@ def test_the_throttled_send_back_grows_with_the_hops_and_never_precedes_the_due_
 def describe(step: Step) -> str:
     """A step as the design doc's table shows it."""
     if isinstance(step, Hold):
-        text = "hold until due"
+        text = (
+            "hold until due" if step.then is None else f"wait, then {describe(replace(step.then, counts=()))}"
+        )
     elif isinstance(step, ReadRun):
         text = f"read the run ({step.why.value})"
     elif isinstance(step, ReadJob):
@@ -814,14 +899,22 @@ TABLE_START = "<!-- delivery-table: rendered from tests/domain/test_delivery.py 
 TABLE_END = "<!-- /delivery-table -->"
 
 
+TABLE_BLOCK = re.compile(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), re.S)
+
+
 def test_the_design_doc_shows_this_table() -> None:
-    text = DOC.read_text()
-    match = re.search(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), text, re.S)
+    match = TABLE_BLOCK.search(DOC.read_text())
     assert match is not None, f"docs/design.md has no {TABLE_START} ... {TABLE_END} block"
     assert match.group(1) == table(), (
-        "docs/design.md's delivery table differs: python -m tests.domain.test_delivery"
+        "docs/design.md's delivery table differs: `python -m tests.domain.test_delivery --write` rewrites it"
     )
 
 
 if __name__ == "__main__":
-    print(table())
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        rendered = f"{TABLE_START}\n{table()}\n{TABLE_END}"
+        DOC.write_text(TABLE_BLOCK.sub(lambda _: rendered, DOC.read_text(), count=1))
+    else:
+        print(table())

@@ -21,6 +21,7 @@ from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import (
     LEASE_MARGIN,
     Claim,
+    Finish,
     after_attempt,
     cancellation_reason,
     claimable_at,
@@ -54,6 +55,11 @@ BLOCKED_RETRY_WAIT = timedelta(seconds=30)
 # towards the DLQ's receive limit, and a dead letter fails the run. Throttling must never fail a run.
 THROTTLED_RETRY_BASE_SECONDS = 5.0
 THROTTLED_RETRY_MAX_SECONDS = 60.0
+# The finish write after the target answered is tried this many times in the delivery (waiting 1 s, then
+# 2 s, while the attempt's lease has time left) before the attempt's end goes by message instead
+# (`Finish`): a throttled finish must never let the lease expire, which would call the target again.
+FINISH_WRITES = 3
+FINISH_RETRY_FIRST = timedelta(seconds=1)
 # Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
 CLAIMS_ON_VIEW = 2
 
@@ -72,6 +78,7 @@ class Outcome(StrEnum):
     WAITING_FOR_RUN = "waiting_for_run"  # sent before its run was committed: looks again shortly
     WATCHING_LEASE = "watching_lease"  # its run is running: the message comes back when the lease ends
     LEASE_EXPIRED = "lease_expired"  # its run's worker went silent: the attempt ended (retry, or failed)
+    FINISH_SENT = "finish_sent"  # the finish write still throttled: the attempt's end goes by message
 
 
 class Why(StrEnum):
@@ -82,6 +89,7 @@ class Why(StrEnum):
     EXCLUSIVE = "exclusive"  # overlap skip/queue: the slot is taken from the run as stored
     REFUSED = "refused"  # a write was refused: where is the run now?
     RELEASE = "release"  # an overlap=queue run finished: is the run waiting behind it still waiting?
+    FINISH = "finish"  # a message carries an attempt's end: is the run still that running attempt?
 
 
 class Unsent(StrEnum):
@@ -120,6 +128,7 @@ class Started:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hold(Step):
     until: datetime
+    then: Step | None = None  # what to do once held (None: carry on with the delivery)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +243,7 @@ class Known:
     result: TargetResult | None = None
     watched: LeaseWatched | None = None
     claims_on_view: int = 0
+    finish_writes: int = 0  # finish writes after the target answered, tried by this delivery
     throttled: TransientStoreError | None = field(default=None, compare=False)
 
     def after(
@@ -264,6 +274,7 @@ class Known:
             result=result,
             watched=watched,
             claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
+            finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
             throttled=throttled,
         )
 
@@ -272,11 +283,13 @@ def next_step(known: Known) -> Step:
     """The one decision of a delivery: what to do, given what is known."""
     last = known.last
     if known.throttled is not None:
+        if isinstance(last, EndAttempt) and last.after_target:
+            return _finish_throttled(known, last)
         return _send_back_throttled(known)
     if last is None:
         return _arrived(known)
     if isinstance(last, Hold):
-        return _route(known)
+        return last.then or _route(known)
     if isinstance(last, ReadRun):
         return _run_read(known, last)
     if isinstance(last, ReadJob):
@@ -313,6 +326,8 @@ def _route(known: Known) -> Step:
     message without the view's timeout, or a run older than the views' window reads the job: job writes
     rewrite the views of unclaimed runs only, within that window."""
     message = known.message
+    if message.finish is not None:
+        return _read(message, Why.FINISH)
     timeout = message.timeout_seconds
     if message.attempt > 0 or timeout is None or not trusts_view(message.scheduled_for, known.now):
         return ReadJob()
@@ -384,6 +399,18 @@ def _job_read(known: Known, last: ReadJob) -> Step:
 
 def _run_read(known: Known, last: ReadRun) -> Step:
     run, message = known.run, known.message
+    if last.why is Why.FINISH and run is not None:
+        if message.finish is None or not message.finish.holds(run):
+            return _not_claimable(known, run)  # the attempt ended meanwhile (its lease, or a newer one)
+        ended = message.finish.applied_to(run)
+        return EndAttempt(
+            expected=run,
+            ended=ended,
+            outcome=_finished(ended.state),
+            after_target=True,
+            frees_slot=message.finish.frees_slot,
+            counts=("FinishesApplied",),
+        )
     if last.why is Why.RELEASE:
         outcome = last.then or Outcome.SUCCEEDED
         if run is None or run.state is not RunState.QUEUED:
@@ -482,10 +509,7 @@ def _target_answered(known: Known, started: Started) -> Step:
         raise ValueError("a target step needs the target's result")
     run = started.run
     finished = after_attempt(run, started.view.retry, known.result, now=known.now, rng=known.rng)
-    outcome = {
-        RunState.SUCCEEDED: Outcome.SUCCEEDED,
-        RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
-    }.get(finished.state, Outcome.FAILED)
+    outcome = _finished(finished.state)
     frees_slot = started.exclusive and finished.state is not RunState.RETRY_WAIT
     return EndAttempt(expected=run, ended=finished, outcome=outcome, after_target=True, frees_slot=frees_slot)
 
@@ -537,6 +561,35 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
             log=log,
         )
     return Done(outcome=last.outcome, counts=counts, log=log)
+
+
+def _finished(state: RunState) -> Outcome:
+    """A finished attempt's outcome: the run succeeded, waits to retry, or failed."""
+    return {RunState.SUCCEEDED: Outcome.SUCCEEDED, RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED}.get(
+        state, Outcome.FAILED
+    )
+
+
+def _finish_throttled(known: Known, last: EndAttempt) -> Step:
+    """The target answered and its finish write throttled past the store's retries. Sending the run's
+    message back, as any throttled delivery does, would find the run running, wait out the lease and call
+    the target again. So the write is tried again while the lease has time; after that the attempt's end
+    goes by message (`Finish`), which any executor applies (idempotently: only to that running attempt)."""
+    wait = FINISH_RETRY_FIRST * 2 ** max(0, known.finish_writes - 1)
+    lease = last.expected.lease_expires_at
+    if known.finish_writes < FINISH_WRITES and lease is not None and known.now + wait < lease:
+        return Hold(until=known.now + wait, then=last, counts=("FinishWriteRetries",))
+    finish = Finish.of(last.expected, last.ended, frees_slot=last.frees_slot)
+    later = _send_back_throttled(known)
+    tries = known.finish_writes
+    text = f"run {last.ended.run_id}: finish write throttled {tries} times; its end goes by message"
+    return replace(
+        later,
+        message=replace(later.message, finish=finish),
+        outcome=Outcome.FINISH_SENT,
+        counts=("ThrottledDeliveries", "FinishesSent"),
+        log=Log(logging.WARNING, text),
+    )
 
 
 def _lease_watched(known: Known) -> Step:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.errors import ValidationError
+from tickwork.domain.execution import Finish
 from tickwork.domain.models import Run, make_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 
@@ -62,6 +63,9 @@ class RunMessage:
     # Set when the message was sent before its run was committed: no commit of the run starts after this
     # instant (COMMIT_WINDOW). Kept across re-sends, so a re-sent message still knows it.
     commit_by: datetime | None = field(default=None, compare=False)
+    # Set on a message that carries an attempt's end because its finish write could not land: its delivery
+    # writes that end, and never calls the target again (docs/design.md, "A delivery, step by step").
+    finish: Finish | None = field(default=None, compare=False)
 
     @classmethod
     def for_run(
@@ -114,6 +118,8 @@ class RunMessage:
             body["timeout_seconds"] = self.timeout_seconds
         if self.commit_by is not None:
             body["commit_by"] = format_instant_ms(self.commit_by)
+        if self.finish is not None:
+            body["finish"] = self.finish.to_dict()
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -128,6 +134,7 @@ class RunMessage:
                 hops=_hops(data.get("hops", 0)),
                 timeout_seconds=_timeout(data.get("timeout_seconds")),
                 commit_by=None if data.get("commit_by") is None else parse_instant(str(data["commit_by"])),
+                finish=None if data.get("finish") is None else Finish.from_dict(data["finish"]),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error

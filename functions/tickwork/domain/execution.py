@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from random import Random
@@ -21,7 +21,7 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.schedule import is_fire_time
 from tickwork.domain.targets import TargetResult
-from tickwork.domain.timekeys import format_instant_ms, is_whole_second, truncate_ms
+from tickwork.domain.timekeys import format_instant_ms, is_whole_second, parse_instant, truncate_ms
 
 # Time beyond the target's own timeout before a silent worker counts as dead.
 LEASE_MARGIN = timedelta(seconds=30)
@@ -284,3 +284,96 @@ def after_lease_expired(run: Run, retry: RetryPolicy | None, *, now: datetime, r
 
 def terminal(run: Run, state: RunState, reason: str, now: datetime) -> Run:
     return replace(run, state=state, reason=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """An attempt's end as its worker computed it after the target answered, carried by a message when the
+    finish write itself could not land (the store throttled past its retries). Whoever applies it writes
+    the same run the worker would have: the target is never called again for a result already known."""
+
+    attempt: int
+    worker: str  # the attempt's lease owner: only its own running attempt takes this finish
+    state: RunState
+    finished_at: datetime | None
+    retry_at: datetime | None
+    reason: str | None
+    outcome: str | None
+    record: Mapping[str, Any]  # the attempt's entry in the run's history
+    frees_slot: bool = False  # the attempt held the job's overlap slot and the finish frees it
+
+    @classmethod
+    def of(cls, held: Run, finished: Run, *, frees_slot: bool) -> Finish:
+        if not finished.attempts or held.lease_owner is None:
+            raise ValueError(f"run {held.run_id}: a finish needs the attempt's record and lease owner")
+        return cls(
+            attempt=held.attempt,
+            worker=held.lease_owner,
+            state=finished.state,
+            finished_at=finished.finished_at,
+            retry_at=finished.retry_at,
+            reason=finished.reason,
+            outcome=finished.outcome,
+            record=dict(finished.attempts[-1]),
+            frees_slot=frees_slot,
+        )
+
+    def holds(self, run: Run) -> bool:
+        """The run is still the running attempt this finish ends."""
+        running = run.state is RunState.RUNNING
+        return running and run.attempt == self.attempt and run.lease_owner == self.worker
+
+    def applied_to(self, run: Run) -> Run:
+        """The run as this finish writes it (what `after_attempt` gave the worker)."""
+        return replace(
+            run,
+            state=self.state,
+            finished_at=self.finished_at,
+            retry_at=self.retry_at,
+            reason=self.reason,
+            outcome=self.outcome,
+            attempts=(*run.attempts, dict(self.record)),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        def instant(value: datetime | None) -> str | None:
+            return None if value is None else format_instant_ms(value)
+
+        return {
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "state": self.state.value,
+            "finished_at": instant(self.finished_at),
+            "retry_at": instant(self.retry_at),
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "record": dict(self.record),
+            "frees_slot": self.frees_slot,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finish:
+        """Raises ValueError, KeyError or TypeError on a malformed body (the message parser reports it)."""
+
+        def instant(value: object) -> datetime | None:
+            return None if value is None else parse_instant(str(value))
+
+        def text(value: object) -> str | None:
+            return None if value is None else str(value)
+
+        record = data["record"]
+        if not isinstance(record, Mapping):
+            raise TypeError("finish record must be an object")
+        return cls(
+            attempt=int(data["attempt"]),
+            worker=str(data["worker"]),
+            state=RunState(str(data["state"])),
+            finished_at=instant(data.get("finished_at")),
+            retry_at=instant(data.get("retry_at")),
+            reason=text(data.get("reason")),
+            outcome=text(data.get("outcome")),
+            record=dict(record),
+            frees_slot=bool(data.get("frees_slot", False)),
+        )
