@@ -34,7 +34,9 @@ from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import (
     ConflictError,
+    NotFoundError,
     PlanConflictError,
+    RequestConflictError,
     RunsMovedError,
     StaleRunError,
     VersionMismatchError,
@@ -50,6 +52,14 @@ from tickwork.domain.models import (
     Standing,
     Target,
     Trigger,
+)
+from tickwork.domain.requests import (
+    REQUEST_RETENTION,
+    RequestKind,
+    RunRequest,
+    manual_run,
+    request_key,
+    retried,
 )
 from tickwork.domain.schedule import parse_schedule
 from tickwork.local.emulator import Emulator
@@ -530,3 +540,264 @@ def test_a_run_write_read_before_its_view_was_rewritten_is_refused(backend: Back
         )
     stored = store.get_run(job.job_id, FIRE)
     assert stored is not None and stored.state is RunState.PLANNED
+
+
+# --- the job writes and reads job management and the API use ----------------------------------------------
+
+
+def test_job_writes_on_a_deleted_job_say_it_is_not_found(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, ())
+    store.delete_job(job)
+
+    with pytest.raises(NotFoundError):
+        store.replace_job(job, replace(job, name="edited", version=2), ())
+    with pytest.raises(NotFoundError):
+        store.delete_job(job)
+    assert store.get_job(job.job_id) is None
+
+
+def test_a_create_with_a_fingerprint_keeps_it_through_edits(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job_with_fingerprint(job, [a_run(job)], "sha256-of-the-request")
+    plain = a_job("job_plain")
+    store.create_job(plain, ())
+
+    assert store.get_job_fingerprint(job.job_id) == (job, "sha256-of-the-request")
+    assert store.get_run(job.job_id, FIRE) == a_run(job)  # created with the job, in the same write
+    assert store.get_job_fingerprint(plain.job_id) == (plain, None)
+    assert store.get_job_fingerprint("job_missing") is None
+    edited = replace(job, name="edited", version=2)
+    store.replace_job(job, edited, ())
+    assert store.get_job_fingerprint(job.job_id) == (edited, "sha256-of-the-request")
+    with pytest.raises(ConflictError):  # an idempotent create retried after it landed
+        store.create_job_with_fingerprint(job, (), "sha256-of-the-request")
+
+
+def test_owner_job_ids_pages_through_one_owners_jobs_in_id_order(backend: Backend) -> None:
+    store = backend.store
+    alice = [f"job_a{n}" for n in range(5)]
+    for job_id in [alice[3], alice[0], alice[4], alice[1], alice[2]]:
+        store.create_job(a_job(job_id), ())
+    for job_id in ("job_b0", "job_b1"):
+        store.create_job(a_job(job_id, owner="bob"), ())
+
+    pages: list[tuple[list[str], bool]] = []
+    after: str | None = None
+    for _ in range(5):  # bounded: a store that always says "more" fails the assertion below
+        ids, more = store.owner_job_ids("alice", limit=2, after_job_id=after)
+        pages.append((ids, more))
+        if not more or not ids:
+            break
+        after = ids[-1]
+
+    assert pages == [(alice[0:2], True), (alice[2:4], True), (alice[4:], False)]
+    assert store.owner_job_ids("bob", limit=10) == (["job_b0", "job_b1"], False)
+    assert store.owner_job_ids("carol", limit=10) == ([], False)
+
+
+def test_get_jobs_reads_the_jobs_that_exist_by_id(backend: Backend) -> None:
+    store = backend.store
+    jobs = [a_job(f"job_{n}", name=f"job {n}") for n in range(3)]
+    for job in jobs:
+        store.create_job(job, ())
+
+    found = store.get_jobs([jobs[2].job_id, "job_missing", jobs[0].job_id, jobs[2].job_id])
+
+    assert found == {jobs[0].job_id: jobs[0], jobs[2].job_id: jobs[2]}
+    assert store.get_jobs([]) == {}
+
+
+def test_run_times_and_states_between_read_one_jobs_closed_range(backend: Backend) -> None:
+    store, job, other = backend.store, a_job(), a_job("job_other")
+    fires = [FIRE + timedelta(minutes=5 * i) for i in range(4)]
+    store.create_job(job, [a_run(job, f) for f in fires])
+    store.create_job(other, [a_run(other, f) for f in fires])
+    cancelled = a_run(job, fires[2])
+    store.transition_run(cancelled, replace(cancelled, state=RunState.CANCELLED, finished_at=FIRE))
+
+    assert store.run_times_between(job.job_id, fires[1], fires[2]) == {fires[1], fires[2]}
+    assert (
+        store.run_times_between(job.job_id, fires[3] + timedelta(seconds=1), FIRE + timedelta(days=1))
+        == set()
+    )
+    assert store.run_states_between(job.job_id, fires[0], fires[3]) == {
+        fires[0]: RunState.PLANNED,
+        fires[1]: RunState.PLANNED,
+        fires[2]: RunState.CANCELLED,
+        fires[3]: RunState.PLANNED,
+    }
+
+
+def test_query_runs_pages_a_range_either_way_and_filters_states_after_the_limit(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE + timedelta(minutes=5 * i) for i in range(5)]
+    store.create_job(job, [a_run(job, f) for f in fires])
+    for fire in (fires[1], fires[4]):
+        run = a_run(job, fire)
+        store.transition_run(run, replace(run, state=RunState.CANCELLED, finished_at=FIRE))
+
+    def page(**query: Any) -> tuple[list[datetime], datetime | None]:
+        runs, position = store.query_runs(job.job_id, **{"start": None, "end": None, **query})
+        return [r.scheduled_for for r in runs], position
+
+    # Newest first, `limit` at a time; the position to continue after, until a page comes back short.
+    assert page(limit=2) == ([fires[4], fires[3]], fires[3])
+    assert page(limit=2, after=fires[3]) == ([fires[2], fires[1]], fires[1])
+    assert page(limit=2, after=fires[1]) == ([fires[0]], None)
+    # A closed range, or one open at either end, oldest first.
+    assert page(start=fires[1], end=fires[3], limit=10, newest_first=False) == (fires[1:4], None)
+    assert page(start=fires[3], limit=10) == ([fires[4], fires[3]], None)
+    assert page(end=fires[1], limit=10, newest_first=False) == (fires[:2], None)
+    # `limit` bounds the runs read; the state filter drops some of them, so a page can hold fewer.
+    cancelled = [RunState.CANCELLED]
+    assert page(states=cancelled, limit=2) == ([fires[4]], fires[3])
+    assert page(states=cancelled, limit=2, after=fires[3]) == ([fires[1]], fires[1])
+    assert page(states=cancelled, limit=2, after=fires[1]) == ([], None)
+    runs, _ = store.query_runs(job.job_id, start=fires[4], end=fires[4], limit=1)
+    assert runs == [store.get_run(job.job_id, fires[4])]  # whole runs, as stored
+
+
+# --- runs on request and the failed-runs index -------------------------------------------------------------
+
+
+def a_failed_run(job: Job, fire: datetime, finished_at: datetime) -> Run:
+    return replace(a_run(job, fire), state=RunState.FAILED, finished_at=finished_at, reason="HTTP 500")
+
+
+def test_failed_runs_lists_an_owners_failures_newest_first_a_page_at_a_time(backend: Backend) -> None:
+    store = backend.store
+    jobs = [a_job("job_a"), a_job("job_b"), a_job("job_c", owner="bob")]
+    fires = [FIRE + timedelta(minutes=5 * i) for i in range(3)]
+    for job in jobs:
+        store.create_job(job, [a_run(job, f) for f in fires])
+    # (job, fire) -> seconds after FIRE it failed: the jobs' failures interleave in time.
+    finished = {(0, 0): 10, (1, 0): 20, (0, 1): 30, (1, 1): 40, (0, 2): 50, (2, 0): 45, (2, 1): 55}
+    for (j, f), seconds in finished.items():
+        store.transition_run(
+            a_run(jobs[j], fires[f]), a_failed_run(jobs[j], fires[f], FIRE + timedelta(seconds=seconds))
+        )
+    succeeded = a_run(jobs[1], fires[2])
+    store.transition_run(succeeded, replace(succeeded, state=RunState.SUCCEEDED, finished_at=FIRE))
+    alice = [a_run(jobs[j], fires[f]).run_id for j, f in [(0, 2), (1, 1), (0, 1), (1, 0), (0, 0)]]
+
+    pages: list[list[str]] = []
+    before: str | None = None
+    for _ in range(5):  # bounded: a store that always says "more" fails the assertion below
+        runs, before = store.failed_runs("alice", since=None, before=before, limit=2)
+        pages.append([r.run_id for r in runs])
+        if before is None:
+            break
+
+    assert pages == [alice[0:2], alice[2:4], alice[4:]]
+    runs, more = store.failed_runs("alice", since=FIRE + timedelta(seconds=30), before=None, limit=10)
+    assert [r.run_id for r in runs] == alice[:3] and more is None  # finished at or after `since`
+    assert runs[0] == store.get_run("job_a", fires[2])  # whole runs, as stored
+    bob, _ = store.failed_runs("bob", since=None, before=None, limit=10)
+    assert [r.run_id for r in bob] == [a_run(jobs[2], fires[f]).run_id for f in (1, 0)]
+
+
+def test_a_retried_run_leaves_the_failed_runs(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    run = a_run(job)
+    store.create_job(job, [run])
+    failure = a_failed_run(job, FIRE, FIRE + timedelta(seconds=10))
+    store.transition_run(run, failure)
+    assert [r.run_id for r in store.failed_runs("alice", since=None, before=None, limit=10)[0]] == [
+        run.run_id
+    ]
+
+    again = retried(failure, job, now=FIRE + timedelta(minutes=1))
+    store.request_runs(job, [], retried=[(failure, again)])
+
+    assert store.failed_runs("alice", since=None, before=None, limit=10) == ([], None)
+    stored = store.get_run(job.job_id, FIRE)
+    assert stored is not None and (stored.state, stored.attempt) == (RunState.RETRY_WAIT, failure.attempt)
+    with pytest.raises(StaleRunError) as twice:  # the same retry again: the run moved on
+        store.request_runs(store.get_job(job.job_id), [], retried=[(failure, again)])
+    assert twice.value.current == stored
+
+
+def test_request_runs_moves_the_counter_and_records_the_key_all_or_nothing(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    store.create_job(job, ())
+    now = FIRE + timedelta(seconds=1, milliseconds=250)
+    first, second = manual_run(job, now, now=now), manual_run(job, now + timedelta(seconds=1), now=now)
+    key = request_key("alice", RequestKind.RUN_NOW, "nightly-1")
+    record = RunRequest(
+        request_key=key,
+        owner="alice",
+        kind=RequestKind.RUN_NOW,
+        job_id=job.job_id,
+        fingerprint="sha256-of-the-request",
+        created_at=now,
+        expires_at=FIRE + REQUEST_RETENTION,
+        answer={"run_id": first.run_id},
+    )
+    assert store.get_request(key) is None
+
+    store.request_runs(job, [first], record=record)
+
+    assert store.get_request(key) == record
+    created = store.get_run(job.job_id, first.scheduled_for)
+    assert created is not None and (created.run_id, created.trigger) == (first.run_id, Trigger.MANUAL)
+    moved = store.get_job(job.job_id)
+    assert moved is not None and (moved.run_requests, moved.version) == (1, job.version)
+    with pytest.raises(VersionMismatchError):  # read before the counter moved
+        store.request_runs(job, [second])
+    with pytest.raises(RequestConflictError) as both:
+        store.request_runs(moved, [first], record=record)
+    assert (both.value.run_exists, both.value.request_exists) == (True, True)
+    with pytest.raises(RequestConflictError) as key_only:
+        store.request_runs(moved, [second], record=record)
+    assert (key_only.value.run_exists, key_only.value.request_exists) == (False, True)
+    with pytest.raises(RequestConflictError) as run_only:
+        store.request_runs(moved, [second, first])
+    assert (run_only.value.run_exists, run_only.value.request_exists) == (True, False)
+    assert store.get_run(job.job_id, second.scheduled_for) is None  # none of the refused writes landed
+    assert store.get_job(job.job_id) == moved
+    store.delete_job(moved)
+    with pytest.raises(NotFoundError):
+        store.request_runs(moved, [second])
+
+
+# --- dispatch and dead letters over each engine's queues ---------------------------------------------------
+
+
+def test_re_sends_go_to_the_runs_own_queue_and_a_dead_letter_read_is_deleted(backend: Backend) -> None:
+    now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+    sqs, urls, dlq_url = backend.queues(now)
+    dispatcher = SqsDispatcher(sqs, urls)
+    messages = [
+        RunMessage("job_contract", now + timedelta(minutes=5 * i), 0, not_before=now) for i in range(5)
+    ]
+
+    dispatcher.redispatch(messages[0], 1, now)
+    dispatcher.redispatch_many(messages[1:], now)
+
+    received: dict[str, str] = {}
+    for url in urls:
+        for _ in range(5):  # until the queue answers empty
+            batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+            if not batch:
+                break
+            received.update((RunMessage.from_json(m["Body"]).run_id, url) for m in batch)
+    assert received == {m.run_id: dispatcher.queue_for_run_id(m.run_id) for m in messages}
+
+    for message in messages[:2]:
+        sqs.send_message(QueueUrl=dlq_url, MessageBody=message.to_json())
+    dead_letters = SqsDeadLetters(sqs, dlq_url)
+    letters = dead_letters.receive(10)
+    assert sorted(letter.message.run_id for letter in letters if letter.message) == sorted(
+        m.run_id for m in messages[:2]
+    )
+    for letter in letters:
+        dead_letters.delete(letter.receipt)
+    counts = sqs.get_queue_attributes(
+        QueueUrl=dlq_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == (
+        "0",
+        "0",
+    )
