@@ -596,7 +596,7 @@ ROWS: list[Row] = [
         "the finish landed: failed",
         lambda: finish_answered(BAD),
         Done,
-        {"outcome": Outcome.FAILED, "counts": ("RunsFailed",), "log.level": logging.ERROR},
+        {"outcome": Outcome.FAILED, "counts": ("RunsFailed",), "levels": (logging.ERROR,)},
     ),
     Row(
         "stale_completion_discarded",
@@ -757,7 +757,7 @@ ROWS: list[Row] = [
             watched=LeaseWatched(ended=a_run(state=RunState.RETRY_WAIT, attempt=1), retry_not_sent="down"),
         ),
         Done,
-        {"counts": ("ExpiredLeases", "DispatchFailures"), "log.level": logging.ERROR},
+        {"counts": ("ExpiredLeases", "DispatchFailures"), "levels": (logging.ERROR,)},
     ),
     Row(
         "lease_run_moved",
@@ -816,6 +816,8 @@ def _own_finish() -> Known:
 
 
 def _attribute(step: Step, dotted: str) -> Any:
+    if dotted == "levels":
+        return tuple(line.level for line in step.logs)
     value: Any = step
     for name in dotted.split("."):
         value = getattr(value, name)

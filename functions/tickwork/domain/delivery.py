@@ -108,12 +108,12 @@ class Log:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
-    """One thing to do. `counts` are the metrics that doing it records, `log` its line: the executor
-    writes both in one place (`Executor._record`)."""
+    """One thing to do. `counts` are the metrics that doing it records, `logs` its lines: the executor
+    writes both in one place (`Executor._record`); a `SendBack`'s once its message went."""
 
     counts: tuple[str, ...] = ()
     timings: tuple[tuple[str, float], ...] = ()  # (metric, milliseconds)
-    log: Log | None = None
+    logs: tuple[Log, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +201,7 @@ class SendBack(Step):
     shard: int
     outcome: Outcome
     unsent: Unsent = Unsent.RAISE
+    unsent_note: str = ""  # SWEEPER: what the log says could not be sent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -418,7 +419,10 @@ def _run_read(known: Known, last: ReadRun) -> Step:
         # Another run's message: its own first re-send (hop 1). Counting the finished run's hops on
         # would fail a healthy backlogged overlap=queue job after MAX_HOPS runs.
         released = RunMessage.for_run(run, known.now, hops=1)
-        return SendBack(message=released, shard=run.shard, outcome=outcome, unsent=Unsent.SWEEPER)
+        note = f"could not release queued run {run.run_id}"
+        return SendBack(
+            message=released, shard=run.shard, outcome=outcome, unsent=Unsent.SWEEPER, unsent_note=note
+        )
     if run is None:
         if last.why is Why.EXCLUSIVE:
             return _run_missing(known)
@@ -428,7 +432,9 @@ def _run_read(known: Known, last: ReadRun) -> Step:
             return _not_claimable(known, run)
         reason = f"stopped a runaway re-send loop: message re-sent {message.hops} times (limit {MAX_HOPS})"
         step = _end(run, RunState.FAILED, reason, Outcome.FAILED, known.now)
-        return replace(step, counts=("RunawayLoops",), log=Log(logging.ERROR, f"run {run.run_id}: {reason}"))
+        return replace(
+            step, counts=("RunawayLoops",), logs=(Log(logging.ERROR, f"run {run.run_id}: {reason}"),)
+        )
     if not claimable_at(run, message.attempt):
         return _not_claimable(known, run)
     if last.why is Why.REFUSED:
@@ -489,19 +495,19 @@ def _started(known: Known, started: Started, recognised: str | None = None) -> S
     view leaves it out)."""
     run = started.run
     counts = ("RunsStarted",) + (("Retries",) if run.attempt > 1 else ())
-    log = None
+    logs: tuple[Log, ...] = ()
     if recognised is not None:
         # Our write landed and its response was lost; the retry was refused by its own condition.
         counts = ("LostResponsesRecognised", *counts)
-        log = Log(logging.INFO, f"{recognised} of {run.run_id} recognised as our own after a lost response")
+        logs = (_recognised(recognised, run.run_id),)
     timings: tuple[tuple[str, float], ...] = ()
     if run.attempt == 1 and run.start_delay_ms is not None:
         # Start delay is measured once, for the first attempt, against the due time (fire + jitter).
         timings = (("StartDelay", float(run.start_delay_ms)),)
     target = started.view.target
     if target is None:
-        return ReadJob(started=started, counts=counts, timings=timings, log=log)
-    return StartTarget(started=started, target=target, counts=counts, timings=timings, log=log)
+        return ReadJob(started=started, counts=counts, timings=timings, logs=logs)
+    return StartTarget(started=started, target=target, counts=counts, timings=timings, logs=logs)
 
 
 def _target_answered(known: Known, started: Started) -> Step:
@@ -517,7 +523,7 @@ def _target_answered(known: Known, started: Started) -> Step:
 def _end_answered(known: Known, last: EndAttempt) -> Step:
     ended = last.ended
     counts: tuple[str, ...] = ()
-    log = None
+    logs: tuple[Log, ...] = ()
     if known.refused:
         if not last.after_target:
             return _read(known.message, Why.REFUSED) if last.by_message else Done(outcome=Outcome.DUPLICATE)
@@ -526,12 +532,14 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
             # overwrite it.
             text = f"stale completion of {ended.run_id} attempt {ended.attempt} discarded"
             return Done(
-                outcome=Outcome.STALE_COMPLETION, counts=("StaleCompletions",), log=Log(logging.WARNING, text)
+                outcome=Outcome.STALE_COMPLETION,
+                counts=("StaleCompletions",),
+                logs=(Log(logging.WARNING, text),),
             )
         # Landed; only the response was lost (a run queued behind it is then left to the sweeper: its
         # release id came back only with the lost response).
         counts = ("LostResponsesRecognised",)
-        log = Log(logging.INFO, f"finish of {ended.run_id} recognised as our own after a lost response")
+        logs = (_recognised("finish", ended.run_id),)
     if not last.after_target:
         return Done(outcome=last.outcome, counts=(f"Runs{ended.state.value.capitalize()}",))
     if ended.state is RunState.SUCCEEDED:
@@ -539,7 +547,7 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
     elif ended.state is RunState.FAILED:
         counts = (*counts, "RunsFailed")
         failure = f"run {ended.run_id} failed after attempt {ended.attempt}: {ended.reason}"
-        log = Log(logging.ERROR, failure)
+        logs = (*logs, Log(logging.ERROR, failure))
     if known.released is not None:
         job_id, scheduled_for = split_run_id(known.released)
         return ReadRun(
@@ -548,7 +556,7 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
             scheduled_for=scheduled_for,
             then=last.outcome,
             counts=counts,
-            log=log,
+            logs=logs,
         )
     if ended.state is RunState.RETRY_WAIT and ended.retry_at is not None:
         retry = RunMessage.for_run(ended, ended.retry_at, hops=known.message.hops + 1)
@@ -557,10 +565,11 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
             shard=ended.shard,
             outcome=last.outcome,
             unsent=Unsent.SWEEPER,
+            unsent_note=f"could not schedule the retry of {ended.run_id}",
             counts=counts,
-            log=log,
+            logs=logs,
         )
-    return Done(outcome=last.outcome, counts=counts, log=log)
+    return Done(outcome=last.outcome, counts=counts, logs=logs)
 
 
 def _finished(state: RunState) -> Outcome:
@@ -588,7 +597,7 @@ def _finish_throttled(known: Known, last: EndAttempt) -> Step:
         message=replace(later.message, finish=finish),
         outcome=Outcome.FINISH_SENT,
         counts=("ThrottledDeliveries", "FinishesSent"),
-        log=Log(logging.WARNING, text),
+        logs=(Log(logging.WARNING, text),),
     )
 
 
@@ -599,17 +608,17 @@ def _lease_watched(known: Known) -> Step:
     if watched.ended is None:
         return Done(outcome=Outcome.WATCHING_LEASE)
     counts: tuple[str, ...] = ("ExpiredLeases",)
-    log = None
+    logs: tuple[Log, ...] = ()
     if watched.retry_not_sent is not None:
         # The retry-wait is committed, with its sweeper entry: the sweeper re-sends it.
         counts = (*counts, "DispatchFailures")
         text = (
             f"could not schedule the retry of {watched.ended.run_id}, sweeper will: {watched.retry_not_sent}"
         )
-        log = Log(logging.ERROR, text)
+        logs = (Log(logging.ERROR, text),)
     if watched.ended.state is RunState.FAILED:
         counts = (*counts, "RunsFailed")
-    return Done(outcome=Outcome.LEASE_EXPIRED, counts=counts, log=log)
+    return Done(outcome=Outcome.LEASE_EXPIRED, counts=counts, logs=logs)
 
 
 def _run_missing(known: Known) -> Step:
@@ -637,7 +646,7 @@ def _not_claimable(known: Known, current: Run) -> Step:
 
 def _orphan(message: RunMessage) -> Done:
     text = f"message for unknown run {message.dedupe_id}: dropped"
-    return Done(outcome=Outcome.NOT_FOUND, counts=("OrphanMessages",), log=Log(logging.WARNING, text))
+    return Done(outcome=Outcome.NOT_FOUND, counts=("OrphanMessages",), logs=(Log(logging.WARNING, text),))
 
 
 def _send_back_throttled(known: Known) -> SendBack:
@@ -657,8 +666,12 @@ def _send_back_throttled(known: Known) -> SendBack:
         outcome=Outcome.DEFERRED,
         unsent=Unsent.THROTTLED,
         counts=("ThrottledDeliveries",),
-        log=Log(logging.WARNING, text),
+        logs=(Log(logging.WARNING, text),),
     )
+
+
+def _recognised(write: str, run_id: str) -> Log:
+    return Log(logging.INFO, f"{write} of {run_id} recognised as our own after a lost response")
 
 
 def _end(run: Run, state: RunState, reason: str, outcome: Outcome, now: datetime) -> EndAttempt:

@@ -83,31 +83,36 @@ class Executor:
         )
         while True:
             step = next_step(known)
-            self._record(step)
             if isinstance(step, Done):
+                self._record(step)
                 return step.outcome
             if isinstance(step, SendBack):
                 return self._send(step, known)
+            self._record(step)
             try:
                 known = self._carry_out(step, known)
             except TransientStoreError as error:
                 known = known.after(step, self._clock.now(), throttled=error)
 
     def _carry_out(self, step: Step, known: Known) -> Known:
-        """Do one step's I/O; what it found is what the next decision reads."""
+        """Do one step's I/O; what it found is what the next decision reads. The clock is read after the
+        call: a lease or a finish time must not start before the read or write that led to it."""
         store, clock = self._store, self._clock
         if isinstance(step, Hold):
             clock.sleep(max(0.0, (step.until - clock.now()).total_seconds()))
             return known.after(step, clock.now())
         if isinstance(step, ReadRun):
-            return known.after(step, clock.now(), run=store.get_run(step.job_id, step.scheduled_for))
+            run = store.get_run(step.job_id, step.scheduled_for)
+            return known.after(step, clock.now(), run=run)
         if isinstance(step, ReadJob):
-            return known.after(step, clock.now(), job=store.get_job(known.message.job_id))
+            job = store.get_job(known.message.job_id)
+            return known.after(step, clock.now(), job=job)
         if isinstance(step, StartTarget):
             result = self._invoker.invoke(step.target, _invocation(step))
             return known.after(step, clock.now(), result=result)
         if isinstance(step, WatchLease):
-            return known.after(step, clock.now(), watched=self._watch_lease(step, known))
+            watched = self._watch_lease(step, known)
+            return known.after(step, clock.now(), watched=watched)
         try:
             return self._write(step, known)
         except StaleRunError as error:
@@ -117,20 +122,23 @@ class Executor:
 
     def _write(self, step: Step, known: Known) -> Known:
         """The conditional writes."""
-        store, now = self._store, self._clock.now
+        store, clock = self._store, self._clock
         if isinstance(step, ClaimRun):
-            return known.after(step, now(), run=store.claim(step.claim))
+            run = store.claim(step.claim)
+            return known.after(step, clock.now(), run=run)
         if isinstance(step, TakeSlot):
-            return known.after(
-                step, now(), busy=not store.claim_exclusive(step.expected, step.mine, step.now)
-            )
+            taken = store.claim_exclusive(step.expected, step.mine, step.now)
+            return known.after(step, clock.now(), busy=not taken)
         if isinstance(step, QueueBehind):
-            return known.after(step, now(), busy=not store.enqueue_behind(step.expected, step.waiting))
+            queued = store.enqueue_behind(step.expected, step.waiting)
+            return known.after(step, clock.now(), busy=not queued)
         if isinstance(step, EndAttempt):
+            released = None
             if step.frees_slot:
-                return known.after(step, now(), released=store.finish_exclusive(step.expected, step.ended))
-            store.transition_run(step.expected, step.ended)
-            return known.after(step, now())
+                released = store.finish_exclusive(step.expected, step.ended)
+            else:
+                store.transition_run(step.expected, step.ended)
+            return known.after(step, clock.now(), released=released)
         raise TypeError(f"not a step the executor carries out: {step!r}")
 
     def _watch_lease(self, step: WatchLease, known: Known) -> LeaseWatched:
@@ -147,6 +155,10 @@ class Executor:
         return LeaseWatched(ended=ended.run, retry_not_sent=unsent)
 
     def _send(self, step: SendBack, known: Known) -> Outcome:
+        """Send, then record: a message that did not go is not counted as sent. A throttled delivery is
+        recorded either way (it was throttled, whether or not its message then went)."""
+        if step.unsent is Unsent.THROTTLED:
+            self._record(step)
         try:
             self._dispatcher.redispatch(step.message, step.shard, self._clock.now())
         except DispatchError as error:
@@ -155,8 +167,12 @@ class Executor:
             if step.unsent is not Unsent.SWEEPER:
                 raise
             # The run's state is committed with its sweeper entry: the sweeper re-sends it.
-            logger.error("could not send the message of %s, sweeper will: %s", step.message.run_id, error)
+            self._record(step)
+            logger.error("%s, sweeper will: %s", step.unsent_note, error)
             self._metrics.count("DispatchFailures")
+            return step.outcome
+        if step.unsent is not Unsent.THROTTLED:
+            self._record(step)
         return step.outcome
 
     def _record(self, step: Step) -> None:
@@ -165,8 +181,8 @@ class Executor:
             self._metrics.timing_ms(name, milliseconds)
         for name in step.counts:
             self._metrics.count(name)
-        if step.log is not None:
-            logger.log(step.log.level, "%s", step.log.text)
+        for line in step.logs:
+            logger.log(line.level, "%s", line.text)
 
 
 def _invocation(step: StartTarget) -> Invocation:
