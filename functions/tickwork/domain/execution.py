@@ -217,6 +217,7 @@ def claimed(
         # Start delay is measured once, for the first attempt, against the due time (fire + jitter).
         start_delay_ms=int((now - run.due_at).total_seconds() * 1000) if first_start else run.start_delay_ms,
         retry_at=None,
+        heartbeat_at=None,
     )
 
 

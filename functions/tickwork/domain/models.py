@@ -47,6 +47,15 @@ class Trigger(StrEnum):
     BACKFILL = "backfill"  # a past fire of the schedule, asked for by the backfill endpoint
 
 
+class Completion(StrEnum):
+    """How a run's attempt ends (docs/design.md, "How a run ends")."""
+
+    RESPONSE = "response"  # the call's answer is the outcome (HTTP, Lambda RequestResponse)
+    CALLBACK = "callback"  # the target may answer 202 and report later through its completion URL (HTTP)
+    DELIVERY = "delivery"  # the run ends when the message is accepted (SQS, SNS, EventBridge, Lambda Event,
+    # Step Functions start): "delivered", not that the work succeeded
+
+
 class OverlapPolicy(StrEnum):
     ALLOW = "allow"
     SKIP = "skip"
@@ -117,6 +126,10 @@ class Job:
     due_floor: datetime | None = None
     policies: Policies = field(default_factory=Policies)
     timeout_seconds: int = 60
+    completion: Completion = Completion.RESPONSE
+    # Callback only: the longest silence (no heartbeat) before an accepted attempt counts as dead (None: the
+    # attempt's lease runs to its timeout).
+    heartbeat_seconds: int | None = None
     retention_days: int = 30
     description: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
@@ -164,6 +177,8 @@ class JobView:
     timeout_seconds: int
     retry: RetryPolicy
     overlap: OverlapPolicy
+    completion: Completion = Completion.RESPONSE
+    heartbeat_seconds: int | None = None
 
     @classmethod
     def planned(cls, job: Job) -> JobView:
@@ -171,7 +186,16 @@ class JobView:
         standing = Standing.ACTIVE if job.state is JobState.ACTIVE else Standing.PAUSED
         target = job.target if target_size(job.target) <= VIEW_TARGET_MAX_BYTES else None
         policies = job.policies
-        return cls(job.version, standing, target, job.timeout_seconds, policies.retry, policies.overlap)
+        return cls(
+            job.version,
+            standing,
+            target,
+            job.timeout_seconds,
+            policies.retry,
+            policies.overlap,
+            job.completion,
+            job.heartbeat_seconds,
+        )
 
 
 # A target whose config is larger than this (as JSON) stays on the job: a run's view leaves it out and the
@@ -225,6 +249,8 @@ class Run:
     # planned or running, that message, held in the queue until the run ends, is what recovers it, so it
     # needs no entry in the sweeper's index (domain.execution.check_at).
     queue_carried: bool = False
+    # A callback run's last heartbeat from its target (its lease was extended then).
+    heartbeat_at: datetime | None = None
 
     @property
     def run_id(self) -> str:
