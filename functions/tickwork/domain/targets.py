@@ -100,6 +100,15 @@ class Invocation:
     scheduled_for: datetime  # the nominal fire time, tz-aware
     attempt: int
     timeout_seconds: float
+    # Callback runs: where the target reports this attempt's outcome and its heartbeats (signed for this
+    # run and attempt; docs/design.md, "How a run ends"). None: the answer is the outcome.
+    callback: CallbackUrls | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackUrls:
+    complete: str
+    heartbeat: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +125,14 @@ class TargetResult:
     status: str
     latency_ms: int
     detail: str = ""
+    # The target took the work and will report its outcome later (HTTP 202 to a callback run's call).
+    accepted: bool = False
 
     def __post_init__(self) -> None:
         if self.ok and self.retryable:
             raise ValueError("a successful result cannot be retryable")
+        if self.accepted and not self.ok:
+            raise ValueError("an accepted call is not a failure")
         truncated = truncate_detail(self.detail)
         if truncated is not self.detail:
             object.__setattr__(self, "detail", truncated)
@@ -173,6 +186,16 @@ def invocation_headers(invocation: Invocation) -> dict[str, str]:
         "X-Tickwork-Job-Id": invocation.job_id,
         "X-Tickwork-Scheduled-For": format_instant(invocation.scheduled_for),
         "X-Tickwork-Attempt": str(invocation.attempt),
+    } | callback_headers(invocation)
+
+
+def callback_headers(invocation: Invocation) -> dict[str, str]:
+    """A callback run's URLs, for the target to report to (none for other runs)."""
+    if invocation.callback is None:
+        return {}
+    return {
+        "X-Tickwork-Completion-Url": invocation.callback.complete,
+        "X-Tickwork-Heartbeat-Url": invocation.callback.heartbeat,
     }
 
 
