@@ -19,7 +19,9 @@ from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
+from tickwork.domain.callbacks import CallbackLinks
 from tickwork.domain.clock import Clock
+from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
@@ -116,8 +118,26 @@ class Components:
             self.clock,
             self.metrics,
             ExecutorConfig(
-                worker_id=worker, lease_margin=timedelta(seconds=self.settings.lease_margin_seconds)
+                worker_id=worker,
+                lease_margin=timedelta(seconds=self.settings.lease_margin_seconds),
+                callbacks=self.callback_links,
             ),
+        )
+
+    @cached_property
+    def callback_links(self) -> CallbackLinks | None:
+        """Where callback runs report (None when the deployment names no API URL)."""
+        if not self.settings.callback_url:
+            return None
+        return CallbackLinks(self.settings.callback_url, self.signing_secret)
+
+    def callbacks(self) -> Callbacks:
+        return Callbacks(
+            self.store,
+            self.dispatcher,
+            self.clock,
+            self.signing_secret,
+            lease_margin=timedelta(seconds=self.settings.lease_margin_seconds),
         )
 
     def sweeper(self) -> Sweeper:

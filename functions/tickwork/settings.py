@@ -75,6 +75,9 @@ class Settings:
     # console says what it can do with each.
     api_auth: str = ""
     dashboard_name: str = ""  # the CloudWatch dashboard the console links to (AWS)
+    # The API's base URL, for the completion and heartbeat URLs of callback runs ("" : none are given, and
+    # a callback job's 202 counts as a plain success).
+    callback_url: str = ""
 
     @property
     def caller_auth(self) -> str:
@@ -133,6 +136,7 @@ class Settings:
             sqlite_synchronous=synchronous,
             api_auth=api_auth,
             dashboard_name=env.get("TICKWORK_DASHBOARD_NAME", ""),
+            callback_url=env.get("TICKWORK_CALLBACK_URL", "").rstrip("/"),
         )
 
     def require(self, *names: str) -> Settings:

@@ -22,6 +22,7 @@ import pytest
 
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
+    AwaitCallback,
     ClaimRun,
     Done,
     EndAttempt,
@@ -46,6 +47,7 @@ from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, MAX_HOPS, Run
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN, VIEW_TRUST_WINDOW, claimed, lease_until
 from tickwork.domain.models import (
+    Completion,
     Job,
     JobState,
     OverlapPolicy,
@@ -91,7 +93,7 @@ def a_run(job: Job | None = None, **changes: Any) -> Run:
         trigger=Trigger.SCHEDULE,
         state=RunState.PLANNED,
     )
-    return replace(run, queue_carried=True, **changes)
+    return replace(run, **{"queue_carried": True, **changes})
 
 
 def with_view(run: Run, **changes: Any) -> Run:
@@ -155,6 +157,8 @@ def _policies(exclusive: bool) -> dict[str, Any]:
     return {"policies": Policies(overlap=OverlapPolicy.QUEUE)} if exclusive else {}
 
 
+LATER = NOW + timedelta(seconds=2)
+ACCEPTED = TargetResult(ok=True, retryable=False, status="202", latency_ms=3, accepted=True)
 RELEASED = make_run_id("job_a", FIRE + timedelta(minutes=5))
 OK = TargetResult(ok=True, retryable=False, status="200", latency_ms=12)
 BUSY = TargetResult(ok=False, retryable=True, status="503", latency_ms=9, detail="busy")
@@ -657,6 +661,57 @@ ROWS: list[Row] = [
         Done,
         {"outcome": Outcome.DUPLICATE},
     ),
+    # Callback runs: the target answers 202 and reports later.
+    Row(
+        "callback_call_carries_its_token",
+        "a callback run's claim landed: the call carries this attempt's signed URLs",
+        lambda: claim_on_view(_callback_run()),
+        StartTarget,
+        {"started.callback.attempt": 1, "started.callback.deadline": NOW + timedelta(hours=1)},
+    ),
+    Row(
+        "accepted_awaits_the_callback",
+        "a callback run's target answered 202: the run stays running under the heartbeat lease",
+        lambda: _callback_answered(ACCEPTED),
+        AwaitCallback,
+        {
+            "awaiting.state": RunState.RUNNING,
+            "awaiting.heartbeat_at": LATER,
+            "awaiting.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
+        },
+    ),
+    Row(
+        "callback_answered_at_once",
+        "a callback run's target answered 200: the answer is the outcome",
+        lambda: _callback_answered(OK),
+        EndAttempt,
+        {"ended.state": RunState.SUCCEEDED},
+    ),
+    Row(
+        "accepted_keeps_its_message",
+        "the accepted lease is written: a queue-carried run's message comes back at the lease end",
+        lambda: then(_callback_answered(ACCEPTED)),
+        SendBack,
+        {
+            "outcome": Outcome.ACCEPTED,
+            "message.not_before": LATER + timedelta(seconds=60) + LEASE_MARGIN,
+            "counts": ("RunsAccepted",),
+        },
+    ),
+    Row(
+        "accepted_in_the_sweepers_list",
+        "the accepted lease is written for a run the sweeper watches (sent after its commit)",
+        lambda: then(_callback_answered(ACCEPTED, queue_carried=False)),
+        Done,
+        {"outcome": Outcome.ACCEPTED},
+    ),
+    Row(
+        "accepted_after_a_takeover",
+        "the accepted lease was refused: the attempt's lease had been taken over",
+        lambda: then(_callback_answered(ACCEPTED), refused=True, run=running(attempt=2, lease_owner="w-4")),
+        Done,
+        {"outcome": Outcome.STALE_COMPLETION},
+    ),
     # The finish write throttles: the target is never called again for a result already known.
     Row(
         "finish_throttled_tries_again",
@@ -782,6 +837,19 @@ def _refused_end() -> Known:
     return then(refused_claim(with_view(a_run(), standing=Standing.PAUSED)), refused=True)
 
 
+def _callback_run(**changes: Any) -> Run:
+    return with_view(
+        a_run(**changes), completion=Completion.CALLBACK, heartbeat_seconds=60, timeout_seconds=3600
+    )
+
+
+def _callback_answered(result: TargetResult, *, queue_carried: bool = True) -> Known:
+    run = running(_callback_run(queue_carried=queue_carried))
+    assert run.job_view is not None
+    started = Started(run, run.job_view, exclusive=False, claimed_at=NOW)
+    return arrived().after(StartTarget(started=started, target=TARGET), LATER, result=result)
+
+
 def _finish_throttled(times: int, at: datetime = NOW) -> Known:
     """The finish write after a successful target throttled `times` times, the last at `at`."""
     known = target_answered(OK)
@@ -877,6 +945,8 @@ def describe(step: Step) -> str:
         text = "queue behind"
     elif isinstance(step, StartTarget):
         text = "start the target" + (" (holding the slot)" if step.started.exclusive else "")
+    elif isinstance(step, AwaitCallback):
+        text = "await the callback"
     elif isinstance(step, WatchLease):
         text = "watch the lease"
     elif isinstance(step, EndAttempt):

@@ -16,6 +16,13 @@ from enum import Enum, StrEnum
 from random import Random
 
 from tickwork.domain.backoff import backoff_delay
+from tickwork.domain.callbacks import (
+    CallbackLinks,
+    CallbackToken,
+    attempt_deadline,
+    awaiting_lease,
+    is_callback,
+)
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import (
@@ -23,6 +30,7 @@ from tickwork.domain.execution import (
     Claim,
     Finish,
     after_attempt,
+    call_seconds,
     cancellation_reason,
     claimable_at,
     claimed,
@@ -43,7 +51,7 @@ from tickwork.domain.models import (
     Target,
     split_run_id,
 )
-from tickwork.domain.targets import TargetResult
+from tickwork.domain.targets import Invocation, TargetResult
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
 # further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
@@ -79,6 +87,7 @@ class Outcome(StrEnum):
     WATCHING_LEASE = "watching_lease"  # its run is running: the message comes back when the lease ends
     LEASE_EXPIRED = "lease_expired"  # its run's worker went silent: the attempt ended (retry, or failed)
     FINISH_SENT = "finish_sent"  # the finish write still throttled: the attempt's end goes by message
+    ACCEPTED = "accepted"  # a callback run's target took the work (202): it reports to its completion URL
 
 
 class Why(StrEnum):
@@ -123,6 +132,17 @@ class Started:
     run: Run
     view: JobView
     exclusive: bool  # it holds the job's overlap slot too
+    claimed_at: datetime | None = None  # when this delivery's claim landed (a callback attempt's deadline)
+
+    @property
+    def callback(self) -> CallbackToken | None:
+        """A callback run's token for this attempt (None: the call's answer is the outcome)."""
+        if not is_callback(self.view):
+            return None
+        claimed_at = self.claimed_at or self.run.started_at
+        if claimed_at is None:
+            raise ValueError(f"run {self.run.run_id} is held but was never started")
+        return CallbackToken(self.run.run_id, self.run.attempt, attempt_deadline(self.view, claimed_at))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +192,27 @@ class QueueBehind(Step):
 class StartTarget(Step):
     started: Started
     target: Target
+
+    def invocation(self, links: CallbackLinks | None) -> Invocation:
+        """The call: a callback run's gets its signed URLs (if the deployment has a callback route) and
+        the call's own share of the timeout (`call_seconds`)."""
+        run, view, token = self.started.run, self.started.view, self.started.callback
+        return Invocation(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            timeout_seconds=float(call_seconds(view.timeout_seconds)),
+            callback=None if token is None or links is None else links.urls(token),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AwaitCallback(Step):
+    """The target took the work (202): the run stays running under the accepted work's lease."""
+
+    expected: Run
+    awaiting: Run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -305,6 +346,8 @@ def next_step(known: Known) -> Step:
         return _target_answered(known, last.started)
     if isinstance(last, EndAttempt):
         return _end_answered(known, last)
+    if isinstance(last, AwaitCallback):
+        return _await_answered(known, last)
     if isinstance(last, WatchLease):
         return _lease_watched(known)
     raise ValueError(f"{type(last).__name__} ends a delivery: nothing comes after it")
@@ -344,7 +387,7 @@ def _claim(known: Known, timeout_seconds: int, view: JobView | None) -> ClaimRun
         worker=known.worker,
         now=now,
         timeout_seconds=timeout_seconds,
-        lease_expires_at=lease_until(timeout_seconds, now, known.lease_margin),
+        lease_expires_at=lease_until(call_seconds(timeout_seconds), now, known.lease_margin),
         dispatched_at=message.sent_at,
         trusting_view=view is None,
     )
@@ -493,6 +536,7 @@ def _queue_answered(known: Known, last: QueueBehind) -> Step:
 def _started(known: Known, started: Started, recognised: str | None = None) -> Step:
     """The run is this delivery's: count the start, then call its target (read from the job if the
     view leaves it out)."""
+    started = replace(started, claimed_at=known.now)
     run = started.run
     counts = ("RunsStarted",) + (("Retries",) if run.attempt > 1 else ())
     logs: tuple[Log, ...] = ()
@@ -513,8 +557,13 @@ def _started(known: Known, started: Started, recognised: str | None = None) -> S
 def _target_answered(known: Known, started: Started) -> Step:
     if known.result is None:
         raise ValueError("a target step needs the target's result")
-    run = started.run
-    finished = after_attempt(run, started.view.retry, known.result, now=known.now, rng=known.rng)
+    run, result = started.run, known.result
+    token = started.callback
+    if result.accepted and token is not None:
+        lease = awaiting_lease(started.view.heartbeat_seconds, token.deadline, known.now, known.lease_margin)
+        awaiting = replace(run, lease_expires_at=lease, heartbeat_at=known.now)
+        return AwaitCallback(expected=run, awaiting=awaiting)
+    finished = after_attempt(run, started.view.retry, result, now=known.now, rng=known.rng)
     outcome = _finished(finished.state)
     frees_slot = started.exclusive and finished.state is not RunState.RETRY_WAIT
     return EndAttempt(expected=run, ended=finished, outcome=outcome, after_target=True, frees_slot=frees_slot)
@@ -599,6 +648,23 @@ def _finish_throttled(known: Known, last: EndAttempt) -> Step:
         counts=("ThrottledDeliveries", "FinishesSent"),
         logs=(Log(logging.WARNING, text),),
     )
+
+
+def _await_answered(known: Known, last: AwaitCallback) -> Step:
+    """The accepted attempt's lease is written. A queue-carried run's message stays with it, back at the
+    lease end (a silent target's attempt then ends, as a silent worker's does)."""
+    awaiting = last.awaiting
+    if known.refused and not is_own_write(known.run, awaiting):
+        text = f"run {awaiting.run_id} attempt {awaiting.attempt} was accepted after its lease was taken over"
+        return Done(
+            outcome=Outcome.STALE_COMPLETION, counts=("StaleCompletions",), logs=(Log(logging.WARNING, text),)
+        )
+    if awaiting.queue_carried and awaiting.lease_expires_at is not None:
+        watch = replace(known.message.resent(), not_before=awaiting.lease_expires_at)
+        return SendBack(
+            message=watch, shard=awaiting.shard, outcome=Outcome.ACCEPTED, counts=("RunsAccepted",)
+        )
+    return Done(outcome=Outcome.ACCEPTED, counts=("RunsAccepted",))
 
 
 def _lease_watched(known: Known) -> Step:

@@ -34,6 +34,17 @@ DISPATCH_GRACE = timedelta(seconds=90)
 # 120 s lookahead) at the API's fastest schedule (every 10 s) is 42 runs.
 VIEW_REFRESH_WINDOW = timedelta(minutes=5)
 VIEW_TRUST_WINDOW = VIEW_REFRESH_WINDOW - timedelta(minutes=1)
+# The longest one call may hold an executor (what a Lambda invocation can give a run, with room to record
+# it). A response-mode job's timeout is never above it; a callback job's may be (up to 24 h): its call gets
+# this long to answer, 202 included, and the rest of the timeout is the accepted work's.
+MAX_CALL_SECONDS = 840
+
+
+def call_seconds(timeout_seconds: int) -> int:
+    """How long the call itself may take, whatever the run's timeout: a claim's lease covers this."""
+    return min(timeout_seconds, MAX_CALL_SECONDS)
+
+
 # Runs that can still be claimed by a delivery of their current attempt.
 CLAIMABLE_STATES = frozenset({RunState.PLANNED, RunState.RETRY_WAIT, RunState.QUEUED})
 
@@ -204,7 +215,7 @@ def claimed(
     dispatched_at: datetime | None = None,
 ) -> Run:
     """The run as an executor holds it: attempt + 1 is the fencing token of this attempt."""
-    lease_expires_at = lease_until(job.timeout_seconds, now, lease_margin)
+    lease_expires_at = lease_until(call_seconds(job.timeout_seconds), now, lease_margin)
     first_start = run.started_at is None
     return replace(
         run,

@@ -53,6 +53,7 @@ from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.requests import MAX_BACKFILL_FIRES
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
+from tickwork.handlers import callback_routes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.jobs import JobQuery, JobService
 from tickwork.services.requests import RunRequests
@@ -119,6 +120,7 @@ def build_app() -> APIGatewayHttpResolver:
             Tag(name="runs", description="Run history: one record per scheduled fire."),
             Tag(name="schedules", description="Preview fire times of an expression."),
             Tag(name="service", description="Health and documentation."),
+            Tag(name="callbacks", description="What a callback run's target calls: its outcome, heartbeats."),
         ],
         # Declared so that Swagger UI at /docs has an Authorize button: a bearer token locally (or a JWT when
         # the stack uses a JWT authorizer), SigV4-signed requests with IAM auth in AWS (sign them with the AWS
@@ -144,6 +146,7 @@ def build_app() -> APIGatewayHttpResolver:
     )
     app.enable_swagger(path="/docs")
     app.include_router(router)
+    app.include_router(callback_routes.router)
     return app
 
 

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from random import Random
 
+from tickwork.domain.callbacks import CallbackLinks
 from tickwork.domain.clock import Clock
 from tickwork.domain.delivery import (
     DEFAULT_MAX_HOLD,
+    AwaitCallback,
     ClaimRun,
     Done,
     EndAttempt,
@@ -32,7 +34,7 @@ from tickwork.domain.delivery import (
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN
-from tickwork.domain.targets import Invocation, TargetInvoker
+from tickwork.domain.targets import TargetInvoker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore
 from tickwork.services.sweeping import watch_lease
 
@@ -46,6 +48,7 @@ class ExecutorConfig:
     worker_id: str
     max_hold: timedelta = DEFAULT_MAX_HOLD
     lease_margin: timedelta = LEASE_MARGIN
+    callbacks: CallbackLinks | None = None  # where callback runs report (None: their 202 is a plain success)
 
 
 class Executor:
@@ -108,7 +111,7 @@ class Executor:
             job = store.get_job(known.message.job_id)
             return known.after(step, clock.now(), job=job)
         if isinstance(step, StartTarget):
-            result = self._invoker.invoke(step.target, _invocation(step))
+            result = self._invoker.invoke(step.target, step.invocation(self._config.callbacks))
             return known.after(step, clock.now(), result=result)
         if isinstance(step, WatchLease):
             watched = self._watch_lease(step, known)
@@ -132,13 +135,12 @@ class Executor:
         if isinstance(step, QueueBehind):
             queued = store.enqueue_behind(step.expected, step.waiting)
             return known.after(step, clock.now(), busy=not queued)
-        if isinstance(step, EndAttempt):
-            released = None
-            if step.frees_slot:
-                released = store.finish_exclusive(step.expected, step.ended)
-            else:
-                store.transition_run(step.expected, step.ended)
+        if isinstance(step, EndAttempt) and step.frees_slot:
+            released = store.finish_exclusive(step.expected, step.ended)
             return known.after(step, clock.now(), released=released)
+        if isinstance(step, (EndAttempt, AwaitCallback)):
+            store.transition_run(step.expected, step.ended if isinstance(step, EndAttempt) else step.awaiting)
+            return known.after(step, clock.now())
         raise TypeError(f"not a step the executor carries out: {step!r}")
 
     def _watch_lease(self, step: WatchLease, known: Known) -> LeaseWatched:
@@ -183,14 +185,3 @@ class Executor:
             self._metrics.count(name)
         for line in step.logs:
             logger.log(line.level, "%s", line.text)
-
-
-def _invocation(step: StartTarget) -> Invocation:
-    run, view = step.started.run, step.started.view
-    return Invocation(
-        run_id=run.run_id,
-        job_id=run.job_id,
-        scheduled_for=run.scheduled_for,
-        attempt=run.attempt,
-        timeout_seconds=float(view.timeout_seconds),
-    )

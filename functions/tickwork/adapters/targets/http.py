@@ -249,7 +249,9 @@ class HttpInvoker:
             watchdog.cancel()
         text = response_body.decode("utf-8", errors="replace")
         if 200 <= code < 300:
-            return TargetResult(True, False, str(code), watch.elapsed_ms(), text)
+            # 202 to a call that carried completion URLs: the target took the work and reports later.
+            accepted = code == 202 and invocation.callback is not None
+            return TargetResult(True, False, str(code), watch.elapsed_ms(), text, accepted=accepted)
         if 300 <= code < 400:
             text = f"{reason}; redirects are not followed (update the job's URL)" + (
                 f": {text}" if text else ""
