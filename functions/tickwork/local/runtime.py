@@ -293,6 +293,8 @@ class LocalRuntime:
                 "TICKWORK_TICK_INTERVAL": str(self.config.tick_interval),
                 "TICKWORK_SWEEP_INTERVAL": str(self.config.sweep_interval),
                 "TICKWORK_API_PORT": str(self.config.api_port),
+                # Callback runs report to this instance's own API (loopback).
+                "TICKWORK_CALLBACK_URL": f"http://127.0.0.1:{self.config.api_port}",
                 "TICKWORK_LOCAL_TOKENS": json.dumps(self.config.tokens),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
                 "PYTHONUNBUFFERED": "1",
