@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tickwork.adapters.records import job_to_item, run_from_item
+from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, job_to_item, run_from_item
 from tickwork.domain.execution import CLAIMABLE_STATES
 from tickwork.domain.models import Job, Run
 from tickwork.domain.timekeys import format_instant, format_instant_ms
@@ -19,8 +19,6 @@ from tickwork.domain.timekeys import format_instant, format_instant_ms
 _CLAIMABLE = frozenset(str(state) for state in CLAIMABLE_STATES)
 # Attribute of a job record: sha256 of the create request that carried an Idempotency-Key (as DynamoDB's).
 REQUEST_FINGERPRINT = "request_fingerprint"
-# Job attributes job management may remove (the rest of what it owns it always writes).
-_REMOVABLE = ("next_fire_at", "due_key", "paused_at", "resumed_at", "due_floor")
 
 
 def job_still_at(item: Mapping[str, Any] | None, expected: Job) -> bool:
@@ -71,7 +69,7 @@ def apply_changes(
 def rewritten_job(stored: Mapping[str, Any], updated: Job) -> dict[str, Any]:
     """A job edit's record: the fields job management owns from `updated`; the executors' overlap slot
     (active_run, queued_run) and the create fingerprint stay as they are."""
-    item = {k: v for k, v in stored.items() if k not in _REMOVABLE}
+    item = {k: v for k, v in stored.items() if k not in REMOVABLE_JOB_ATTRIBUTES}
     item.update(job_to_item(updated))
     return item
 

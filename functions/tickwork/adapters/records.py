@@ -10,6 +10,7 @@ from typing import Any
 
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
+    Completion,
     Job,
     JobState,
     JobView,
@@ -25,12 +26,24 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.requests import RequestKind, RunRequest
 from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule
+from tickwork.domain.targets import default_completion
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
 
 # Write shards per shard in the open-runs index (see `open_key`).
 OPEN_KEY_SPREAD = 8
 # Write shards per owner in the failed-runs index (see `failed_key`).
 FAILED_KEY_SPREAD = 4
+# Attributes of a job record that `job_to_item` leaves out when they are empty or at their default: a job
+# edit must remove them when the edited job has none (the rest of what job management owns it always writes).
+REMOVABLE_JOB_ATTRIBUTES = (
+    "next_fire_at",
+    "due_key",
+    "paused_at",
+    "resumed_at",
+    "due_floor",
+    "completion",
+    "heartbeat_seconds",
+)
 
 
 def _opt_instant(value: datetime | None) -> str | None:
@@ -91,6 +104,9 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "missed_fire": str(job.policies.missed_fire),
         "retry": retry_to_item(job.policies.retry),
         "timeout_seconds": job.timeout_seconds,
+        # Stored only when it is not the target's default (`completion_from_item`).
+        "completion": _completion_to_item(job.completion, job.target),
+        "heartbeat_seconds": job.heartbeat_seconds,
         "retention_days": job.retention_days,
         "run_requests": job.run_requests or None,
         "created_at": format_instant_ms(job.created_at),
@@ -108,7 +124,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         description=item.get("description", ""),
         tags=dict(item.get("tags", {})),
         schedule=schedule_from_item(item["schedule"]),
-        target=Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        target=target_from_item(target),
         shard=int(item["shard"]),
         state=JobState(item["state"]),
         version=int(item["version"]),
@@ -122,11 +138,38 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
             retry=retry_from_item(item.get("retry", {})),
         ),
         timeout_seconds=int(item.get("timeout_seconds", 60)),
+        completion=completion_from_item(item.get("completion"), target_from_item(target)),
+        heartbeat_seconds=_opt_int(item.get("heartbeat_seconds")),
         retention_days=int(item.get("retention_days", 30)),
         run_requests=int(item.get("run_requests", 0)),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
     )
+
+
+def target_from_item(item: Mapping[str, Any]) -> Target:
+    return Target(kind=item["kind"], config=dict(item.get("config", {})))
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _completion_to_item(completion: Completion, target: Target | None) -> str | None:
+    """A completion as stored: left out when it is its target's default (most jobs, and every run's view
+    of them, pay nothing for it); always kept when the target is not at hand (a view without its target)."""
+    if target is not None and completion == default_completion(target):
+        return None
+    return str(completion)
+
+
+def completion_from_item(value: Any, target: Target | None) -> Completion:
+    """A stored completion; absent, the target's default, which is also how runs of a job or view stored
+    before completions existed ended (delivery for SQS, SNS, EventBridge, Step Functions and asynchronous
+    Lambda, response for the rest), and response for a view stored without its target."""
+    if value is not None:
+        return Completion(value)
+    return Completion.RESPONSE if target is None else default_completion(target)
 
 
 def open_key(shard: int, run_id: str) -> str:
@@ -169,19 +212,24 @@ def job_view_to_item(view: JobView) -> dict[str, Any]:
         "timeout_seconds": view.timeout_seconds,
         "retry": retry_to_item(view.retry),
         "overlap": str(view.overlap),
+        "completion": _completion_to_item(view.completion, view.target),
+        "heartbeat_seconds": view.heartbeat_seconds,
     }
     return {k: v for k, v in item.items() if v is not None}
 
 
 def job_view_from_item(item: Mapping[str, Any]) -> JobView:
-    target = item.get("target")
+    raw_target = item.get("target")
+    target = None if raw_target is None else target_from_item(raw_target)
     return JobView(
         version=int(item["version"]),
         standing=Standing(item["standing"]),
-        target=None if target is None else Target(kind=target["kind"], config=dict(target.get("config", {}))),
+        target=target,
         timeout_seconds=int(item["timeout_seconds"]),
         retry=retry_from_item(item["retry"]),
         overlap=OverlapPolicy(item["overlap"]),
+        completion=completion_from_item(item.get("completion"), target),
+        heartbeat_seconds=_opt_int(item.get("heartbeat_seconds")),
     )
 
 
@@ -233,6 +281,7 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "check_at": None if sweep_at is None else format_instant_ms(sweep_at),
         "owner": run.owner or None,
         "queue_carried": True if run.queue_carried else None,
+        "heartbeat_at": _opt_instant_ms(run.heartbeat_at),
     }
     if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
         item["failed_key"] = failed_key(run.owner, run.run_id)
@@ -281,6 +330,7 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         job_view=None if item.get("job_view") is None else job_view_from_item(item["job_view"]),
         owner=str(item.get("owner", "")),
         queue_carried=bool(item.get("queue_carried", False)),
+        heartbeat_at=_opt_parse(item.get("heartbeat_at")),
     )
 
 

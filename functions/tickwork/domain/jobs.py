@@ -1,6 +1,7 @@
 """Job rules with no I/O: what a create asks for (JobSpec), what an edit changes (JobPatch and apply_patch),
-where a resume starts owing fires, the fires between two instants, and the sentences a resume answers
-with. The job service (services/jobs.py) applies them against the store."""
+how a job's runs end (completion, heartbeat and the timeout they allow), where a resume starts owing fires,
+the fires between two instants, and the sentences a resume answers with. The job service (services/jobs.py)
+applies them against the store."""
 
 from __future__ import annotations
 
@@ -11,17 +12,90 @@ from enum import Enum
 from typing import Final, TypeVar
 
 from tickwork.domain.errors import ValidationError
-from tickwork.domain.models import Job, MissedFirePolicy, OverlapPolicy, Policies, RetryPolicy, Target
+from tickwork.domain.models import (
+    Completion,
+    Job,
+    MissedFirePolicy,
+    OverlapPolicy,
+    Policies,
+    RetryPolicy,
+    Target,
+)
 from tickwork.domain.planning import PausedFireOutcomes
 from tickwork.domain.schedule import DstGapPolicy, DstRepeatPolicy, Schedule, next_fire_after, parse_schedule
+from tickwork.domain.targets import allowed_completions, default_completion, describe_target
 from tickwork.domain.timekeys import format_instant
 
 T = TypeVar("T")
 
+# The executor Lambda stops at 900 s: a call must end, and its outcome be written, well inside that, or the
+# run is retried after its lease as if the worker had died (a second call of the target). The limit of
+# response and delivery runs, which an executor holds for their whole call.
+MAX_TIMEOUT_SECONDS = 840
+# A callback run's attempt outlives its call. Its message keeps watching the lease, re-sent at most every
+# 900 s (SQS's longest delay), so a 24 h attempt costs 97 hops and 10 attempts (the API's most) stay under
+# domain.dispatch.MAX_HOPS = 1000.
+MAX_CALLBACK_TIMEOUT_SECONDS = 24 * 3600
+# A callback run's heartbeat: the longest silence before its attempt counts as dead.
+MIN_HEARTBEAT_SECONDS = 10
+MAX_HEARTBEAT_SECONDS = MAX_CALLBACK_TIMEOUT_SECONDS
+
+
+def max_timeout_seconds(completion: Completion) -> int:
+    """The longest timeout a job of this completion may have."""
+    return MAX_CALLBACK_TIMEOUT_SECONDS if completion is Completion.CALLBACK else MAX_TIMEOUT_SECONDS
+
+
+def check_completion(
+    target: Target, completion: Completion, heartbeat_seconds: int | None, timeout_seconds: int
+) -> None:
+    """How a job's runs end, checked against its target and timeout: ValidationError naming `completion`,
+    `heartbeat_seconds` or `timeout_seconds` otherwise.
+
+    - completion: one of the target's (targets.allowed_completions): callback for http targets only;
+    - heartbeat_seconds: callback only, 10-86,400 s, and not longer than the timeout (the attempt would end
+      at its timeout before a missed heartbeat could be noticed);
+    - timeout_seconds: 1-840 s, or up to 86,400 s (24 h) for callback runs.
+    """
+    allowed = allowed_completions(target)
+    if completion not in allowed:
+        if completion is Completion.CALLBACK:
+            why = "callback is for http targets only (the call carries the completion and heartbeat URLs)"
+        else:
+            why = f"{completion} is not how {describe_target(target)} ends"
+        raise ValidationError("completion", f"{why}; {describe_target(target)} allows {' or '.join(allowed)}")
+    if heartbeat_seconds is not None:
+        if completion is not Completion.CALLBACK:
+            raise ValidationError(
+                "heartbeat_seconds",
+                f"applies to completion callback only (this job's completion is {completion})",
+            )
+        if not MIN_HEARTBEAT_SECONDS <= heartbeat_seconds <= MAX_HEARTBEAT_SECONDS:
+            raise ValidationError(
+                "heartbeat_seconds", f"must be {MIN_HEARTBEAT_SECONDS}-{MAX_HEARTBEAT_SECONDS:,} seconds"
+            )
+        if heartbeat_seconds > timeout_seconds:
+            raise ValidationError(
+                "heartbeat_seconds",
+                f"{heartbeat_seconds} s is longer than timeout_seconds {timeout_seconds} s: the attempt "
+                "ends at its timeout first",
+            )
+    limit = max_timeout_seconds(completion)
+    if not 1 <= timeout_seconds <= limit:
+        longer = (
+            ""
+            if completion is Completion.CALLBACK
+            else f"; only completion callback (http targets) allows up to {MAX_CALLBACK_TIMEOUT_SECONDS:,} s"
+        )
+        raise ValidationError(
+            "timeout_seconds", f"must be 1-{limit} seconds for completion {completion}{longer}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A validated request to create a job (the API turns its input into this)."""
+    """A validated request to create a job (the API turns its input into this). How its runs end is checked
+    at construction (`check_completion`)."""
 
     name: str
     schedule: Schedule
@@ -31,6 +105,16 @@ class JobSpec:
     retention_days: int = 30
     description: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    completion: Completion | None = None  # None: the target's default (targets.default_completion)
+    heartbeat_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        check_completion(self.target, self.resolved_completion, self.heartbeat_seconds, self.timeout_seconds)
+
+    @property
+    def resolved_completion(self) -> Completion:
+        """The completion the job gets: the one asked for, or the target's default."""
+        return default_completion(self.target) if self.completion is None else self.completion
 
 
 class _Unset(Enum):
@@ -85,6 +169,8 @@ class JobPatch:
     policies: PoliciesPatch | None = None
     timeout_seconds: int | _Unset = UNSET
     retention_days: int | _Unset = UNSET
+    completion: Completion | _Unset = UNSET
+    heartbeat_seconds: int | _Unset | None = UNSET  # None removes it
 
 
 def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
@@ -142,18 +228,40 @@ def resume_from(job: Job, now: datetime) -> datetime:
     return start
 
 
+def _patched_completion(job: Job, target: Target, patch: JobPatch) -> tuple[Completion, int | None]:
+    """The completion and heartbeat after an edit. Not given, the completion stays what it was if the (new)
+    target allows it, and otherwise becomes the target's default: a target changed from http to sqs moves
+    a response job to delivery, and from sqs to http a delivery job to response. Not given, the heartbeat
+    stays while the completion stays callback and goes with it."""
+    if isinstance(patch.completion, _Unset):
+        kept = job.completion in allowed_completions(target)
+        completion = job.completion if kept else default_completion(target)
+    else:
+        completion = patch.completion
+    kept_heartbeat = job.heartbeat_seconds if completion is Completion.CALLBACK else None
+    return completion, _pick(patch.heartbeat_seconds, kept_heartbeat)
+
+
 def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
-    """The job after a user's edit: version + 1; a changed schedule fires next from `now`."""
+    """The job after a user's edit: version + 1; a changed schedule fires next from `now`. The completion
+    follows a changed target when it does not suit it any more (`_patched_completion`), and the result is
+    checked like a create (`check_completion`)."""
     schedule = _patched_schedule(job.schedule, patch.schedule)
+    target = _pick(patch.target, job.target)
+    completion, heartbeat_seconds = _patched_completion(job, target, patch)
+    timeout_seconds = _pick(patch.timeout_seconds, job.timeout_seconds)
+    check_completion(target, completion, heartbeat_seconds, timeout_seconds)
     edited = replace(
         job,
         name=_pick(patch.name, job.name),
         description=_pick(patch.description, job.description),
         tags=dict(_pick(patch.tags, job.tags)),
         schedule=schedule,
-        target=_pick(patch.target, job.target),
+        target=target,
         policies=_patched_policies(job.policies, patch.policies),
-        timeout_seconds=_pick(patch.timeout_seconds, job.timeout_seconds),
+        timeout_seconds=timeout_seconds,
+        completion=completion,
+        heartbeat_seconds=heartbeat_seconds,
         retention_days=_pick(patch.retention_days, job.retention_days),
         version=job.version + 1,
         updated_at=now,

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tickwork.domain.errors import ValidationError
-from tickwork.domain.models import Target
+from tickwork.domain.models import Completion, Target
 from tickwork.domain.timekeys import format_instant
 
 TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions")
@@ -253,6 +253,39 @@ def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
             raise ValidationError("target.config", f"keys must be strings, got {key!r}")
     normalised = _VALIDATORS[kind](_Config(config))
     return Target(kind=kind, config=normalised)
+
+
+def default_completion(target: Target) -> Completion:
+    """How a run of `target` ends unless its job says otherwise (docs/api.md, "How a run ends"): an HTTP call
+    and a synchronous Lambda invocation with their answer (response); SQS, SNS and EventBridge when the
+    message is accepted, an asynchronous Lambda invocation (Event) when Lambda queues it, and Step Functions
+    when the execution has started (delivery: "delivered", not that the work succeeded; following the
+    execution to its end is a later change)."""
+    if target.kind == "http":
+        return Completion.RESPONSE
+    if target.kind == "lambda":
+        asynchronous = (target.config.get("invocation_type") or "RequestResponse") == "Event"
+        return Completion.DELIVERY if asynchronous else Completion.RESPONSE
+    return Completion.DELIVERY
+
+
+def allowed_completions(target: Target) -> tuple[Completion, ...]:
+    """The completions a job with `target` may choose: the target's default, and for HTTP also callback
+    (the call carries the run's completion and heartbeat URLs, and the target may answer 202). An AWS
+    target cannot end any other way than its own: a message is delivered or not, and a Lambda invocation's
+    type decides whether there is an answer to wait for."""
+    default = default_completion(target)
+    return (default, Completion.CALLBACK) if target.kind == "http" else (default,)
+
+
+def describe_target(target: Target) -> str:
+    """The target's kind as an error message names it: 'an http target', 'a lambda target invoked with
+    invocation_type Event'."""
+    article = "an" if target.kind in ("http", "sqs", "sns", "eventbridge") else "a"
+    if target.kind == "lambda":
+        invocation_type = target.config.get("invocation_type") or "RequestResponse"
+        return f"a lambda target invoked with invocation_type {invocation_type}"
+    return f"{article} {target.kind} target"
 
 
 class _Config:

@@ -197,6 +197,8 @@ class JobService:
             next_fire_at=next_fire_after(spec.schedule, now),
             policies=spec.policies,
             timeout_seconds=spec.timeout_seconds,
+            completion=spec.resolved_completion,
+            heartbeat_seconds=spec.heartbeat_seconds,
             retention_days=spec.retention_days,
         )
         job, runs = self._plan_own_horizon(job, now)

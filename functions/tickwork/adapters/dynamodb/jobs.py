@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
-from tickwork.adapters.records import job_from_item, job_to_item
+from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, job_from_item, job_to_item
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -161,9 +161,7 @@ class JobRecords(StoreBase):
         names = {f"#f{i}": k for i, k in enumerate(owned)}
         values.update({f":f{i}": item[k] for i, k in enumerate(owned)})
         sets = ", ".join(f"#f{i} = :f{i}" for i in range(len(owned)))
-        removable = [
-            a for a in ("next_fire_at", "due_key", "paused_at", "resumed_at", "due_floor") if a not in item
-        ]
+        removable = [a for a in REMOVABLE_JOB_ATTRIBUTES if a not in item]
         update = f"SET {sets}" + (f" REMOVE {', '.join(removable)}" if removable else "")
         items: list[dict[str, Any]] = [
             {

@@ -209,7 +209,8 @@ class RunRecords(StoreBase):
         response = self._update_run(
             f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
             Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
-            UpdateExpression=update + " REMOVE retry_at",
+            # A new attempt has had no heartbeat yet (domain.execution.claimed).
+            UpdateExpression=update + " REMOVE retry_at, heartbeat_at",
             ConditionExpression=condition,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=serialize(values),

@@ -138,6 +138,7 @@ class MemoryRunRecords(MemoryBase):
             if claim.dispatched_at is not None:
                 stored.setdefault("dispatched_at", format_instant_ms(claim.dispatched_at))
             stored.pop("retry_at", None)
+            stored.pop("heartbeat_at", None)  # a new attempt has had no heartbeat yet
             if "check_at" in stored and str(stored["check_at"]) > lease:
                 # Checked no later than the lease ends, or a dead worker would go unnoticed until then.
                 stored["check_at"] = lease
