@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +33,99 @@ ANCHOR = datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
 NAMES = ResourceNames(prefix="test")
 
 
+# --- tiers: what a test needs beyond this process --------------------------------------------------------
+# Markers (registered in pyproject.toml) say it. The fast tier (`make test-fast`, `pytest --fast`) is every
+# test that needs none of OUTSIDE: in this process, offline (`offline` below), with no AWS double.
+
+TESTS = Path(__file__).resolve().parent
+# Every test under these paths (relative to tests/) needs what they name, and the fast tier does not even
+# import them: the CDK's jsii runtime is a node process (importing it starts one), tests/local starts
+# `tickwork local`, tests/browser Chromium, tests/e2e_aws a deployment; schemathesis generates the API
+# contract's coverage cases when its module is collected (20-40 s), all of them for tests on moto.
+PATH_NEEDS = {
+    "infra": "process",
+    "local": "process",
+    "browser": "browser",
+    "e2e_aws": "e2e_aws",
+    "api/test_openapi_contract.py": "moto",
+}
+# A test using one of these fixtures, directly or through another fixture, needs what it names.
+FIXTURE_NEEDS = {"ministack": "ministack", "moto": "moto"}
+OUTSIDE = frozenset({"moto", "ministack", "e2e_aws", "process", "network", "browser"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="only the fast tier: the tests that need no process, emulator, AWS double, network or browser",
+    )
+
+
+def _path_need(path: Path) -> str | None:
+    if not path.is_relative_to(TESTS):
+        return None
+    relative = path.relative_to(TESTS).as_posix()
+    return next(
+        (need for key, need in PATH_NEEDS.items() if relative == key or relative.startswith(f"{key}/")), None
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --fast, the paths whose every test is outside the tier are not even imported."""
+    if config.getoption("--fast") and _path_need(collection_path) is not None:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        need = _path_need(item.path)
+        if need is not None:
+            item.add_marker(need)
+        for fixture, need in FIXTURE_NEEDS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(need)
+    if config.getoption("--fast"):
+        outside = [item for item in items if _needs_outside(item)]
+        if outside:
+            config.hook.pytest_deselected(items=outside)
+            items[:] = [item for item in items if not _needs_outside(item)]
+
+
+def _needs_outside(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) is not None for name in OUTSIDE)
+
+
+class NetworkRefusedError(OSError):
+    """A fast-tier test tried to reach the network: mark it `network` (or give it a fake) instead."""
+
+
+def _refuse_connect(sock: socket.socket, address: Any) -> None:
+    raise NetworkRefusedError(f"the fast tier runs offline: connect to {address!r} refused")
+
+
+@pytest.fixture(autouse=True)
+def offline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test of the fast tier runs with the network off: every socket connect, and every name lookup,
+    raises NetworkRefusedError (an OSError, as a refused connection is). Tests marked with one of OUTSIDE
+    keep the network."""
+    if _needs_outside(request.node):
+        return
+    lookup = socket.getaddrinfo
+
+    def literal_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            ipaddress.ip_address(host.decode() if isinstance(host, bytes) else str(host))
+        except ValueError:
+            raise NetworkRefusedError(f"the fast tier runs offline: lookup of {host!r} refused") from None
+        return lookup(host, *args, **kwargs)  # a literal address: no resolver asked
+
+    monkeypatch.setattr(socket.socket, "connect", _refuse_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _refuse_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", literal_only)
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
@@ -54,8 +149,14 @@ def dynamodb(moto: None) -> Any:
 
 
 @pytest.fixture
-def store(dynamodb: Any) -> DynamoStore:
+def dynamo_store(dynamodb: Any) -> DynamoStore:
     return DynamoStore(dynamodb, TableNames.from_resources(NAMES))
+
+
+@pytest.fixture
+def store(dynamo_store: DynamoStore) -> DynamoStore:
+    """The DynamoDB store on moto (the service tests, tests/services, run on the in-memory one instead)."""
+    return dynamo_store
 
 
 @pytest.fixture

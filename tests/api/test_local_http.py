@@ -15,6 +15,9 @@ from tests.api.conftest import ALICE, BOB, Api, job_body
 from tickwork.handlers import api
 from tickwork.local.http_api import HttpApiApp, make_api_server, serve_until
 
+# The local API server on loopback, called over real HTTP.
+pytestmark = pytest.mark.network
+
 TOKENS = {"alice-token": ALICE, "bob-token": BOB}
 
 

@@ -12,6 +12,9 @@ import pytest
 from tests.api.conftest import Api, job_body
 from tests.api.test_local_http import base_url as base_url
 
+# The local API server on loopback, called over raw sockets.
+pytestmark = pytest.mark.network
+
 
 @pytest.fixture
 def port(base_url: str) -> Iterator[int]:

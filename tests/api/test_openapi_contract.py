@@ -1,5 +1,6 @@
-"""The OpenAPI document: generated from the code, committed at docs/openapi.json, and honoured by the API
-(schemathesis: generated requests, every response checked against the document, no 5xx)."""
+"""The OpenAPI document honoured by the API (schemathesis: generated requests, every response checked against
+the document, no 5xx), on moto worlds of its own. The document itself: tests/api/test_openapi_document.py.
+(schemathesis generates its coverage cases when this module is collected: 20-40 s on 2 cores.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -34,7 +34,6 @@ from tickwork.domain.clock import FakeClock
 from tickwork.handlers import api, runtime
 from tickwork.local.http_api import HttpApiApp
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 TOKENS = {"alice-token": ALICE}
 AUTH = {"Authorization": "Bearer alice-token"}
 SEED_KEY = "schemathesis-seed"
@@ -64,23 +63,6 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
 ]
-
-
-def test_the_committed_openapi_document_matches_the_code() -> None:
-    generated = json.loads(api.openapi_json())
-    committed = json.loads(COMMITTED.read_text())
-    assert committed == generated, (
-        "docs/openapi.json is stale: run `python -m tickwork.handlers.api docs/openapi.json`"
-    )
-
-
-def test_the_document_describes_every_error_as_problem_json() -> None:
-    document = json.loads(api.openapi_json())
-    for path, operations in document["paths"].items():
-        for method, operation in operations.items():
-            for code, response in operation["responses"].items():
-                if code.startswith(("4", "5")) and path != "/health":
-                    assert list(response["content"]) == ["application/problem+json"], (method, path, code)
 
 
 @contextmanager

@@ -108,6 +108,7 @@ def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Pa
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
 
 
+@pytest.mark.process  # runs `tickwork local`
 def test_tickwork_local_says_so_and_exits_2_on_a_newer_database(tmp_path: Path) -> None:
     path = tmp_path / "tickwork.db"
     Database(path).open()

@@ -418,6 +418,7 @@ Path(out).write_text(json.dumps(received))
 """
 
 
+@pytest.mark.process
 def test_two_processes_receiving_from_one_file_get_every_message_exactly_once(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     urls, _, configs = queue_configs(NAMES, 1)

@@ -127,7 +127,14 @@ class EmbeddedBackend(Backend):
         return dict(json.loads(row[0]))
 
 
-@pytest.fixture(params=["moto", pytest.param("ministack", marks=pytest.mark.ministack), "sqlite", "memory"])
+@pytest.fixture(
+    params=[
+        pytest.param("moto", marks=pytest.mark.moto),
+        pytest.param("ministack", marks=pytest.mark.ministack),
+        "sqlite",
+        "memory",
+    ]
+)
 def backend(request: pytest.FixtureRequest, aws_env: None, tmp_path: Path) -> Iterator[Backend]:
     names = ResourceNames(prefix=f"c{time.monotonic_ns() % 10**9}")
     if request.param == "sqlite":

@@ -1,4 +1,5 @@
-"""The executor and the sweeper with a fault injected at each step (single-threaded, on moto)."""
+"""The executor and the sweeper with a fault injected at each step (single-threaded, on the in-memory
+store)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import CrashError, RecordingDispatcher, RecordingMetrics, ScriptedInvoker, failure
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import VIEW_TRUST_WINDOW, claimed
@@ -52,9 +53,10 @@ RETRY = RetryPolicy(max_attempts=3, backoff_base_seconds=10, backoff_max_seconds
 
 
 class World:
-    """One scheduler on moto: a planned run of a `*/5` job at 12:05 and the parts that act on it."""
+    """One scheduler on the in-memory store: a planned run of a `*/5` job at 12:05 and the parts that act
+    on it."""
 
-    def __init__(self, store: DynamoStore, clock: FakeClock, **spec: Any) -> None:
+    def __init__(self, store: MemoryStore, clock: FakeClock, **spec: Any) -> None:
         self.store = store
         self.clock = clock
         self.dispatcher = RecordingDispatcher()
@@ -103,7 +105,7 @@ class World:
 
 
 @pytest.fixture
-def world(store: DynamoStore, clock: FakeClock) -> World:
+def world(store: MemoryStore, clock: FakeClock) -> World:
     return World(store, clock)
 
 
@@ -269,7 +271,7 @@ def test_a_slow_worker_finishing_after_a_takeover_cannot_overwrite_the_newer_att
 
 
 def test_a_message_lost_after_the_commit_is_redispatched_by_the_sweeper(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     world = World(store, clock).sweeper_carried()  # sent after its commit, as the API's runs are
     world.dispatcher.sent.clear()  # the message never reached the queue
@@ -322,7 +324,7 @@ def test_the_jobs_state_at_claim_time_rules(world: World, change: str, reason: s
     assert world.invoker.calls == []
 
 
-def test_a_large_target_stays_on_the_job_and_the_claim_reads_it(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_large_target_stays_on_the_job_and_the_claim_reads_it(store: MemoryStore, clock: FakeClock) -> None:
     """A target config over VIEW_TARGET_MAX_BYTES is not copied onto every run (each run item would pay its
     size in write units): the view leaves it out, and the executor reads it from the job after the claim."""
     large = Target(kind="http", config={**HTTP.config, "body": "x" * (VIEW_TARGET_MAX_BYTES + 1)})
@@ -386,7 +388,7 @@ def test_a_retry_of_a_run_whose_job_changed_while_it_ran_reads_the_job(world: Wo
     assert world.run().reason == "job paused" and len(world.invoker.calls) == 1
 
 
-def _overlapping(store: DynamoStore, clock: FakeClock, policy: OverlapPolicy) -> tuple[World, list[Outcome]]:
+def _overlapping(store: MemoryStore, clock: FakeClock, policy: OverlapPolicy) -> tuple[World, list[Outcome]]:
     """Three runs of one job fall due while the first is still running."""
     world = World(
         store,
@@ -406,7 +408,7 @@ def _overlapping(store: DynamoStore, clock: FakeClock, policy: OverlapPolicy) ->
     return world, outcomes
 
 
-def test_overlap_skip_records_the_overlapping_runs_as_skipped(store: DynamoStore, clock: FakeClock) -> None:
+def test_overlap_skip_records_the_overlapping_runs_as_skipped(store: MemoryStore, clock: FakeClock) -> None:
     world, outcomes = _overlapping(store, clock, OverlapPolicy.SKIP)
 
     assert outcomes == [Outcome.SUCCEEDED, Outcome.SKIPPED, Outcome.SKIPPED]
@@ -416,7 +418,7 @@ def test_overlap_skip_records_the_overlapping_runs_as_skipped(store: DynamoStore
 
 
 def test_overlap_queue_keeps_one_waiting_run_and_starts_it_after(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     world, outcomes = _overlapping(store, clock, OverlapPolicy.QUEUE)
 
@@ -429,7 +431,7 @@ def test_overlap_queue_keeps_one_waiting_run_and_starts_it_after(
     assert [r.state for r in runs[:3]] == [RunState.SUCCEEDED, RunState.SUCCEEDED, RunState.SKIPPED]
 
 
-def test_overlap_allow_runs_them_side_by_side(store: DynamoStore, clock: FakeClock) -> None:
+def test_overlap_allow_runs_them_side_by_side(store: MemoryStore, clock: FakeClock) -> None:
     _, outcomes = _overlapping(store, clock, OverlapPolicy.ALLOW)
     assert outcomes == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.SUCCEEDED]
 
@@ -446,7 +448,7 @@ def test_a_dead_letter_of_an_older_attempt_does_not_fail_the_newer_one(world: Wo
     assert world.run().state is RunState.RETRY_WAIT  # the retry still happens
 
 
-def blocked_retry(store: DynamoStore, clock: FakeClock) -> tuple[World, Run]:
+def blocked_retry(store: MemoryStore, clock: FakeClock) -> tuple[World, Run]:
     """An overlap=skip job whose run 4 holds the slot (claimed by another worker) while run 5 is due to
     retry: returns the world and run 5, waiting to retry now."""
     world, _ = _overlapping(store, clock, OverlapPolicy.SKIP)
@@ -461,7 +463,7 @@ def blocked_retry(store: DynamoStore, clock: FakeClock) -> tuple[World, Run]:
 
 
 def test_a_retry_that_finds_the_overlap_slot_taken_waits_instead_of_being_skipped(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     world, waiting = blocked_retry(store, clock)
 

@@ -112,6 +112,7 @@ def slow_target() -> Iterator[SlowTarget]:
     target.close()
 
 
+@pytest.mark.network  # the slow target is a real HTTP server on loopback
 def test_a_burst_larger_than_the_cap_never_exceeds_it(
     racing_engine: RacingEngine, slow_target: SlowTarget
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import CrashError, failure
 from tests.services.test_executing import FIRE, RETRY, World
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import Claim, claimed, is_own_write
@@ -28,7 +28,7 @@ class FlakyRunStore:
       and botocore's or our own retry sends the same write again);
     - `before_claim`: runs once just before the next claim write (another delivery acting meanwhile)."""
 
-    def __init__(self, inner: DynamoStore) -> None:
+    def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.throttled_reads = 0
         self.lose_responses = 0
@@ -79,7 +79,7 @@ class FlakyRunStore:
 
 
 @pytest.fixture
-def world(store: DynamoStore, clock: FakeClock) -> World:
+def world(store: MemoryStore, clock: FakeClock) -> World:
     return World(store, clock)
 
 
@@ -148,7 +148,7 @@ def test_a_claim_whose_response_was_lost_is_recognised_and_the_target_is_called(
 
 
 def test_an_exclusive_claim_whose_response_was_lost_is_recognised(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     world = World(store, clock, policies=Policies(overlap=OverlapPolicy.SKIP, retry=RETRY))
     flaky = FlakyRunStore(world.store)

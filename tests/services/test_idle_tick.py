@@ -1,4 +1,5 @@
-"""An idle tick's reads do not grow with the number of registered jobs."""
+"""An idle tick's reads do not grow with the number of registered jobs: the DynamoDB requests and items a
+tick costs, counted on the DynamoDB store itself (moto), so it stays there."""
 
 from __future__ import annotations
 
@@ -73,9 +74,9 @@ def idle_tick_cost(dynamodb: Any, store: DynamoStore, clock: FakeClock, register
 
 @pytest.mark.parametrize("registered", [10, 2000])
 def test_an_idle_tick_reads_the_same_whatever_the_number_of_jobs(
-    dynamodb: Any, store: DynamoStore, clock: FakeClock, registered: int
+    dynamodb: Any, dynamo_store: DynamoStore, clock: FakeClock, registered: int
 ) -> None:
-    cost = idle_tick_cost(dynamodb, store, clock, registered)
+    cost = idle_tick_cost(dynamodb, dynamo_store, clock, registered)
     # Per shard: 1 watermark read + 4 bucket queries (reread 2 min .. horizon) + 1 watermark write.
     assert cost.calls == SHARDS * 6
     assert cost.items_read == SHARDS * 1  # only the watermark items, never a job

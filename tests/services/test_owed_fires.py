@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 from tests.fakes import FaultyPlanStore, RecordingDispatcher
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobPatch, JobSpec, SchedulePatch
 from tickwork.domain.models import Job, Target
@@ -19,7 +19,7 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def minutely(store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatcher) -> tuple[JobService, Job]:
+def minutely(store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher) -> tuple[JobService, Job]:
     service = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2))
     spec = JobSpec(
         name="m", schedule=parse_schedule("* * * * *"), target=Target("http", {"url": "http://h/"})
@@ -27,12 +27,12 @@ def minutely(store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatch
     return service, service.create("alice", spec)
 
 
-def slots(store: DynamoStore, job: Job) -> list[datetime]:
+def slots(store: MemoryStore, job: Job) -> list[datetime]:
     return [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)]
 
 
 def test_a_long_pause_resumed_just_before_a_tick_it_cannot_see_is_planned_in_full(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     service, job = minutely(store, clock, dispatcher)  # created 12:00:30
@@ -54,7 +54,7 @@ def test_a_long_pause_resumed_just_before_a_tick_it_cannot_see_is_planned_in_ful
     assert all(b - a == timedelta(minutes=1) for a, b in pairwise(times))  # every slot, none twice
 
 
-def test_editing_a_job_that_is_behind_keeps_the_fires_it_owes(store: DynamoStore, clock: FakeClock) -> None:
+def test_editing_a_job_that_is_behind_keeps_the_fires_it_owes(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     service, job = minutely(store, clock, dispatcher)
     planner = Planner(store, dispatcher, clock)

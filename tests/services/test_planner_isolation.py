@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from tests.fakes import FaultyPlanStore, RecordingDispatcher
 from tests.services.test_planning import HTTP, at, run_times
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import delay_seconds
 from tickwork.domain.errors import TransientStoreError
@@ -21,7 +21,7 @@ TICK = at("2026-12-02T12:03:10")  # plans fires up to 12:05:10 (lookahead 120 s)
 MS = timedelta(milliseconds=1)
 
 
-def one_shard_jobs(store: DynamoStore, clock: FakeClock, expressions: Sequence[str]) -> list[Job]:
+def one_shard_jobs(store: MemoryStore, clock: FakeClock, expressions: Sequence[str]) -> list[Job]:
     """Jobs that all land on shard 0, created before the tick (their fires are beyond the API's own plan)."""
     service = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=1))
     return [
@@ -34,7 +34,7 @@ class PoisonStore(FaultyPlanStore):
     """A store whose commit of one chosen job raises what no one planned for (a bug, a record the code
     cannot write), and whose conflict-handling read can be made to throttle forever."""
 
-    def __init__(self, inner: DynamoStore, poison: str | None = None) -> None:
+    def __init__(self, inner: MemoryStore, poison: str | None = None) -> None:
         super().__init__(inner)
         self.poison = poison
         self.throttle_existing_reads = False
@@ -51,7 +51,7 @@ class PoisonStore(FaultyPlanStore):
 
 
 def test_a_poison_job_is_recorded_and_skipped_while_the_rest_of_its_shard_is_planned(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     early, poison, late = one_shard_jobs(store, clock, ["4 12 * * *", "5 12 * * *", "5 12 * * *"])
     faulty = PoisonStore(store, poison=poison.job_id)
@@ -75,7 +75,7 @@ def test_a_poison_job_is_recorded_and_skipped_while_the_rest_of_its_shard_is_pla
 
 
 def test_throttling_inside_the_conflict_handler_defers_only_that_job(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     conflicted, other = one_shard_jobs(store, clock, ["5 12 * * *", "5 12 * * *"])
     # The fire already has its run (as if the job's own write had created it), so planning it conflicts
@@ -102,7 +102,7 @@ def test_throttling_inside_the_conflict_handler_defers_only_that_job(
 class SlowCommits(FaultyPlanStore):
     """Each commit takes `seconds` of the clock, as DynamoDB's latency does under a burst."""
 
-    def __init__(self, inner: DynamoStore, clock: FakeClock, seconds: float) -> None:
+    def __init__(self, inner: MemoryStore, clock: FakeClock, seconds: float) -> None:
         super().__init__(inner)
         self._clock = clock
         self._seconds = seconds
@@ -112,7 +112,7 @@ class SlowCommits(FaultyPlanStore):
         super().commit_plan(job, runs, next_fire_at)
 
 
-def test_each_message_delay_is_computed_when_it_is_sent(store: DynamoStore, clock: FakeClock) -> None:
+def test_each_message_delay_is_computed_when_it_is_sent(store: MemoryStore, clock: FakeClock) -> None:
     jobs = one_shard_jobs(store, clock, ["5 12 * * *"] * 40)
     clock.set(TICK)
     dispatcher = RecordingDispatcher()
@@ -132,7 +132,7 @@ def test_each_message_delay_is_computed_when_it_is_sent(store: DynamoStore, cloc
 class BrokenShardStore(FaultyPlanStore):
     """The watermark of one shard cannot be read at all (not throttling: something nobody planned for)."""
 
-    def __init__(self, inner: DynamoStore, broken_shard: int) -> None:
+    def __init__(self, inner: MemoryStore, broken_shard: int) -> None:
         super().__init__(inner)
         self._broken = broken_shard
 
@@ -143,7 +143,7 @@ class BrokenShardStore(FaultyPlanStore):
 
 
 def test_a_shard_that_fails_is_counted_and_the_other_shards_are_planned(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     service = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=4))
     jobs = [
@@ -153,7 +153,7 @@ def test_a_shard_that_fails_is_counted_and_the_other_shards_are_planned(
     broken = jobs[0].shard
     planner = Planner(BrokenShardStore(store, broken), RecordingDispatcher(), clock)
 
-    tick = planner.plan_shards(range(4), TICK, max_threads=1)  # moto is not thread-safe
+    tick = planner.plan_shards(range(4), TICK, max_threads=1)  # one thread: the shards in order
 
     assert list(tick.failed_shards) == [broken] and "KeyError" in tick.failed_shards[broken]
     assert tick.counts()["PlanFailures"] == 1 and broken in tick.incomplete_shards

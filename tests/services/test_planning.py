@@ -1,4 +1,5 @@
-"""The ticker's commit point, on moto (single-threaded). Races run against MiniStack elsewhere."""
+"""The ticker's commit point, on the in-memory store (single-threaded). Races run against MiniStack and
+SQLite elsewhere (tests/services/test_planning_race.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from tests.conftest import ANCHOR
 from tests.fakes import CrashError, FaultyPlanStore, RecordingDispatcher
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tests.services.conftest import raw_job
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Job, JobState, MissedFirePolicy, Policies, RunState, Target, Trigger
@@ -27,22 +29,22 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def make_service(store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatcher) -> JobService:
+def make_service(store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher) -> JobService:
     return JobService(store, dispatcher, clock, JobServiceConfig(shard_count=SHARDS))
 
 
 def create(
-    store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatcher, expression: str, **kwargs: Any
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher, expression: str, **kwargs: Any
 ) -> Job:
     spec = JobSpec(name="job", schedule=parse_schedule(expression), target=HTTP, **kwargs)
     return make_service(store, clock, dispatcher).create("alice", spec)
 
 
-def run_times(store: DynamoStore, job: Job) -> list[datetime]:
+def run_times(store: MemoryStore, job: Job) -> list[datetime]:
     return [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)]
 
 
-def test_due_job_gets_one_run_and_the_job_advances(store: DynamoStore, clock: FakeClock) -> None:
+def test_due_job_gets_one_run_and_the_job_advances(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     assert job.next_fire_at == at("2026-12-02T12:05:00")
@@ -66,7 +68,7 @@ def test_due_job_gets_one_run_and_the_job_advances(store: DynamoStore, clock: Fa
 
 
 def test_a_job_firing_several_times_inside_the_horizon_gets_every_run(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/30 * * * * *")  # seconds first: every 30 s
@@ -81,7 +83,7 @@ def test_a_job_firing_several_times_inside_the_horizon_gets_every_run(
     assert len(dispatcher.sent) == len(expected)
 
 
-def test_planning_the_same_shard_twice_creates_each_run_once(store: DynamoStore, clock: FakeClock) -> None:
+def test_planning_the_same_shard_twice_creates_each_run_once(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "* * * * *")
     first = Planner(store, dispatcher, clock).plan(job.shard, at("2026-12-02T12:01:30"))
@@ -99,7 +101,7 @@ def test_planning_the_same_shard_twice_creates_each_run_once(store: DynamoStore,
 class StaleIndex:
     """The `due` index answering with a snapshot taken before another ticker's commit."""
 
-    def __init__(self, inner: DynamoStore, stale: list[Job]) -> None:
+    def __init__(self, inner: MemoryStore, stale: list[Job]) -> None:
         self.inner = inner
         self.stale = stale
 
@@ -110,7 +112,7 @@ class StaleIndex:
         return getattr(self.inner, name)
 
 
-def test_a_ticker_with_a_stale_read_does_not_plan_a_run_twice(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_ticker_with_a_stale_read_does_not_plan_a_run_twice(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     now = at("2026-12-02T12:03:10")
@@ -125,7 +127,7 @@ def test_a_ticker_with_a_stale_read_does_not_plan_a_run_twice(store: DynamoStore
     assert all(commit_by is not None for commit_by in dispatcher.commit_bys)
 
 
-def test_a_job_paused_after_the_index_read_is_skipped(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_job_paused_after_the_index_read_is_skipped(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     make_service(store, clock, dispatcher).pause("alice", job.job_id)
@@ -136,7 +138,7 @@ def test_a_job_paused_after_the_index_read_is_skipped(store: DynamoStore, clock:
     assert run_times(store, job) == []
 
 
-def test_a_crash_just_before_the_commit_loses_nothing(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_crash_just_before_the_commit_loses_nothing(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     faulty = FaultyPlanStore(store)
@@ -154,7 +156,7 @@ def test_a_crash_just_before_the_commit_loses_nothing(store: DynamoStore, clock:
 
 
 def test_a_crash_just_after_the_commit_leaves_the_run_to_be_found(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
@@ -174,7 +176,7 @@ def test_a_crash_just_after_the_commit_leaves_the_run_to_be_found(
     assert run_times(store, job) == [at("2026-12-02T12:05:00")]
 
 
-def test_throttled_commits_are_retried_with_backoff_not_dropped(store: DynamoStore, clock: FakeClock) -> None:
+def test_throttled_commits_are_retried_with_backoff_not_dropped(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     faulty = FaultyPlanStore(store)
@@ -190,7 +192,7 @@ def test_throttled_commits_are_retried_with_backoff_not_dropped(store: DynamoSto
 
 
 def test_a_store_throttling_past_every_retry_defers_the_job_and_holds_the_watermark(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
@@ -215,7 +217,7 @@ def test_a_store_throttling_past_every_retry_defers_the_job_and_holds_the_waterm
     ],
 )
 def test_a_ticker_down_for_three_hours_catches_up_every_missed_fire_per_policy(
-    store: DynamoStore,
+    store: MemoryStore,
     clock: FakeClock,
     policy: MissedFirePolicy,
     expected_planned: int,
@@ -243,7 +245,7 @@ def test_a_ticker_down_for_three_hours_catches_up_every_missed_fire_per_policy(
     assert report.commits >= 180 // 25  # a long catch-up commits in bounded slices
 
 
-def test_a_paused_job_leaves_the_due_index(store: DynamoStore, clock: FakeClock, dynamodb: Any) -> None:
+def test_a_paused_job_leaves_the_due_index(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
     assert list(store.query_due(job.due_key or "", at("2026-12-02T13:00:00"))) != []
@@ -252,8 +254,7 @@ def test_a_paused_job_leaves_the_due_index(store: DynamoStore, clock: FakeClock,
 
     assert paused.state is JobState.PAUSED and paused.due_key is None
     assert list(store.query_due(job.due_key or "", at("2026-12-02T13:00:00"))) == []
-    raw = dynamodb.get_item(TableName=store.tables.jobs, Key={"job_id": {"S": job.job_id}})["Item"]
-    assert "due_key" not in raw
+    assert "due_key" not in raw_job(store, job.job_id)
     report = Planner(store, dispatcher, clock).plan(job.shard, at("2026-12-02T12:03:10"))
     assert report.jobs_seen == 0 and run_times(store, job) == []
 
@@ -266,7 +267,7 @@ def test_a_paused_job_leaves_the_due_index(store: DynamoStore, clock: FakeClock,
     ],
 )
 def test_index_lag_at_tick_time_is_closed_by_rereading_trailing_buckets(
-    store: DynamoStore, clock: FakeClock, reread: timedelta, planned: bool
+    store: MemoryStore, clock: FakeClock, reread: timedelta, planned: bool
 ) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "30 59 12 * * *")  # 12:59:30 daily (seconds first)
@@ -282,7 +283,7 @@ def test_index_lag_at_tick_time_is_closed_by_rereading_trailing_buckets(
 
 
 def test_a_job_created_inside_the_planned_horizon_plans_its_own_fire(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     planner = Planner(store, dispatcher, clock)
@@ -298,7 +299,7 @@ def test_a_job_created_inside_the_planned_horizon_plans_its_own_fire(
     assert run_times(store, job) == [at(f"2026-12-02T12:0{m}:00") for m in (1, 2, 3)]
 
 
-def test_a_job_past_its_end_leaves_the_index(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_job_past_its_end_leaves_the_index(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     spec = JobSpec(
         name="bounded",

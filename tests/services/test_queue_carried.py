@@ -1,6 +1,6 @@
 """Runs the ticker plans are queue-carried: their message goes out before their commit and stays in the
-queue until the run ends, so they need no sweeper entry. These tests show each side of that bargain (moto,
-single-threaded; the chaos and durability tests kill real processes around it)."""
+queue until the run ends, so they need no sweeper entry. These tests show each side of that bargain (the
+in-memory store, single-threaded; the chaos and durability tests kill real processes around it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import CrashError, FaultyPlanStore, RecordingDispatcher, RecordingMetrics, ScriptedInvoker
 from tests.services.test_executing import NoDeadLetters
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, DeadLetter, RunMessage
 from tickwork.domain.jobs import JobPatch, JobSpec
@@ -33,7 +33,7 @@ FAR = FIRE + timedelta(days=1)  # any sweeper check time is long past by then
 class StoreSeeingDispatcher(RecordingDispatcher):
     """Records, for each dispatched run, whether the store already held it when its message went."""
 
-    def __init__(self, store: DynamoStore) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         super().__init__()
         self.store = store
         self.stored_at_send: dict[str, bool] = {}
@@ -44,14 +44,14 @@ class StoreSeeingDispatcher(RecordingDispatcher):
         super().dispatch(runs, now, commit_by=commit_by)
 
 
-def a_job(store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatcher, **spec: Any) -> Job:
+def a_job(store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher, **spec: Any) -> Job:
     service = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2))
     defaults: dict[str, Any] = {"name": "job", "schedule": parse_schedule("*/5 * * * *"), "target": HTTP}
     return service.create("alice", JobSpec(**{**defaults, **spec}))
 
 
 def executor(
-    store: DynamoStore, clock: FakeClock, dispatcher: RecordingDispatcher, invoker: ScriptedInvoker
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher, invoker: ScriptedInvoker
 ) -> Executor:
     return Executor(
         store, invoker, dispatcher, clock, RecordingMetrics(), ExecutorConfig(worker_id="w"), Random(7)
@@ -63,12 +63,12 @@ def sent_message(dispatcher: RecordingDispatcher, index: int = 0) -> RunMessage:
     return RunMessage.for_run(dispatcher.sent[index], commit_by=dispatcher.commit_bys[index])
 
 
-def open_run_ids(store: DynamoStore, through: datetime) -> list[str]:
+def open_run_ids(store: MemoryStore, through: datetime) -> list[str]:
     return [run.run_id for shard in range(2) for run in store.open_runs(shard, through)]
 
 
 def test_the_ticker_sends_before_it_commits_and_the_run_has_no_sweeper_entry(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = StoreSeeingDispatcher(store)
     job = a_job(store, clock, dispatcher)
@@ -84,7 +84,7 @@ def test_the_ticker_sends_before_it_commits_and_the_run_has_no_sweeper_entry(
 
 
 def crash_between_send_and_commit(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> tuple[RecordingDispatcher, Job, RunMessage]:
     """A tick that sent a job's message and died before its commit: the message, and no run."""
     dispatcher = RecordingDispatcher()
@@ -98,7 +98,7 @@ def crash_between_send_and_commit(
 
 
 def test_a_crash_between_send_and_commit_loses_nothing_and_the_early_message_waits(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher, job, early = crash_between_send_and_commit(store, clock)
 
@@ -124,7 +124,7 @@ def test_a_crash_between_send_and_commit_loses_nothing_and_the_early_message_wai
 
 
 def test_a_message_whose_run_never_came_is_dropped_once_its_commit_window_has_settled(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher, _, message = crash_between_send_and_commit(store, clock)
     assert message.commit_by is not None
@@ -142,7 +142,7 @@ def test_a_message_whose_run_never_came_is_dropped_once_its_commit_window_has_se
     assert late.missing_run_recheck(FIRE).not_before == FIRE + timedelta(minutes=5)
 
 
-def test_the_ticker_commits_nothing_after_the_commit_window(store: DynamoStore, clock: FakeClock) -> None:
+def test_the_ticker_commits_nothing_after_the_commit_window(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = a_job(store, clock, dispatcher)
 
@@ -163,7 +163,7 @@ def test_the_ticker_commits_nothing_after_the_commit_window(store: DynamoStore, 
     assert watermark is not None and watermark < FIRE
 
 
-def test_a_failed_send_leaves_the_job_for_the_next_tick(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_failed_send_leaves_the_job_for_the_next_tick(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = a_job(store, clock, dispatcher)
     dispatcher.fail_next = 1
@@ -176,7 +176,7 @@ def test_a_failed_send_leaves_the_job_for_the_next_tick(store: DynamoStore, cloc
     assert report.runs_planned == 1 and store.get_run(job.job_id, FIRE) is not None
 
 
-def claimed_run(store: DynamoStore, clock: FakeClock, retry: RetryPolicy) -> tuple[Any, ...]:
+def claimed_run(store: MemoryStore, clock: FakeClock, retry: RetryPolicy) -> tuple[Any, ...]:
     """A queue-carried run claimed by a worker that then goes silent (its call never returns here)."""
     dispatcher = RecordingDispatcher()
     job = a_job(store, clock, dispatcher, policies=Policies(retry=retry), timeout_seconds=10)
@@ -192,7 +192,7 @@ def claimed_run(store: DynamoStore, clock: FakeClock, retry: RetryPolicy) -> tup
 
 
 def test_a_redelivered_message_watches_a_live_lease_then_takes_over_when_it_ends(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     retry = RetryPolicy(max_attempts=3, backoff_base_seconds=10, backoff_max_seconds=60)
     dispatcher, message, running = claimed_run(store, clock, retry)
@@ -227,7 +227,7 @@ def test_a_redelivered_message_watches_a_live_lease_then_takes_over_when_it_ends
 
 
 def test_a_dead_worker_on_the_last_attempt_fails_the_run_through_its_message(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     _, message, running = claimed_run(store, clock, RetryPolicy(max_attempts=1))
     dispatcher = RecordingDispatcher()
@@ -245,7 +245,7 @@ def test_a_dead_worker_on_the_last_attempt_fails_the_run_through_its_message(
     assert report.expired_leases == 0 and report.redispatched == 0 and letters.deleted == []
 
 
-def test_runs_made_by_the_api_keep_their_sweeper_entry(store: DynamoStore, clock: FakeClock) -> None:
+def test_runs_made_by_the_api_keep_their_sweeper_entry(store: MemoryStore, clock: FakeClock) -> None:
     """A job write plans its own fires inside the horizon and sends after committing them: those runs
     are the sweeper's (a crash between commit and send must still be repaired)."""
     dispatcher = RecordingDispatcher()
@@ -261,7 +261,7 @@ class EditBeforeWrite:
     """The store, with a job edit landing just before the executor's overlap claim (a race the executor
     cannot see coming: the edit rewrites the unclaimed run's view, so the claim is refused)."""
 
-    def __init__(self, store: DynamoStore, edit: Any) -> None:
+    def __init__(self, store: MemoryStore, edit: Any) -> None:
         self._store = store
         self._edit = edit
 
@@ -279,7 +279,7 @@ class EditBeforeWrite:
 
 
 def test_a_job_edit_racing_the_overlap_claim_sends_the_message_back_instead_of_dropping_it(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     dispatcher = RecordingDispatcher()
     service = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2))
@@ -313,7 +313,7 @@ def test_a_job_edit_racing_the_overlap_claim_sends_the_message_back_instead_of_d
 
 
 def test_a_dead_workers_run_whose_job_was_deleted_ends_when_its_message_comes_back(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     """The message comes back after the views' trust window, so the executor reads the job: deleted. The
     run is running at the message's attempt: not a duplicate to drop, its lease is what decides."""
@@ -330,7 +330,7 @@ def test_a_dead_workers_run_whose_job_was_deleted_ends_when_its_message_comes_ba
 
 
 def test_a_dead_letter_of_a_running_queue_carried_run_keeps_watching_it(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     _, message, running = claimed_run(store, clock, RetryPolicy(max_attempts=3))
     assert running.lease_expires_at is not None
@@ -354,7 +354,7 @@ def test_a_dead_letter_of_a_running_queue_carried_run_keeps_watching_it(
 
 
 def test_a_job_whose_fires_cannot_be_planned_does_not_stop_its_shard(
-    store: DynamoStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    store: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dispatcher = RecordingDispatcher()
     bad = a_job(store, clock, dispatcher)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes import FaultyPlanStore, RecordingDispatcher
 from tests.services.test_planning import HTTP, at, run_times
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobSpec
 from tickwork.domain.planning import INDEX_LAG_ALLOWANCE_SECONDS, MIN_REREAD_SECONDS
@@ -18,7 +18,7 @@ from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.settings import Settings, SettingsError
 
 
-def _job_the_index_shows_late(store: DynamoStore, clock: FakeClock, reread_seconds: int) -> list[datetime]:
+def _job_the_index_shows_late(store: MemoryStore, clock: FakeClock, reread_seconds: int) -> list[datetime]:
     """A job firing every 10 s, created at 12:00:30, plans itself up to 12:02:30 and is filed under its next
     fire's minute, 12:02. The due index shows it only after the lag allowance, so the tick at 12:01:00 does
     not see it and moves the watermark to 12:03:00. Ticks every minute after that."""
@@ -39,13 +39,13 @@ def _job_the_index_shows_late(store: DynamoStore, clock: FakeClock, reread_secon
 
 
 def test_a_reread_below_the_floor_strands_a_job_the_index_showed_late(
-    store: DynamoStore, clock: FakeClock
+    store: MemoryStore, clock: FakeClock
 ) -> None:
     # Only the runs the job planned itself, ever: every later tick starts reading after its bucket.
     assert _job_the_index_shows_late(store, clock, 0)[-1] == at("2026-12-02T12:02:30")
 
 
-def test_the_floor_plans_it(store: DynamoStore, clock: FakeClock) -> None:
+def test_the_floor_plans_it(store: MemoryStore, clock: FakeClock) -> None:
     planned = _job_the_index_shows_late(store, clock, MIN_REREAD_SECONDS)
     assert at("2026-12-02T12:02:40") in planned and planned[-1] >= at("2026-12-02T12:05:00")
 

@@ -1,5 +1,6 @@
-"""Runs on request (run now, retry, backfill) and the failed-runs listing, on the DynamoDB store (moto) and
-the SQLite store: the same use cases, the same answers."""
+"""Runs on request (run now, retry, backfill) and the failed-runs listing, on the in-memory store, the SQLite
+store and the DynamoDB store (moto: it alone refuses a transaction of more than 100 items, which the
+backfill's chunks must respect): the same use cases, the same answers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.conftest import ANCHOR
 from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker, failure
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.clock import FakeClock
@@ -71,12 +73,15 @@ class World:
         )
 
 
-@pytest.fixture(params=["moto", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("moto", marks=pytest.mark.moto)])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    store: Any
     if request.param == "sqlite":
-        store: Any = SqliteStore(Database(tmp_path / "tickwork.db").open())
+        store = SqliteStore(Database(tmp_path / "tickwork.db").open())
+    elif request.param == "memory":
+        store = MemoryStore()
     else:
-        store = request.getfixturevalue("store")
+        store = request.getfixturevalue("dynamo_store")
     clock = FakeClock(ANCHOR)
     dispatcher = RecordingDispatcher()
     jobs = JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2))

@@ -9,7 +9,7 @@ import pytest
 
 from tests.fakes import failure
 from tests.services.test_executing import FIRE, World, _overlapping, blocked_retry
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import MAX_HOPS, RunMessage
 from tickwork.domain.models import OverlapPolicy, RunState
@@ -17,7 +17,7 @@ from tickwork.services.executing import Outcome
 
 
 @pytest.fixture
-def world(store: DynamoStore, clock: FakeClock) -> World:
+def world(store: MemoryStore, clock: FakeClock) -> World:
     return World(store, clock)
 
 
@@ -38,7 +38,7 @@ def test_a_retry_is_sent_one_hop_further(world: World) -> None:
     assert (retry.attempt, retry.hops) == (1, 4)
 
 
-def test_a_blocked_retry_waits_one_hop_further(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_blocked_retry_waits_one_hop_further(store: MemoryStore, clock: FakeClock) -> None:
     world, waiting = blocked_retry(store, clock)
     message = RunMessage.for_run(waiting, clock.now(), hops=12)
 
@@ -46,7 +46,7 @@ def test_a_blocked_retry_waits_one_hop_further(store: DynamoStore, clock: FakeCl
     assert world.dispatcher.messages[-1].hops == 13
 
 
-def test_a_released_queued_run_starts_its_own_count(store: DynamoStore, clock: FakeClock) -> None:
+def test_a_released_queued_run_starts_its_own_count(store: MemoryStore, clock: FakeClock) -> None:
     """The release is another run's message: a backlogged overlap=queue job is a healthy chain of runs,
     and must not inherit the finished run's count."""
     world, outcomes = _overlapping(store, clock, OverlapPolicy.QUEUE)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakes import RecordingDispatcher, RecordingMetrics
 from tests.services.test_executing import FIRE, NoDeadLetters, World
-from tickwork.adapters.dynamodb.store import DynamoStore
+from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.execution import claimed
 from tickwork.domain.models import Job, Run, RunState, Trigger
@@ -19,7 +19,7 @@ from tickwork.services.sweeping import Sweeper
 
 
 @pytest.fixture
-def world(store: DynamoStore, clock: FakeClock) -> World:
+def world(store: MemoryStore, clock: FakeClock) -> World:
     return World(store, clock).sweeper_carried()  # the sweeper's own work list
 
 

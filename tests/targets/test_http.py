@@ -17,6 +17,9 @@ from tickwork.signing import SIGNATURE_HEADER, verify
 
 from .conftest import EPOCH, SECRET, RecordingServer, invocation
 
+# The HTTP invoker against a real server on loopback.
+pytestmark = pytest.mark.network
+
 
 def local_invoker(resolver: Resolver = resolve) -> HttpInvoker:
     return HttpInvoker(SECRET, clock_epoch=lambda: float(EPOCH), allow_loopback=True, resolver=resolver)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tickwork.adapters.targets import AwsInvoker, HttpInvoker, TargetRegistry
 from tickwork.domain.models import Target
 from tickwork.domain.targets import Invocation, TargetInvoker, TargetResult
@@ -27,6 +29,7 @@ def _registry() -> tuple[TargetRegistry, _FakeAws]:
     return TargetRegistry(http, aws), aws
 
 
+@pytest.mark.network  # the HTTP call reaches the loopback server
 def test_routes_http_and_aws_kinds(server: RecordingServer) -> None:
     registry, aws = _registry()
     as_port: TargetInvoker = registry  # the executor's port

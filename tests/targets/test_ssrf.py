@@ -39,7 +39,7 @@ def no_connect(monkeypatch: pytest.MonkeyPatch) -> None:
 REFUSED_URLS = [
     pytest.param("http://127.0.0.1:{port}/", id="ipv4-loopback"),
     pytest.param("http://127.1.2.3:{port}/", id="ipv4-loopback-range"),
-    pytest.param("http://localhost:{port}/", id="localhost-name"),
+    pytest.param("http://localhost:{port}/", id="localhost-name", marks=pytest.mark.network),  # resolved
     pytest.param("http://[::1]:{port}/", id="ipv6-loopback"),
     pytest.param("http://169.254.169.254/latest/meta-data/", id="instance-metadata"),
     pytest.param("http://[fd00:ec2::254]/latest/meta-data/", id="instance-metadata-ipv6"),
@@ -108,6 +108,7 @@ def test_a_name_with_any_internal_address_is_refused(no_connect: None) -> None:
     assert "10.1.2.3" in result.detail
 
 
+@pytest.mark.network  # the call reaches the loopback server
 def test_allowed_networks_open_a_chosen_range(server: RecordingServer) -> None:
     invoker = guarded_invoker(allowed_networks=("127.0.0.0/8",))
 

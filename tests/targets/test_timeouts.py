@@ -87,6 +87,7 @@ def holding(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Holding
         thread.join(timeout=2)
 
 
+@pytest.mark.network  # the target is a loopback server that never answers
 @pytest.mark.parametrize("kind", list(TARGETS))
 def test_a_target_that_does_not_answer_times_out_within_the_jobs_timeout(
     holding: _HoldingServer, kind: str
@@ -103,6 +104,7 @@ def test_a_target_that_does_not_answer_times_out_within_the_jobs_timeout(
     assert holding.requests == 1  # a 1 s budget leaves no room for a second try
 
 
+@pytest.mark.network
 def test_retries_happen_only_within_the_jobs_timeout(holding: _HoldingServer) -> None:
     invoker = AwsInvoker(boto3_client_factory(region_name=REGION))
     timeout = 8.0  # room for 2 tries of 1 s each plus the longest backoff between them (6 s)
@@ -116,6 +118,7 @@ def test_retries_happen_only_within_the_jobs_timeout(holding: _HoldingServer) ->
     assert elapsed <= timeout + SLACK_SECONDS
 
 
+@pytest.mark.network
 def test_a_synchronous_lambda_is_never_retried_by_botocore(holding: _HoldingServer) -> None:
     invoker = AwsInvoker(boto3_client_factory(region_name=REGION))
     timeout = 2.5
