@@ -86,7 +86,16 @@ REQUESTS = TableDef(
     purpose="Idempotency-Key records of run requests (run now, retry, backfill) and what each answered",
 )
 
-TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS)
+SLOTS = TableDef(
+    logical_name="slots",
+    # `<pool>#<stripe>`: a pool of N slots is ceil(N / 12) stripes, each its own partition key (so a busy
+    # pool spreads its writes), each one item holding a map of its holders and their leases. A run takes a
+    # slot with one conditional write on one stripe (adapters/dynamodb/slots.py).
+    partition=KeyAttr("slot_key"),
+    purpose="concurrency slots: the run attempts holding a slot of each pool (all, owner, key), with leases",
+)
+
+TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS, SLOTS)
 
 DISPATCH_DLQ = QueueDef(
     logical_name="dispatch-dlq",

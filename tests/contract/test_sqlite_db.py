@@ -76,7 +76,7 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
         )
         raw.execute("PRAGMA user_version = 1")
     store = SqliteStore(Database(path).open())
-    assert store.db.schema_version() == SCHEMA_VERSION == 2
+    assert store.db.schema_version() == SCHEMA_VERSION == 3
     with sqlite3.connect(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}

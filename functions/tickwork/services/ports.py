@@ -10,6 +10,7 @@ from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
 from tickwork.domain.requests import RunRequest
+from tickwork.domain.slots import Pool, SlotHold
 
 
 class PlanStore(Protocol):
@@ -221,3 +222,34 @@ class DeadLetterSource(Protocol):
     def receive(self, max_messages: int) -> list[DeadLetter]: ...
 
     def delete(self, receipt: str) -> None: ...
+
+
+class SlotStore(Protocol):
+    """The concurrency slots (domain/slots.py): which run attempts hold a slot of which pool. A hold is
+    named by its run id and attempt. Exact: the live holds of a pool (lease after `now`) never outnumber
+    its size, however many callers race. From its lease end on a hold counts as free: another acquire may
+    take it over (an extend that comes after the lease end may or may not still find it)."""
+
+    def acquire(self, pools: Sequence[Pool], hold: SlotHold, now: datetime) -> bool:
+        """All or nothing: True when `hold` now holds one slot in every pool (a slot whose holder's lease
+        ended at or before `now` is free and may be taken over), at the hold's lease; False when some pool
+        has no free slot it could find, and then the hold holds none (partial holds are released first). A
+        caller that gets False waits and asks again. Idempotent: the same run id and attempt asking again
+        (a lost response retried) gets True without taking a second slot, at the new lease. Raises
+        TransientStoreError (throttling; retry: it is idempotent) or StoreError."""
+        ...
+
+    def extend(self, pools: Sequence[Pool], hold: SlotHold) -> bool:
+        """Move the hold's lease to `hold.lease_expires_at` in every pool. False if the hold is no longer
+        there in one of them (released, or taken over after its lease ended): the attempt has lost its
+        slot."""
+        ...
+
+    def release(self, pools: Sequence[Pool], run_id: str, attempt: int) -> None:
+        """Free the hold of this run attempt in every pool, if it is there (idempotent). Never touches
+        another attempt's hold of the same run."""
+        ...
+
+    def in_flight(self, pool: Pool, now: datetime) -> int:
+        """How many holds of the pool are live at `now` (lease after `now`): the runs the bound counts."""
+        ...

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tickwork.domain.errors import StoreError, TransientStoreError
-from tickwork.resources import REQUESTS, RUNS, TABLES, IndexDef, TableDef
+from tickwork.resources import REQUESTS, RUNS, SLOTS, TABLES, IndexDef, TableDef
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
 # (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How long a write waits for another process's write transaction before it counts as throttled.
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
@@ -89,12 +89,24 @@ _MESSAGES_DDL = [
 ]
 
 
+# The concurrency slots: one row per hold, counted per pool in the write transaction that adds one (the
+# slots table's stripes are DynamoDB's way to spread a pool over partitions; one file needs none of that).
+# `holder` is `<run id>/<attempt>`, `lease_ms` its lease end (epoch ms): the index counts a pool's live holds.
+_SLOT_HOLDS_DDL = [
+    "CREATE TABLE slot_holds (pool TEXT NOT NULL, holder TEXT NOT NULL, lease_ms INTEGER NOT NULL, "
+    "PRIMARY KEY (pool, holder)) WITHOUT ROWID",
+    "CREATE INDEX slot_holds_lease ON slot_holds (pool, lease_ms)",
+]
+# The tables of `tickwork.resources` this engine keeps as such (the slots live in `slot_holds`).
+EMBEDDED_TABLES = tuple(table for table in TABLES if table is not SLOTS)
+
+
 def _create_current(connection: sqlite3.Connection) -> None:
     """An empty file gets the current schema at once (the migrations are for files written before)."""
-    for table in TABLES:
+    for table in EMBEDDED_TABLES:
         for statement in _table_ddl(table):
             connection.execute(statement)
-    for statement in _MESSAGES_DDL:
+    for statement in [*_MESSAGES_DDL, *_SLOT_HOLDS_DDL]:
         connection.execute(statement)
 
 
@@ -111,8 +123,14 @@ def _v1_to_v2(connection: sqlite3.Connection) -> None:
     connection.execute(_index_ddl(RUNS, index))
 
 
+def _v2_to_v3(connection: sqlite3.Connection) -> None:
+    """Concurrency slots: the slot_holds table (empty: no run held a slot before)."""
+    for statement in _SLOT_HOLDS_DDL:
+        connection.execute(statement)
+
+
 # MIGRATIONS[v]: from schema version v to v + 1, for a file written at version v >= 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def translate(error: sqlite3.Error) -> Exception:
