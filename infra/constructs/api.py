@@ -20,7 +20,7 @@ from constructs import Construct
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
-from tickwork.resources import JOBS, REQUESTS, RUNS
+from tickwork.resources import JOBS, REQUESTS, RUNS, SLOTS
 
 CONSOLE_PATHS = ("/ui", "/ui/{file}")  # the web console's files: no data, no authorizer
 CONSOLE_RATE_LIMIT = 20  # requests/s over both routes' keys, each; a page load is four requests
@@ -109,8 +109,9 @@ class Api(Construct):
         # Runs on request write their Idempotency-Key record in the runs' own transaction.
         allow(self.function, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn, requests.table_arn])
         allow(self.function, ("dynamodb:DeleteItem",), [jobs.table_arn])
-        # list_jobs reads a page of owned jobs (from the keys-only by_owner index) in one BatchGetItem.
-        allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn])
+        # list_jobs reads a page of owned jobs (from the keys-only by_owner index) in one BatchGetItem; the
+        # health page counts the runs in flight from the slots' stripes the same way.
+        allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn, storage.table(SLOTS).table_arn])
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # "run now" and immediate fires
 
         authorizer: Any

@@ -32,7 +32,7 @@ from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
 from infra.constructs.targets import target_statements
-from tickwork.resources import DISPATCH, JOBS, RUNS
+from tickwork.resources import DISPATCH, JOBS, RUNS, SLOTS
 
 EXECUTOR_TIMEOUT_SECONDS = 900  # Lambda's maximum; a run's own timeout is enforced inside
 POLLERS_MIN = 2  # SQS provisioned mode: minimum and maximum pollers per mapping (CloudFormation's range)
@@ -137,6 +137,13 @@ class ExecutorFunction(Construct):
         # Runs are claimed and finished by conditional updates (alone, or in a transaction with the job's
         # overlap slot); the executor never puts a whole item.
         allow(self.function, (*DYNAMODB_READ, "dynamodb:UpdateItem"), [jobs.table_arn, runs.table_arn])
+        # Concurrency slots: taken, extended and released by conditional updates (a pool's new stripe is put
+        # whole), counted for the runs-in-flight metric in batches.
+        allow(
+            self.function,
+            ("dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"),
+            [storage.table(SLOTS).table_arn],
+        )
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # retries and queued overlap runs
         signing_secret.grant_read(self.function)
         for statement in target_statements(target_arns):

@@ -22,7 +22,7 @@ from constructs import Construct
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
-from tickwork.resources import JOBS, RUNS, SHARDS
+from tickwork.resources import JOBS, RUNS, SHARDS, SLOTS
 
 TARGETS_PER_RULE = 5  # EventBridge's limit
 EVERY_MINUTE = events.Schedule.rate(Duration.minutes(1))
@@ -117,7 +117,8 @@ class Scheduler(Construct):
         # Sweeper: open runs from the keys-only `open_runs` index (the runs in batches), repairs,
         # re-dispatch, and the DLQ.
         allow(self.sweeper, DYNAMODB_READ, [jobs.table_arn, runs.table_arn, *storage.index_arns(RUNS)])
-        allow(self.sweeper, ("dynamodb:BatchGetItem",), [runs.table_arn])
+        # The runs in batches, and the runs in flight from the slots' stripes (the bound's own count).
+        allow(self.sweeper, ("dynamodb:BatchGetItem",), [runs.table_arn, storage.table(SLOTS).table_arn])
         allow(self.sweeper, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
         allow(self.sweeper, ("sqs:SendMessage",), dispatch.queue_arns)
         allow(
