@@ -15,13 +15,15 @@ from decimal import Decimal
 from random import Random
 from typing import Any
 
+from tickwork.adapters.dynamodb.slots import SAMPLE, STRIPE_SIZE, marker_key, stripe_key
 from tickwork.adapters.records import job_to_item, request_to_item, run_to_item
 from tickwork.domain.execution import after_attempt, claimed
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger, shard_of
 from tickwork.domain.requests import RequestKind, RunRequest, manual_run, off_slot_instant, retried
 from tickwork.domain.schedule import next_fire_after, parse_schedule
+from tickwork.domain.slots import holder_key, lease_ms
 from tickwork.domain.targets import TargetResult
-from tickwork.resources import JOBS, REQUESTS, RUNS, IndexDef, TableDef
+from tickwork.resources import JOBS, REQUESTS, RUNS, SLOTS, IndexDef, TableDef
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -130,6 +132,51 @@ def main() -> None:
     minimum = 2 + 2 + 1 + 1 + 2  # txn put run, txn update job, claim, finish, due-index move
     print(f"total per successful run: {total} WCU; design minimum {minimum} WCU; ratio {total / minimum:.2f}")
     requests_costs(job, running, ok)
+    slot_costs(job, total)
+
+
+def stripe(pool: str, holders: list[str], markers: int = 0) -> dict[str, Any]:
+    """A slots stripe as adapters/dynamodb/slots.py writes it: holders with a lease, and markers."""
+    lease = lease_ms(NOW + timedelta(minutes=15))
+    return {
+        "slot_key": stripe_key(pool, 833),
+        "h": {holder: lease for holder in holders},
+        "m": {marker_key(f"away-{i}"): {"s": 833, "l": lease} for i in range(markers)},
+    }
+
+
+def slot_costs(job: Job, per_run: int) -> None:
+    """Concurrency slots: what taking and giving back a slot costs, on the hot path (one pool, `all`, the
+    home stripe has room) and when the home is full (the hold goes elsewhere and leaves a marker). A refused
+    conditional write is charged like a write of the item as it is."""
+    fires = [NOW + timedelta(minutes=5 * i) for i in range(STRIPE_SIZE)]
+    holders = [holder_key(f"{job.job_id}:{f.strftime('%Y%m%dT%H%M%SZ')}", 1) for f in fires]
+    full, spare = stripe("all", holders), stripe("all", holders[:-1])
+    take = write(SLOTS, spare, full, False)
+    give = write(SLOTS, full, spare, False)
+    marked = stripe("all", holders, markers=1)
+    away = units(item_size(full)) + take + write(SLOTS, full, marked, False)
+    back = write(SLOTS, marked, full, False) + give
+    owner = f"owner:{job.owner}"
+    owner_full = stripe(owner, holders)
+    owner_take = write(SLOTS, stripe(owner, holders[:-1]), owner_full, False)
+    most = next(n for n in range(100) if units(item_size(stripe("all", holders, markers=n + 1))) > 1)
+    print(
+        f"concurrency slots (a stripe of {STRIPE_SIZE} holders is {item_size(full)} B, "
+        f"{item_size(owner_full)} B for the owner pool; 1 WCU up to {most} markers):"
+    )
+    print(f"  acquire, home has room (hot path)  {take:>3} WCU (owner pool: {owner_take})")
+    print(f"  release, at home                   {give:>3} WCU")
+    print(f"  extend (heartbeat), at home        {take:>3} WCU")
+    print(
+        f"  acquire, home full: elsewhere      {away:>3} WCU + {SAMPLE // 2} RCU (read of {SAMPLE} stripes)"
+    )
+    print(f"  release of a hold elsewhere        {back:>3} WCU")
+    print(f"  a waiting run's try, pool full     {units(item_size(full)):>3} WCU + {SAMPLE // 2} RCU")
+    print(
+        f"total per successful run with its slot (hot path): {per_run + take + give} WCU "
+        f"({per_run} + {take + give})"
+    )
 
 
 def requests_costs(job: Job, running: Run, ok: TargetResult) -> None:
