@@ -1,13 +1,14 @@
 # The two commands a new machine needs (see README):
 #   make run   installs everything and starts the local scheduler with demo jobs
 #   make test  installs everything and runs lint, types and the whole test suite
+# And while working: make test-fast  lint, types and the tests that need no process, emulator or browser
 PY ?= python3
 VENV := .venv
 MS_VENV := .venv-ministack
 MINISTACK_VERSION := 1.5.33
 CDK_CLI := aws-cdk@2.1148.1
 
-.PHONY: install test lint run synth deploy e2e-aws clean
+.PHONY: install test test-fast lint run synth deploy e2e-aws clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,14 +31,21 @@ $(BROWSER):
 
 install: $(VENV)/.installed $(MS_VENV)/.installed $(BROWSER)
 
-lint: install
+# Lint and types need only the project's environment.
+lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: install lint
 	$(VENV)/bin/pytest --ignore=tests/e2e_aws
 	$(MAKE) e2e-aws
+
+# The fast tier: lint, types, then every test that needs no process, emulator, AWS double, network or
+# browser, offline (`pytest --fast`: the markers and the rule are in tests/conftest.py). No MiniStack or
+# Chromium install; 17-47 s on 2 cores, warm to cold (README, "Two commands").
+test-fast: lint
+	$(VENV)/bin/pytest --fast -q
 
 # The real CDK stack deployed into a fresh MiniStack with the pinned CDK CLI, driven through its API URL.
 e2e-aws: install

@@ -49,7 +49,8 @@ PATH_NEEDS = {
     "e2e_aws": "e2e_aws",
     "api/test_openapi_contract.py": "moto",
 }
-# A test using one of these fixtures, directly or through another fixture, needs what it names.
+# A test using one of these fixtures, directly or through another fixture, needs what it names; so does a
+# test parametrized with one of them as a value (the contract suites' engines: "moto", "ministack").
 FIXTURE_NEEDS = {"ministack": "ministack", "moto": "moto"}
 OUTSIDE = frozenset({"moto", "ministack", "e2e_aws", "process", "network", "browser"})
 
@@ -83,8 +84,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         need = _path_need(item.path)
         if need is not None:
             item.add_marker(need)
+        callspec = getattr(item, "callspec", None)
+        values = [] if callspec is None else [v for v in callspec.params.values() if isinstance(v, str)]
         for fixture, need in FIXTURE_NEEDS.items():
-            if fixture in getattr(item, "fixturenames", ()):
+            if fixture in getattr(item, "fixturenames", ()) or fixture in values:
                 item.add_marker(need)
     if config.getoption("--fast"):
         outside = [item for item in items if _needs_outside(item)]
