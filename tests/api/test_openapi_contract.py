@@ -172,6 +172,13 @@ RULES_IN_WORDS = (
     ("schedule.expression", "never occurs in month field"),  # 31 in February
     ("to", "is in the future"),  # backfill: against the clock
     ("to", "the window holds more than"),  # backfill: fires of the job's own schedule, counted
+    ("heartbeat_seconds", "longer than timeout_seconds"),  # one field against another
+    # An edit against the job it edits: the completion the (kept) target allows, a heartbeat for a callback
+    # job, a timeout over 840 s for one. (A create states these as its schema's allOf rules.)
+    ("completion", "is for http targets only"),
+    ("completion", "is not how"),
+    ("heartbeat_seconds", "applies to completion callback only"),
+    ("timeout_seconds", "seconds for completion"),
 )
 
 

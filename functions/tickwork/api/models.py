@@ -24,6 +24,10 @@ from pydantic.config import JsonDict
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.jobs import (
+    MAX_CALLBACK_TIMEOUT_SECONDS,
+    MAX_HEARTBEAT_SECONDS,
+    MAX_TIMEOUT_SECONDS,
+    MIN_HEARTBEAT_SECONDS,
     UNSET,
     JobPatch,
     JobSpec,
@@ -33,6 +37,7 @@ from tickwork.domain.jobs import (
     check_retry,
 )
 from tickwork.domain.models import (
+    Completion,
     Job,
     JobState,
     MissedFirePolicy,
@@ -61,14 +66,12 @@ from tickwork.domain.schedule import (
     expression_pattern,
     parse_schedule,
 )
-from tickwork.domain.targets import TARGET_KINDS, config_json_schemas, validate_target
+from tickwork.domain.targets import TARGET_KINDS, config_json_schemas, default_completion, validate_target
 from tickwork.domain.text import forbidden_characters, text_pattern
 from tickwork.services.jobs import PausedFires, SchedulePreview
 from tickwork.services.requests import BackfillResult
 
-# The executor Lambda stops at 900 s: a call must end, and its outcome be written, well inside that, or the
-# run is retried after its lease as if the worker had died (a second call of the target).
-MAX_TIMEOUT_SECONDS = 840
+# The timeout limits (MAX_TIMEOUT_SECONDS, MAX_CALLBACK_TIMEOUT_SECONDS) are the domain's: domain/jobs.py.
 MAX_RETENTION_DAYS = 365
 MAX_TAGS = 50
 MAX_ATTEMPTS = 10
@@ -279,7 +282,71 @@ class PoliciesIn(RequestModel):
         return Policies(overlap=self.overlap, missed_fire=self.missed_fire, retry=self.retry.to_policy())
 
 
+_TIMEOUT_RULE = (
+    f"1-{MAX_TIMEOUT_SECONDS} s for completion response and delivery (an executor holds the call); up to "
+    f"{MAX_CALLBACK_TIMEOUT_SECONDS:,} s (24 h) for completion callback, whose attempt outlives its call."
+)
+_COMPLETION_RULE = (
+    "How a run ends. `response`: the target's answer is the outcome (http, lambda RequestResponse). "
+    "`callback` (http only): the call carries a completion URL and a heartbeat URL "
+    "(X-Tickwork-Completion-Url, X-Tickwork-Heartbeat-Url); the target may answer 202 and report the "
+    "outcome later, and the run stays running under a lease its heartbeats extend. `delivery`: the run "
+    "ends when the message or invocation is accepted (sqs, sns, eventbridge, lambda Event, stepfunctions: "
+    "the execution started): a succeeded run says `delivered`, not that the work succeeded. Each target "
+    "allows its default and, for http, callback."
+)
+_HEARTBEAT_RULE = (
+    f"Callback only: the longest silence ({MIN_HEARTBEAT_SECONDS}-{MAX_HEARTBEAT_SECONDS:,} s, at most "
+    "timeout_seconds) before an accepted attempt counts as dead and is retried or failed. null: the attempt "
+    "may stay silent until its timeout."
+)
+Heartbeat = Annotated[int, Strict(), Field(ge=MIN_HEARTBEAT_SECONDS, le=MAX_HEARTBEAT_SECONDS), _INTEGRAL]
+
+_HTTP: dict[str, Any] = {"properties": {"kind": {"const": "http"}}}
+_LAMBDA_EVENT: dict[str, Any] = {
+    "properties": {"invocation_type": {"const": "Event"}},
+    "required": ["invocation_type"],
+}
+_LAMBDA_SYNC: dict[str, Any] = {"properties": {"kind": {"const": "lambda"}, "config": {"not": _LAMBDA_EVENT}}}
+_DELIVERED: dict[str, Any] = {
+    "anyOf": [
+        {"properties": {"kind": {"enum": [k for k in TARGET_KINDS if k not in ("http", "lambda")]}}},
+        {"properties": {"kind": {"const": "lambda"}, "config": _LAMBDA_EVENT}},
+    ]
+}
+
+
+def _when(condition: dict[str, Any], required: str, then: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "if": {"properties": {required: condition}, "required": [required]},
+        "then": then,
+    }
+
+
+def _callback_only(field: str, condition: dict[str, Any]) -> dict[str, Any]:
+    return _when(
+        condition, field, {"properties": {"completion": {"const": "callback"}}, "required": ["completion"]}
+    )
+
+
+def _completion_json_schema(schema: dict[str, Any]) -> None:
+    """The completion rules (domain.jobs.check_completion) as the document states them for a create: which
+    targets each completion takes, the heartbeat and a timeout over 840 s for callback only. One rule stays
+    in words (the field descriptions): a heartbeat no longer than the timeout."""
+    schema["allOf"] = [
+        _when({"const": "callback"}, "completion", {"properties": {"target": _HTTP}}),
+        _when(
+            {"const": "response"}, "completion", {"properties": {"target": {"anyOf": [_HTTP, _LAMBDA_SYNC]}}}
+        ),
+        _when({"const": "delivery"}, "completion", {"properties": {"target": _DELIVERED}}),
+        _callback_only("heartbeat_seconds", {"type": "integer"}),
+        _callback_only("timeout_seconds", {"exclusiveMinimum": MAX_TIMEOUT_SECONDS}),
+    ]
+
+
 class JobCreate(RequestModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_completion_json_schema)
+
     name: Name
     description: Description = ""
     tags: dict[TagKey, TagValue] = Field(
@@ -288,10 +355,18 @@ class JobCreate(RequestModel):
     schedule: ScheduleIn
     target: TargetIn
     policies: PoliciesIn = Field(default_factory=lambda: PoliciesIn())
-    timeout_seconds: JsonInt = Field(default=60, ge=1, le=MAX_TIMEOUT_SECONDS)
+    timeout_seconds: JsonInt = Field(
+        default=60, ge=1, le=MAX_CALLBACK_TIMEOUT_SECONDS, description=_TIMEOUT_RULE
+    )
     retention_days: JsonInt = Field(
         default=30, ge=1, le=MAX_RETENTION_DAYS, description="How long run history is kept."
     )
+    completion: Completion | None = Field(
+        default=None,
+        description=f"{_COMPLETION_RULE} Default (null): the target's own: response for http and lambda "
+        "RequestResponse, delivery for the rest.",
+    )
+    heartbeat_seconds: Heartbeat | None = Field(default=None, description=_HEARTBEAT_RULE)
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -303,11 +378,21 @@ class JobCreate(RequestModel):
             policies=self.policies.to_policies(),
             timeout_seconds=self.timeout_seconds,
             retention_days=self.retention_days,
+            completion=self.completion,
+            heartbeat_seconds=self.heartbeat_seconds,
         )
 
     def fingerprint(self) -> str:
-        """sha256 of the request with defaults filled in: equal requests give equal fingerprints."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """sha256 of the request with defaults filled in: equal requests give equal fingerprints. The
+        completion is left out when it is the target's default and the heartbeat when it is not given, so a
+        request that does not name them has the fingerprint it had before they existed."""
+        body = self.model_dump(mode="json")
+        default = default_completion(Target(self.target.kind, self.target.config))
+        if self.completion is None or self.completion is default:
+            del body["completion"]
+        if self.heartbeat_seconds is None:
+            del body["heartbeat_seconds"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -365,7 +450,8 @@ class PoliciesPatchIn(RequestModel):
 
 class JobPatchIn(RequestModel):
     """Fields to change; omitted (or null) fields keep their value, except schedule.start_at / end_at where
-    null removes the bound. `target` replaces the whole target."""
+    null removes the bound, and heartbeat_seconds where null removes the heartbeat. `target` replaces the
+    whole target."""
 
     name: Name | None = None
     description: Description | None = None
@@ -375,8 +461,18 @@ class JobPatchIn(RequestModel):
     schedule: SchedulePatchIn | None = None
     target: TargetIn | None = None
     policies: PoliciesPatchIn | None = None
-    timeout_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_TIMEOUT_SECONDS), _INTEGRAL] | None = None
+    timeout_seconds: (
+        Annotated[int, Strict(), Field(ge=1, le=MAX_CALLBACK_TIMEOUT_SECONDS), _INTEGRAL] | None
+    ) = Field(default=None, description=_TIMEOUT_RULE)
     retention_days: Annotated[int, Strict(), Field(ge=1, le=MAX_RETENTION_DAYS), _INTEGRAL] | None = None
+    completion: Completion | None = Field(
+        default=None,
+        description=f"{_COMPLETION_RULE} Omitted, it stays as it is unless a new `target` does not allow it: "
+        "then it becomes the new target's default (leaving callback also removes the heartbeat).",
+    )
+    heartbeat_seconds: Heartbeat | None = Field(
+        default=None, description=f"{_HEARTBEAT_RULE} Here null removes it; omitted, it stays."
+    )
 
     def to_patch(self) -> JobPatch:
         return JobPatch(
@@ -388,6 +484,10 @@ class JobPatchIn(RequestModel):
             policies=None if self.policies is None else self.policies.to_patch(),
             timeout_seconds=_given(self.timeout_seconds),
             retention_days=_given(self.retention_days),
+            completion=_given(self.completion),
+            heartbeat_seconds=self.heartbeat_seconds
+            if "heartbeat_seconds" in self.model_fields_set
+            else UNSET,
         )
 
 
@@ -503,6 +603,14 @@ class JobOut(BaseModel):
     target: TargetOut
     policies: PoliciesOut
     timeout_seconds: int
+    completion: Completion = Field(
+        description="How its runs end: response (the target's answer), callback (the target reports through "
+        "its completion URL) or delivery (the message or invocation was accepted)."
+    )
+    heartbeat_seconds: int | None = Field(
+        description="Callback only: the longest silence before an accepted attempt counts as dead "
+        "(null: none)."
+    )
     retention_days: int
     next_fire_at: datetime | None = Field(description="Next fire not yet planned (UTC, before jitter).")
     paused_at: datetime | None
@@ -527,6 +635,8 @@ def job_fields(job: Job) -> dict[str, Any]:
         "target": TargetOut(kind=job.target.kind, config=_redacted_config(job.target.config)),
         "policies": PoliciesOut.of(job.policies),
         "timeout_seconds": job.timeout_seconds,
+        "completion": job.completion,
+        "heartbeat_seconds": job.heartbeat_seconds,
         "retention_days": job.retention_days,
         "next_fire_at": job.next_fire_at,
         "paused_at": job.paused_at,
@@ -603,6 +713,23 @@ class LeaseOut(BaseModel):
     expires_at: datetime = Field(description="When a silent holder counts as dead and the run is retried.")
 
 
+RunResult = Literal["completed", "delivered"]
+
+
+def run_completion(run: Run) -> Completion:
+    """How the run ends: its job view's completion (response for a run stored without a view)."""
+    return Completion.RESPONSE if run.job_view is None else run.job_view.completion
+
+
+def run_result(run: Run) -> RunResult | None:
+    """What a succeeded run's success means: `delivered` in delivery mode (the message or invocation was
+    accepted; the work itself is not followed), `completed` otherwise (the target answered, or reported
+    through its completion URL, that the work is done). None for a run that has not succeeded."""
+    if run.state is not RunState.SUCCEEDED:
+        return None
+    return "delivered" if run_completion(run) is Completion.DELIVERY else "completed"
+
+
 class RunOut(BaseModel):
     id: str
     job_id: str
@@ -610,12 +737,29 @@ class RunOut(BaseModel):
     trigger: Trigger
     job_version: int = Field(description="The job's version when the run was planned.")
     attempt: int = Field(description="Attempts started so far.")
+    completion: Completion = Field(
+        description="How the run ends (its job's completion as the run was planned or last edited): "
+        "response, callback or delivery."
+    )
+    result: RunResult | None = Field(
+        description="What a succeeded run's success means: `delivered` (completion delivery: the message or "
+        "invocation was accepted; whether the work then succeeded is not followed) or `completed` (the "
+        "target answered, or reported through its completion URL, that the work is done). null unless "
+        "the run succeeded."
+    )
     timings: TimingsOut
     outcome: str | None
     reason: str | None
     attempts: list[AttemptOut]
     lease: LeaseOut | None = Field(
-        default=None, description="While running: who holds the run, and until when."
+        default=None,
+        description="While running: who holds the run, and until when (a callback run's heartbeats "
+        "extend it).",
+    )
+    heartbeat_at: datetime | None = Field(
+        default=None,
+        description="Callback runs: the current (or last) attempt's latest heartbeat from the target; null "
+        "before the first.",
     )
     retry_at: datetime | None = Field(default=None, description="While waiting to retry: when.")
 
@@ -628,6 +772,8 @@ class RunOut(BaseModel):
             trigger=run.trigger,
             job_version=run.job_version,
             attempt=run.attempt,
+            completion=run_completion(run),
+            result=run_result(run),
             timings=TimingsOut(
                 scheduled_for=run.scheduled_for,
                 due_at=run.due_at,
@@ -643,6 +789,7 @@ class RunOut(BaseModel):
             lease=None
             if run.lease_owner is None or run.lease_expires_at is None
             else LeaseOut(owner=run.lease_owner, expires_at=run.lease_expires_at),
+            heartbeat_at=run.heartbeat_at,
             retry_at=run.retry_at,
         )
 
