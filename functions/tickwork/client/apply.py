@@ -91,6 +91,9 @@ def load_file(path: Path) -> list[dict[str, Any]]:
         body = job.model_dump(mode="json")
         body["target"]["config"] = json.loads(json.dumps(dict(spec.target.config), default=str))
         body["schedule"].update(expression=spec.schedule.expression, timezone=spec.schedule.timezone)
+        # A job that does not name its completion has its target's (as the API stores it), and no heartbeat.
+        body["completion"] = str(spec.resolved_completion)
+        body["heartbeat_seconds"] = spec.heartbeat_seconds
         jobs.append(body)
     return jobs
 
@@ -107,6 +110,8 @@ def comparable(job: Mapping[str, Any]) -> dict[str, Any]:
         "policies": job["policies"],
         "timeout_seconds": job["timeout_seconds"],
         "retention_days": job["retention_days"],
+        "completion": job.get("completion"),
+        "heartbeat_seconds": job.get("heartbeat_seconds"),
     }
 
 

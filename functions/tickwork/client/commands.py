@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 import yaml
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -54,15 +54,11 @@ class Context:
             self._client = ApiClient(endpoint)
         return self._client
 
-    def emit(self, data: Any, table: Callable[[], Table | str]) -> None:
+    def emit(self, data: Any, table: Callable[[], RenderableType]) -> None:
         if self.output == "json":
             click.echo(json.dumps(data, indent=2, default=str))
         else:
-            rendered = table()
-            if isinstance(rendered, str):
-                out.print(rendered)
-            else:
-                out.print(rendered)
+            out.print(table())
 
 
 def api_call(command: F) -> F:
@@ -148,6 +144,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         ("target", f"{job['target']['kind']} {json.dumps(job['target']['config'])}"),
         ("policies", json.dumps(job["policies"])),
         ("timeout", f"{job['timeout_seconds']} s"),
+        ("completion", completion_text(job)),
         ("tags", json.dumps(job["tags"])),
     ]
     for name, value in rows:
@@ -155,40 +152,93 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
     return table
 
 
+def completion_text(job: Mapping[str, Any]) -> str:
+    """How a job's runs end, in words: `callback, heartbeat every 60 s`."""
+    completion = str(job.get("completion") or "response")
+    heartbeat = job.get("heartbeat_seconds")
+    if completion == "callback":
+        return f"callback, heartbeat every {heartbeat} s" if heartbeat else "callback, no heartbeat"
+    return completion
+
+
+def run_state_text(run: Mapping[str, Any]) -> str:
+    """A run's state as people read it: a delivery run that succeeded was `delivered` (the message was
+    accepted), which says nothing of whether the work then succeeded."""
+    return "delivered" if run.get("result") == "delivered" else str(run["state"])
+
+
+_RUN_COLUMNS = (
+    "RUN ID",
+    "STATE",
+    "ENDS BY",
+    "TRIGGER",
+    "ATTEMPT",
+    "SCHEDULED FOR",
+    "STARTED",
+    "DELAY",
+    "LEASE UNTIL",
+    "LAST HEARTBEAT",
+    "OUTCOME",
+)
+
+
 def _runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
     table = Table()
-    for column in ("RUN ID", "STATE", "TRIGGER", "ATTEMPT", "SCHEDULED FOR", "STARTED", "DELAY", "OUTCOME"):
+    for column in _RUN_COLUMNS:
         table.add_column(column, overflow="fold")
     for run in runs:
         timings = run["timings"]
         delay = timings.get("start_delay_ms")
+        lease = run.get("lease")
         table.add_row(
             run["id"],
-            run["state"],
+            run_state_text(run),
+            str(run.get("completion") or "response"),
             run["trigger"],
             str(run["attempt"]),
             str(timings["scheduled_for"]),
             str(timings.get("started_at") or "-"),
             "-" if delay is None else f"{delay} ms",
+            str(lease["expires_at"]) if lease else "-",
+            str(run.get("heartbeat_at") or "-"),
             _short(run.get("outcome") or run.get("reason") or ""),
         )
     return table
 
 
-def _run_detail(run: Mapping[str, Any]) -> Table:
+def _run_detail(run: Mapping[str, Any]) -> RenderableType:
     table = _runs_table([run])
     for attempt in run.get("attempts") or []:
-        table.add_row(
-            f"  attempt {attempt.get('attempt')}",
-            "ok" if attempt.get("ok") else "failed",
-            str(attempt.get("worker") or ""),
-            "",
-            "",
-            str(attempt.get("finished_at") or ""),
-            f"{attempt.get('latency_ms')} ms",
-            _short(f"{attempt.get('status')}: {attempt.get('detail') or ''}"),
-        )
-    return table
+        cells = {
+            "RUN ID": f"  attempt {attempt.get('attempt')}",
+            "STATE": "ok" if attempt.get("ok") else "failed",
+            "TRIGGER": str(attempt.get("worker") or ""),
+            "STARTED": str(attempt.get("finished_at") or ""),
+            "DELAY": f"{attempt.get('latency_ms')} ms",
+            "OUTCOME": _short(f"{attempt.get('status')}: {attempt.get('detail') or ''}"),
+        }
+        table.add_row(*(cells.get(column, "") for column in _RUN_COLUMNS))
+    lease = run.get("lease")
+    facts = [
+        ("completion", _completion_fact(run)),
+        ("lease", f"held by {lease['owner']} until {lease['expires_at']}" if lease else "-"),
+        ("last heartbeat", str(run.get("heartbeat_at") or "-")),
+    ]
+    details = Table(show_header=False, box=None)
+    details.add_column(style="bold")
+    details.add_column(overflow="fold")
+    for name, value in facts:
+        details.add_row(name, value)
+    return Group(table, details)
+
+
+def _completion_fact(run: Mapping[str, Any]) -> str:
+    completion = str(run.get("completion") or "response")
+    if run.get("result") == "delivered":
+        return f"{completion}: delivered (the message was accepted; the work itself is not followed)"
+    if run.get("result") == "completed":
+        return f"{completion}: completed"
+    return completion
 
 
 def _split_run_id(run_id: str) -> str:
@@ -278,6 +328,20 @@ _QUICK = [
     click.option("--schedule", "expression", help="Cron expression, e.g. '30 2 * * *'."),
     click.option("--tz", "timezone", help="IANA time zone (default UTC)."),
     click.option("--http", "http_url", help="Target: call this URL (POST)."),
+    click.option(
+        "--completion",
+        type=click.Choice(["response", "callback", "delivery"]),
+        help="How a run ends (default: the target's own; callback for http only).",
+    ),
+    click.option(
+        "--heartbeat",
+        "heartbeat",
+        type=click.IntRange(10, 86_400),
+        help="Callback only: seconds of silence before an accepted attempt counts as dead.",
+    ),
+    click.option(
+        "--timeout", "timeout", type=click.IntRange(1, 86_400), help="Seconds (840 at most unless callback)."
+    ),
 ]
 
 
@@ -288,7 +352,13 @@ def _quick_options(command: F) -> F:
 
 
 def _quick_body(
-    name: str | None, expression: str | None, timezone: str | None, http_url: str | None
+    name: str | None,
+    expression: str | None,
+    timezone: str | None,
+    http_url: str | None,
+    completion: str | None = None,
+    heartbeat: int | None = None,
+    timeout: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if name:
@@ -297,6 +367,12 @@ def _quick_body(
         body["schedule"] = {k: v for k, v in (("expression", expression), ("timezone", timezone)) if v}
     if http_url:
         body["target"] = {"kind": "http", "config": {"url": http_url, "method": "POST"}}
+    if completion:
+        body["completion"] = completion
+    if heartbeat is not None:
+        body["heartbeat_seconds"] = heartbeat
+    if timeout is not None:
+        body["timeout_seconds"] = timeout
     return body
 
 
@@ -315,13 +391,17 @@ def jobs_create(
     expression: str | None,
     timezone: str | None,
     http_url: str | None,
+    completion: str | None,
+    heartbeat: int | None,
+    timeout: int | None,
     idempotency_key: str | None,
 ) -> None:
-    """Create a job from a file, or from --name, --schedule, --tz and --http."""
+    """Create a job from a file, or from --name, --schedule, --tz and --http (and --completion, --heartbeat,
+    --timeout)."""
     body = _read_body(file) if file else {}
     if not isinstance(body, dict):
         raise click.UsageError(f"{file}: expected one job (a mapping)")
-    body = {**body, **_quick_body(name, expression, timezone, http_url)}
+    body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
     missing = [k for k in ("name", "schedule", "target") if k not in body]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}: give -f FILE or --name, --schedule and --http")
@@ -336,6 +416,7 @@ def jobs_create(
     "-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), help="Fields to change."
 )
 @_quick_options
+@click.option("--no-heartbeat", is_flag=True, help="Remove the heartbeat of a callback job.")
 @click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
 @click.pass_obj
 @api_call
@@ -347,13 +428,22 @@ def jobs_update(
     expression: str | None,
     timezone: str | None,
     http_url: str | None,
+    completion: str | None,
+    heartbeat: int | None,
+    timeout: int | None,
+    no_heartbeat: bool,
     if_match: int | None,
 ) -> None:
-    """Change some of a job's fields (PATCH): from a file, or --name, --schedule, --tz, --http."""
+    """Change some of a job's fields (PATCH): from a file, or --name, --schedule, --tz, --http, --completion,
+    --heartbeat (--no-heartbeat), --timeout."""
     body = _read_body(file) if file else {}
     if not isinstance(body, dict):
         raise click.UsageError(f"{file}: expected the fields to change (a mapping)")
-    body = {**body, **_quick_body(name, expression, timezone, http_url)}
+    if no_heartbeat and heartbeat is not None:
+        raise click.UsageError("give --heartbeat or --no-heartbeat, not both")
+    body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
+    if no_heartbeat:
+        body["heartbeat_seconds"] = None
     if not body:
         raise click.UsageError("nothing to change: give -f FILE or a field option")
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
