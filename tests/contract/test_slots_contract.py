@@ -476,12 +476,11 @@ class Moto:
 
 
 @pytest.fixture
-def moto_slots(aws_env: None) -> Iterator[Moto]:
+def moto_slots(moto: None) -> Moto:
     names = ResourceNames(prefix="layout")
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        ensure_tables(client, names)
-        yield Moto(client, names.table(SLOTS))
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    ensure_tables(client, names)
+    return Moto(client, names.table(SLOTS))
 
 
 def holds_homed_at(pool: Pool, stripe: int, count: int, start: int = 0) -> list[SlotHold]:
