@@ -181,19 +181,47 @@ function signInView() {
   view("Sign in", h("p", { class: "muted" }, hint), form);
 }
 
+// --- how runs end --------------------------------------------------------------------------------------
+
+const COMPLETION_WORDS = {
+  response: "response: the target's answer is the outcome",
+  callback: "callback: the target reports to its completion URL",
+  delivery: "delivery: a run ends when the message is accepted",
+};
+
+// How a job's runs end, in words (with a callback job's heartbeat).
+function completionText(job) {
+  const completion = job.completion || "response";
+  const words = COMPLETION_WORDS[completion] || completion;
+  if (completion !== "callback") return words;
+  return job.heartbeat_seconds ? `${words}; heartbeat every ${job.heartbeat_seconds} s` : `${words}; no heartbeat`;
+}
+
+// A run's state as people read it: a delivery run that succeeded was delivered (the message was accepted),
+// which says nothing of whether the work then succeeded.
+function stateText(run) {
+  return run.result === "delivered" ? "delivered" : run.state;
+}
+
+function runState(run) {
+  return h("span", { class: `state ${stateText(run)}` }, stateText(run));
+}
+
 // --- jobs ----------------------------------------------------------------------------------------------
 
 function runMarks(runs) {
   return h("span", { class: "marks", role: "img",
-    "aria-label": runs.length ? `last runs: ${runs.map((r) => r.state).join(", ")}` : "no runs yet" },
-    runs.slice(0, 8).reverse().map((r) => h("span", { class: `mark ${r.state}`, title: `${r.state} ${when(r.timings.scheduled_for)}` })));
+    "aria-label": runs.length ? `last runs: ${runs.map(stateText).join(", ")}` : "no runs yet" },
+    runs.slice(0, 8).reverse().map((r) => h("span", { class: `mark ${stateText(r)}`, title: `${stateText(r)} ${when(r.timings.scheduled_for)}` })));
 }
 
+// Of the finished runs, how many succeeded; for runs that were only delivered it says so.
 function successRate(runs) {
   const done = runs.filter((r) => ["succeeded", "failed"].includes(r.state));
   if (!done.length) return "–";
-  const ok = done.filter((r) => r.state === "succeeded").length;
-  return `${Math.round((100 * ok) / done.length)} % of ${done.length}`;
+  const good = done.filter((r) => r.state === "succeeded");
+  const delivered = good.length && good.every((r) => r.result === "delivered") ? " delivered" : "";
+  return `${Math.round((100 * good.length) / done.length)} %${delivered} of ${done.length}`;
 }
 
 async function jobsView(params) {
@@ -423,6 +451,7 @@ async function jobView(jobId) {
     ["Next fire", when(job.next_fire_at)], ["Target", `${job.target.kind} ${JSON.stringify(job.target.config)}`],
     ["Policies", `overlap ${job.policies.overlap}, missed fires ${job.policies.missed_fire}, ` +
       `${job.policies.retry.max_attempts} attempts`], ["Timeout", `${job.timeout_seconds} s`],
+    ["Runs end by", completionText(job)],
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
   ];
   const runsArea = h("section", { "aria-labelledby": "runs-heading" });
@@ -441,7 +470,7 @@ async function jobView(jobId) {
 function showRuns(jobId, area, items) {
   const history = items.map((r) => h("tr", {},
     h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(r.id)}` }, when(r.timings.scheduled_for))),
-    h("td", {}, h("span", { class: `state ${r.state}` }, r.state)),
+    h("td", {}, runState(r)),
     h("td", {}, r.trigger), h("td", {}, r.attempt), h("td", {}, when(r.timings.started_at)),
     h("td", {}, ms(r.timings.start_delay_ms)), h("td", {}, r.outcome || r.reason || "")));
   area.replaceChildren(
@@ -474,14 +503,20 @@ async function runView(jobId, runId) {
   const path = `/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(runId)}`;
   const run = (await api("GET", path)).body;
   const t = run.timings;
+  const callback = run.completion === "callback";
   const steps = [
     h("li", {}, h("strong", {}, "planned "), when(t.planned_at), ` for ${when(t.scheduled_for)} (due ${when(t.due_at)})`),
     ...run.attempts.map((a) => h("li", { class: a.ok ? "ok" : "failed" },
-      h("strong", {}, `attempt ${a.attempt} `), a.ok ? "succeeded" : "failed", ` at ${when(a.finished_at)}`,
+      h("strong", {}, `attempt ${a.attempt} `), a.ok ? (run.completion === "delivery" ? "delivered" : "succeeded") : "failed",
+      ` at ${when(a.finished_at)}`,
       h("div", { class: "muted" }, `worker ${a.worker || "–"} · status ${a.status} · ${ms(a.latency_ms)}`),
       a.detail ? h("div", {}, a.detail) : null)),
   ];
-  if (run.lease) steps.push(h("li", {}, h("strong", {}, "running "), `held by ${run.lease.owner} until ${when(run.lease.expires_at)}`));
+  if (run.lease) {
+    steps.push(h("li", {}, h("strong", {}, "running "), `held by ${run.lease.owner} until ${when(run.lease.expires_at)}`,
+      callback ? h("div", { class: "muted" }, run.heartbeat_at
+        ? `last heartbeat ${when(run.heartbeat_at)}: each one moves the lease` : "no heartbeat yet") : null));
+  }
   if (run.retry_at) steps.push(h("li", {}, h("strong", {}, "next attempt "), when(run.retry_at)));
   const retryKey = crypto.randomUUID();
   const retry = ["failed", "cancelled"].includes(run.state)
@@ -493,9 +528,11 @@ async function runView(jobId, runId) {
   view(`Run ${run.id}`,
     h("p", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}` }, "Back to the job")),
     h("dl", { class: "def" },
-      [["State", h("span", { class: `state ${run.state}` }, run.state)], ["Trigger", run.trigger],
-        ["Attempts", run.attempt], ["Start delay", ms(t.start_delay_ms)], ["Outcome", run.outcome || "–"],
-        ["Reason", run.reason || "–"]].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      [["State", runState(run)], ["Ends by", COMPLETION_WORDS[run.completion] || run.completion || "–"],
+        ["Trigger", run.trigger], ["Attempts", run.attempt], ["Start delay", ms(t.start_delay_ms)],
+        ["Lease", run.lease ? `held by ${run.lease.owner} until ${when(run.lease.expires_at)}` : "–"],
+        ["Last heartbeat", when(run.heartbeat_at)],
+        ["Outcome", run.outcome || "–"], ["Reason", run.reason || "–"]].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: "actions" }, retry),
     h("h2", {}, "Timeline"), h("ol", { class: "timeline" }, steps));
   if (!["succeeded", "failed", "skipped", "missed", "cancelled"].includes(run.state)) later(() => render(true), 2000);
