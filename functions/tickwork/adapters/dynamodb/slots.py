@@ -230,8 +230,8 @@ class DynamoSlots:
                 where == attempt.home and _markers(refused.item).get(attempt.marker)
             ):
                 return False
-            if len(holders) < attempt.sizes[where]:
-                refused = self._take(attempt, where)
+            if attempt.holder in holders or len(holders) < attempt.sizes[where]:
+                refused = self._take(attempt, where)  # (in already: a duplicate of this hold put it there)
             elif ended:
                 refused = self._take_over(attempt, where, ended)
             else:
@@ -240,9 +240,9 @@ class DynamoSlots:
 
     def _candidates(self, attempt: _Attempt) -> list[int]:
         """Where to look when the home is full: up to SAMPLE other stripes picked at random and read in one
-        eventually consistent BatchGetItem (a read costs a tenth of a refused write), those with room first,
-        then those with holders whose leases ended, each group in its random order. Full stripes are not
-        tried at all (so a full pool costs a waiting run one write and one read)."""
+        eventually consistent BatchGetItem (reading a stripe costs a tenth of a refused write to it): those
+        with room first, then those with holders whose leases ended, each group in its random order. Full
+        stripes are not tried at all (so a full pool costs a waiting run one write and one read)."""
         count = len(attempt.sizes)
         picked = [
             (attempt.home + offset) % count
