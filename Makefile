@@ -43,7 +43,7 @@ test: install lint
 
 # The fast tier: lint, types, then every test that needs no process, emulator, AWS double, network or
 # browser, offline (`pytest --fast`: the markers and the rule are in tests/conftest.py). No MiniStack or
-# Chromium install; 17-47 s on 2 cores, warm to cold (README, "Two commands").
+# Chromium install; 17-56 s on 2 cores under load, warm to cold (README, "Two commands").
 test-fast: lint
 	$(VENV)/bin/pytest --fast -q
 
