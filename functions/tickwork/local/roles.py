@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
 
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
@@ -111,36 +112,68 @@ def run_api(parts: Components, stop: threading.Event) -> None:
 # An orphaned role (its supervisor died) stops as it would on SIGTERM, but nobody will SIGKILL it if a run
 # hangs: it exits on its own after this long.
 ORPHAN_EXIT_SECONDS = 3.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stop_signal_noted(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler of the stop signals, which does nothing: see `_Lifetime`."""
 
 
 class _Lifetime:
     """When a role stops: on SIGTERM/SIGINT/SIGHUP, and when its supervisor dies, however it died (the
-    parent-death signal, then a parent-pid watchdog, see lifeline.py)."""
+    parent-death signal, then a parent-pid watchdog, see lifeline.py).
+
+    No stop signal is acted on in its handler. A Python signal handler runs in the main thread between two
+    bytecodes of whatever it interrupted, so it must not take a lock that code may hold: `Event.set()`
+    there deadlocked the role until the supervisor's SIGKILL 15 s later, when a signal landed while the
+    main thread held the Event's lock, in `stop.wait()` or in the previous signal's `set()` (a stopping
+    role gets SIGTERM twice, from its process group and from the supervisor). Ignoring the signals after
+    the first would not cover the first one landing in `stop.wait()`. So the C-level handler writes the
+    signal's number to a pipe (`signal.set_wakeup_fd`: no lock, no Python code), the Python-level handler
+    does nothing, and a thread of its own reads the pipe and calls `request_stop()`."""
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         # The supervisor passes its pid; a role started by hand is tied to whoever started it.
         self.parent = int(os.environ.get("TICKWORK_PARENT_PID") or os.getppid())
-        self._orphaned = threading.Event()
+        self._orphaned = False
+        self._lock = threading.Lock()  # the signal thread and the parent watchdog may both call request_stop
 
     def tie_to_parent(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, lambda *_: self.request_stop())
+        """Arm the stop signals and the parent watch. From the main thread (signal handlers are set there)."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)  # a full pipe drops the byte: a stop is pending anyway
+        threading.Thread(
+            target=self._stop_on_signals, args=(read_end,), name="tickwork-stop-signals", daemon=True
+        ).start()
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _stop_signal_noted)
         set_parent_death_signal(signal.SIGTERM)
         watch_parent(self.parent, self.request_stop)
         if os.getppid() != self.parent:  # it died before the signal was armed
             self.request_stop()
 
+    def _stop_on_signals(self, read_end: int) -> None:
+        """Call request_stop for each stop signal the C-level handler wrote to the pipe."""
+        while received := os.read(read_end, 64):
+            if any(signum in STOP_SIGNALS for signum in received):
+                self.request_stop()
+
     def request_stop(self) -> None:
+        """Stop the role; once its supervisor is gone, exit ORPHAN_EXIT_SECONDS later at the latest. Safe
+        from several threads at once; never from a signal handler (it takes locks, see the class)."""
         self.stop.set()
-        if os.getppid() != self.parent and not self._orphaned.is_set():
-            self._orphaned.set()
-            logger.warning(
-                "supervisor %d is gone: stopping (exit in %.0f s at most)", self.parent, ORPHAN_EXIT_SECONDS
-            )
-            timer = threading.Timer(ORPHAN_EXIT_SECONDS, os._exit, args=(1,))
-            timer.daemon = True
-            timer.start()
+        with self._lock:
+            if self._orphaned or os.getppid() == self.parent:
+                return
+            self._orphaned = True
+        logger.warning(
+            "supervisor %d is gone: stopping (exit in %.0f s at most)", self.parent, ORPHAN_EXIT_SECONDS
+        )
+        timer = threading.Timer(ORPHAN_EXIT_SECONDS, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
 
 
 RUNNERS: dict[str, Callable[[Components, threading.Event], None]] = {
