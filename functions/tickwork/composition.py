@@ -11,21 +11,25 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+from tickwork.adapters.sqlite.slots import SqliteSlots
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
-from tickwork.domain.callbacks import CallbackLinks
+from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
+from tickwork.domain.slots import SlotLimits
+from tickwork.resources import SLOTS
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
-from tickwork.services.ports import Metrics
+from tickwork.services.ports import Metrics, SlotStore
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
 from tickwork.settings import Settings, SettingsError
@@ -109,6 +113,18 @@ class Components:
         config = PlannerConfig(lookahead=self.settings.lookahead, reread=self.settings.reread)
         return Planner(self.store, self.dispatcher, self.clock, config)
 
+    @cached_property
+    def slots(self) -> SlotStore:
+        """The concurrency slots (the bound counts runs), retried on throttling like the store."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteSlots(self.database), self.clock, Random())
+        table = self.settings.resource_names.table(SLOTS)
+        return retrying(DynamoSlots(self.client_for("dynamodb"), table), self.clock, Random())
+
+    @property
+    def slot_limits(self) -> SlotLimits:
+        return SlotLimits(self.settings.concurrency_cap, self.settings.owner_concurrency_cap)
+
     def executor(self, worker_id: str | None = None) -> Executor:
         worker = worker_id or f"{socket.gethostname()}-{Random().getrandbits(32):08x}"
         return Executor(
@@ -121,7 +137,9 @@ class Components:
                 worker_id=worker,
                 lease_margin=timedelta(seconds=self.settings.lease_margin_seconds),
                 callbacks=self.callback_links,
+                limits=self.slot_limits,
             ),
+            slots=self.slots,
         )
 
     @cached_property
@@ -129,15 +147,28 @@ class Components:
         """Where callback runs report (None when the deployment names no API URL)."""
         if not self.settings.callback_url:
             return None
-        return CallbackLinks(self.settings.callback_url, self.signing_secret)
+        return CallbackLinks(self.settings.callback_url, self.callback_key)
+
+    @cached_property
+    def callback_key(self) -> bytes:
+        """The key of callback URL tokens (see Settings.callback_key)."""
+        if self.settings.callback_key:
+            return self.settings.callback_key.encode()
+        if self.settings.callback_key_arn:
+            secret = self.client_for("secretsmanager").get_secret_value(
+                SecretId=self.settings.callback_key_arn
+            )
+            return str(secret["SecretString"]).encode()
+        return derived_callback_key(self.signing_secret)
 
     def callbacks(self) -> Callbacks:
         return Callbacks(
             self.store,
             self.dispatcher,
             self.clock,
-            self.signing_secret,
+            self.callback_key,
             lease_margin=timedelta(seconds=self.settings.lease_margin_seconds),
+            slots=(self.slots, self.slot_limits),
         )
 
     def sweeper(self) -> Sweeper:

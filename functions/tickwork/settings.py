@@ -54,7 +54,8 @@ class Settings:
     shard_count: int = 16
     lookahead_seconds: int = 120
     reread_seconds: int = 120
-    concurrency_cap: int = 10_000
+    concurrency_cap: int = 10_000  # runs running at once, counted by the slots (domain/slots.py)
+    owner_concurrency_cap: int | None = None  # and at most this many of any one owner (None: no limit)
     mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
     dispatch_queue_urls: tuple[str, ...] = ()
     dead_letter_queue_url: str = ""
@@ -78,6 +79,10 @@ class Settings:
     # The API's base URL, for the completion and heartbeat URLs of callback runs ("" : none are given, and
     # a callback job's 202 counts as a plain success).
     callback_url: str = ""
+    # The key of callback URL tokens (AWS: a secret of its own, so the API that verifies tokens never holds
+    # the key that signs target calls; locally and in tests, derived from the signing secret when unset).
+    callback_key: str = ""
+    callback_key_arn: str = ""
 
     @property
     def caller_auth(self) -> str:
@@ -123,6 +128,11 @@ class Settings:
             lookahead_seconds=_int(env, "TICKWORK_LOOKAHEAD_SECONDS", 120, 1, 600),
             reread_seconds=_reread(env),
             concurrency_cap=_int(env, "TICKWORK_CONCURRENCY_CAP", 10_000, 1, 100_000),
+            owner_concurrency_cap=(
+                _int(env, "TICKWORK_OWNER_CONCURRENCY_CAP", 1, 1, 100_000)
+                if env.get("TICKWORK_OWNER_CONCURRENCY_CAP")
+                else None
+            ),
             mode=mode,
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
@@ -137,6 +147,8 @@ class Settings:
             api_auth=api_auth,
             dashboard_name=env.get("TICKWORK_DASHBOARD_NAME", ""),
             callback_url=env.get("TICKWORK_CALLBACK_URL", "").rstrip("/"),
+            callback_key=env.get("TICKWORK_CALLBACK_KEY", ""),
+            callback_key_arn=env.get("TICKWORK_CALLBACK_KEY_ARN", ""),
         )
 
     def require(self, *names: str) -> Settings:

@@ -82,6 +82,7 @@ class Monitored:
     queues: Sequence[sqs.Queue]
     dead_letter_queue: sqs.Queue
     tables: Sequence[tuple[TableDef, dynamodb.ITable]]  # each table with its definition (for index names)
+    concurrency_cap: int = 0  # runs in flight at most (the slots' bound), drawn on the dashboard
 
 
 class Observability(Construct):
@@ -526,9 +527,11 @@ class Observability(Construct):
         )
         board.add_widgets(
             cw.GraphWidget(
-                title="Executor concurrency",
-                left=[self.m.executor.metric("ConcurrentExecutions", statistic="Maximum", period=MINUTE)],
-                left_annotations=[
+                title="Runs in flight (the bound's count) and executor invocations",
+                left=[self.metric("RunsInFlight", statistic="Maximum")],
+                left_annotations=[cw.HorizontalAnnotation(value=self.m.concurrency_cap, label="cap")],
+                right=[self.m.executor.metric("ConcurrentExecutions", statistic="Maximum", period=MINUTE)],
+                right_annotations=[
                     cw.HorizontalAnnotation(value=self.m.executor_reserved_concurrency, label="reserved")
                 ],
                 width=third,

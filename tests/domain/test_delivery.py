@@ -22,10 +22,12 @@ import pytest
 
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
+    AcquireSlots,
     AwaitCallback,
     ClaimRun,
     Done,
     EndAttempt,
+    ExtendSlots,
     Hold,
     Known,
     LeaseWatched,
@@ -33,6 +35,7 @@ from tickwork.domain.delivery import (
     QueueBehind,
     ReadJob,
     ReadRun,
+    ReleaseSlots,
     SendBack,
     Started,
     StartTarget,
@@ -41,6 +44,7 @@ from tickwork.domain.delivery import (
     Unsent,
     WatchLease,
     Why,
+    attempt_hold,
     next_step,
 )
 from tickwork.domain.dispatch import COMMIT_SETTLE, COMMIT_WINDOW, MAX_HOPS, RunMessage
@@ -60,6 +64,7 @@ from tickwork.domain.models import (
     make_run_id,
 )
 from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.slots import ALL, Pool
 from tickwork.domain.targets import TargetResult
 
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
@@ -712,6 +717,88 @@ ROWS: list[Row] = [
         Done,
         {"outcome": Outcome.STALE_COMPLETION},
     ),
+    # The concurrency bound: a slot in every pool before a claim, freed when the attempt is done.
+    Row(
+        "a_slot_before_the_claim",
+        "under a concurrency bound, a message arrives: the attempt takes its slots before its claim",
+        lambda: bounded(arrived()),
+        AcquireSlots,
+        {"hold.attempt": 1, "hold.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN), "then.view": None},
+    ),
+    Row(
+        "slot_taken_then_claims",
+        "the slots are taken",
+        lambda: then(bounded(arrived())),
+        ClaimRun,
+        {"claim.expected_attempt": 0},
+    ),
+    Row(
+        "bound_full_waits_in_the_queue",
+        "a pool has no free slot: the message waits in the queue and asks again (a wait is not a hop)",
+        lambda: then(bounded(arrived()), busy=True),
+        SendBack,
+        {
+            "outcome": Outcome.WAITING_FOR_SLOT,
+            "message.slot_waits": 1,
+            "message.hops": 0,
+            "counts": ("SlotWaits",),
+        },
+    ),
+    Row(
+        "finish_frees_the_slot",
+        "the finish landed: the slot is freed before the delivery ends",
+        lambda: then(_holding_slot(target_answered(OK))),
+        ReleaseSlots,
+        {"hold.attempt": 1, "then.outcome": Outcome.SUCCEEDED},
+    ),
+    Row(
+        "freed_then_done",
+        "the slot is freed",
+        lambda: then(then(_holding_slot(target_answered(OK)))),
+        Done,
+        {"outcome": Outcome.SUCCEEDED},
+    ),
+    Row(
+        "refused_claim_frees_the_slot",
+        "the claim was refused (another delivery has the run): the slot taken for it is freed",
+        lambda: then(
+            then(bounded(arrived())), refused=True, run=replace(someone_elses(), queue_carried=False)
+        ),
+        ReleaseSlots,
+        # Its own hold (named by its lease owner), never the winner's.
+        {"then.outcome": Outcome.DUPLICATE, "hold.run_id": f"{a_run().run_id}@{WORKER}"},
+    ),
+    Row(
+        "accepted_keeps_the_slot",
+        "a callback run was accepted: its slot stays taken, for the accepted lease",
+        lambda: then(_holding_slot(_callback_answered(ACCEPTED))),
+        ExtendSlots,
+        {
+            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
+            "then.outcome": Outcome.ACCEPTED,
+        },
+    ),
+    Row(
+        "slot_lost_while_calling",
+        "moving the slot's lease found it taken over (the call outlived its lease): counted, the run goes on",
+        lambda: then(then(_holding_slot(_callback_answered(ACCEPTED))), busy=True),
+        SendBack,
+        {"outcome": Outcome.ACCEPTED, "counts": ("RunsAccepted", "SlotsLost")},
+    ),
+    Row(
+        "slot_take_throttled",
+        "taking the slots throttled past the store's retries: what it may hold is freed, then it goes back",
+        lambda: then(bounded(arrived()), throttled=TransientStoreError("throttled")),
+        ReleaseSlots,
+        {"then.outcome": Outcome.DEFERRED, "then.unsent": Unsent.THROTTLED},
+    ),
+    Row(
+        "carried_end_frees_the_workers_slot",
+        "a carried end landed: the delivery frees the slot the attempt's worker took",
+        lambda: then(then(bounded(_finish_arrives()), run=running())),
+        ReleaseSlots,
+        {"hold.run_id": f"{a_run().run_id}@{WORKER}", "hold.attempt": 1, "then.outcome": Outcome.SUCCEEDED},
+    ),
     # The finish write throttles: the target is never called again for a result already known.
     Row(
         "finish_throttled_tries_again",
@@ -850,6 +937,21 @@ def _callback_answered(result: TargetResult, *, queue_carried: bool = True) -> K
     return arrived().after(StartTarget(started=started, target=TARGET), LATER, result=result)
 
 
+POOLS = (Pool(ALL, 100),)
+
+
+def bounded(known: Known) -> Known:
+    """`known` under a concurrency bound of 100."""
+    return replace(known, pools=POOLS)
+
+
+def _holding_slot(known: Known) -> Known:
+    """`known` for a delivery that holds its attempt's slot (it took it before its claim)."""
+    run = running()
+    assert run.lease_expires_at is not None
+    return replace(known, pools=POOLS, holding=attempt_hold(run.run_id, WORKER, 1, run.lease_expires_at))
+
+
 def _finish_throttled(times: int, at: datetime = NOW) -> Known:
     """The finish write after a successful target throttled `times` times, the last at `at`."""
     known = target_answered(OK)
@@ -947,6 +1049,12 @@ def describe(step: Step) -> str:
         text = "start the target" + (" (holding the slot)" if step.started.exclusive else "")
     elif isinstance(step, AwaitCallback):
         text = "await the callback"
+    elif isinstance(step, AcquireSlots):
+        text = f"take the slots, then {describe(replace(step.then, counts=()))}"
+    elif isinstance(step, ExtendSlots):
+        text = f"move the slots' lease, then {describe(replace(step.then, counts=()))}"
+    elif isinstance(step, ReleaseSlots):
+        text = f"free the slots, then {describe(replace(step.then, counts=()))}"
     elif isinstance(step, WatchLease):
         text = "watch the lease"
     elif isinstance(step, EndAttempt):

@@ -91,6 +91,12 @@ def awaits(run: Run, attempt: int) -> bool:
     return run.state is RunState.RUNNING and run.attempt == attempt
 
 
+def derived_callback_key(signing_secret: bytes) -> bytes:
+    """A callback key for a deployment that has none of its own (local runs, tests): one-way from the
+    signing secret, so a token never reveals it."""
+    return hmac.new(signing_secret, _TOKEN_PURPOSE, hashlib.sha256).digest()
+
+
 def _mac(secret: bytes, payload: bytes) -> bytes:
     # Keyed apart from the HTTP call signatures made with the same secret (signing.py): a token is never a
     # valid call signature, nor the reverse.

@@ -51,6 +51,7 @@ from tickwork.domain.models import (
     Target,
     split_run_id,
 )
+from tickwork.domain.slots import ALL, Pool, SlotHold, SlotLimits, pools_for
 from tickwork.domain.targets import Invocation, TargetResult
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
@@ -68,6 +69,10 @@ THROTTLED_RETRY_MAX_SECONDS = 60.0
 # (`Finish`): a throttled finish must never let the lease expire, which would call the target again.
 FINISH_WRITES = 3
 FINISH_RETRY_FIRST = timedelta(seconds=1)
+# A run the concurrency bound holds back waits in the queue and asks again after this long (doubling with
+# each wait, jittered, capped): it never fails for waiting.
+SLOT_WAIT_FIRST = timedelta(seconds=1)
+SLOT_WAIT_CAP = timedelta(seconds=10)
 # Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
 CLAIMS_ON_VIEW = 2
 
@@ -88,6 +93,7 @@ class Outcome(StrEnum):
     LEASE_EXPIRED = "lease_expired"  # its run's worker went silent: the attempt ended (retry, or failed)
     FINISH_SENT = "finish_sent"  # the finish write still throttled: the attempt's end goes by message
     ACCEPTED = "accepted"  # a callback run's target took the work (202): it reports to its completion URL
+    WAITING_FOR_SLOT = "waiting_for_slot"  # the concurrency bound is full: back in the queue, to ask again
 
 
 class Why(StrEnum):
@@ -216,6 +222,31 @@ class AwaitCallback(Step):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AcquireSlots(Step):
+    """Take a slot in every pool for the attempt a claim is about to start, before the claim: the bound
+    counts runs, so no attempt starts without one. Then `then` (the claim)."""
+
+    hold: SlotHold
+    then: Step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtendSlots(Step):
+    """Move the slot's lease with the run's (an accepted callback attempt), then `then`."""
+
+    hold: SlotHold
+    then: Step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseSlots(Step):
+    """Free the attempt's slots (its run moved on, or its claim did not happen), then `then`."""
+
+    hold: SlotHold
+    then: Step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WatchLease(Step):
     """The message stays with its running run: back when the lease ends, or the silent attempt ends now."""
 
@@ -232,6 +263,9 @@ class EndAttempt(Step):
     after_target: bool = False
     frees_slot: bool = False  # the attempt held the job's overlap slot and the run is done with it
     by_message: bool = True  # a refusal is looked at again (a delivery), not taken as a duplicate
+    # A carried end (a throttled finish, a callback's completion): this delivery frees the attempt's
+    # concurrency slots once it lands, for the worker that took them.
+    adopts: SlotHold | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,6 +310,10 @@ class Known:
     rng: Random = field(compare=False)
     lease_margin: timedelta = LEASE_MARGIN
     max_hold: timedelta = DEFAULT_MAX_HOLD
+    pools: tuple[
+        Pool, ...
+    ] = ()  # the concurrency pools a run of this message needs a slot in (none: no bound)
+    holding: SlotHold | None = None  # the slots this delivery holds for the attempt it claims or ends
     last: Step | None = None
     run: Run | None = None
     job: Job | None = None
@@ -315,6 +353,7 @@ class Known:
             released=released,
             result=result,
             watched=watched,
+            holding=_holding(self.holding, step, busy=busy, throttled=throttled),
             claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
             finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
             throttled=throttled,
@@ -322,7 +361,28 @@ class Known:
 
 
 def next_step(known: Known) -> Step:
-    """The one decision of a delivery: what to do, given what is known."""
+    """The one decision of a delivery: what to do, given what is known. The concurrency slots wrap the
+    rest (`_with_slots`): taken before every claim, freed when the delivery is done with the attempt."""
+    last = known.last
+    if isinstance(last, ExtendSlots) and known.busy:
+        # Its lease had ended and another attempt took the slot: this run now runs over the bound.
+        text = f"run {last.hold.run_id} attempt {last.hold.attempt} lost its concurrency slot"
+        return replace(
+            last.then,
+            counts=(*last.then.counts, "SlotsLost"),
+            logs=(*last.then.logs, Log(logging.WARNING, text)),
+        )
+    if isinstance(last, (ReleaseSlots, ExtendSlots)):
+        return last.then  # a slot that could not be freed or moved frees itself at its lease end
+    if isinstance(last, AcquireSlots):
+        if known.throttled is not None:
+            # It may have landed with its answer lost: free what it may hold, then go back as throttled.
+            return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
+        return _wait_for_slot(known) if known.busy else last.then
+    return _with_slots(known, _decide(known))
+
+
+def _decide(known: Known) -> Step:
     last = known.last
     if known.throttled is not None:
         if isinstance(last, EndAttempt) and last.after_target:
@@ -351,6 +411,70 @@ def next_step(known: Known) -> Step:
     if isinstance(last, WatchLease):
         return _lease_watched(known)
     raise ValueError(f"{type(last).__name__} ends a delivery: nothing comes after it")
+
+
+def _with_slots(known: Known, step: Step) -> Step:
+    if not known.pools:
+        return step
+    if isinstance(step, ClaimRun):
+        claim = step.claim
+        hold = attempt_hold(claim.run_id, claim.worker, claim.expected_attempt + 1, claim.lease_expires_at)
+        return AcquireSlots(hold=hold, then=step)
+    mine = step.mine if isinstance(step, TakeSlot) else None
+    if mine is not None and mine.lease_owner is not None and mine.lease_expires_at is not None:
+        hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at)
+        return AcquireSlots(hold=hold, then=step)
+    holding = known.holding
+    if holding is None or not isinstance(step, (Done, SendBack)):
+        return step
+    last = known.last
+    if isinstance(last, AwaitCallback) and step.outcome is Outcome.ACCEPTED:
+        lease = last.awaiting.lease_expires_at
+        if lease is not None:  # the target holds the work: the slot stays taken, for the accepted lease
+            return ExtendSlots(hold=replace(holding, lease_expires_at=lease), then=step)
+    return ReleaseSlots(hold=holding, then=step)
+
+
+def attempt_hold(run_id: str, worker: str, attempt: int, lease_expires_at: datetime) -> SlotHold:
+    """The slot hold of one claim: named by the run, the attempt and the claiming delivery's lease owner
+    (unique per delivery). A duplicate delivery of the same attempt takes a hold of its own, and frees it
+    when its claim is refused, never the winner's."""
+    return SlotHold(f"{run_id}@{worker}", attempt, lease_expires_at)
+
+
+def slot_pools(owner: str | None, limits: SlotLimits | None) -> tuple[Pool, ...]:
+    """The pools a message's run needs a slot in before its claim (none without a bound). A message from
+    before messages carried the owner counts in the instance's pool only."""
+    if limits is None:
+        return ()
+    if not owner:
+        return (Pool(ALL, limits.total),)
+    return pools_for(owner, None, limits)
+
+
+def _wait_for_slot(known: Known) -> SendBack:
+    """Every slot of a pool is taken: the message waits in the queue and asks again; a wait is not a hop."""
+    message = known.message
+    ceiling = min(SLOT_WAIT_CAP, SLOT_WAIT_FIRST * 2 ** min(message.slot_waits, 16))
+    wait = ceiling * (0.5 + known.rng.random() / 2)
+    later = replace(
+        message,
+        sent_at=None,
+        slot_waits=message.slot_waits + 1,
+        not_before=max(message.not_before, known.now + wait),
+    )
+    return SendBack(message=later, shard=0, outcome=Outcome.WAITING_FOR_SLOT, counts=("SlotWaits",))
+
+
+def _holding(held: SlotHold | None, step: Step, *, busy: bool, throttled: object) -> SlotHold | None:
+    """What a delivery holds once `step` was carried out."""
+    if isinstance(step, AcquireSlots):
+        return None if busy else step.hold  # throttled: it may hold it; ReleaseSlots follows
+    if isinstance(step, ReleaseSlots):
+        return None
+    if isinstance(step, EndAttempt) and step.adopts is not None:
+        return step.adopts
+    return held
 
 
 def _arrived(known: Known) -> Step:
@@ -454,6 +578,9 @@ def _run_read(known: Known, last: ReadRun) -> Step:
             after_target=True,
             frees_slot=message.finish.frees_slot,
             counts=("FinishesApplied",),
+            adopts=attempt_hold(
+                run.run_id, message.finish.worker, run.attempt, run.lease_expires_at or known.now
+            ),
         )
     if last.why is Why.RELEASE:
         outcome = last.then or Outcome.SUCCEEDED

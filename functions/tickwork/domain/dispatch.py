@@ -66,6 +66,11 @@ class RunMessage:
     # Set on a message that carries an attempt's end because its finish write could not land: its delivery
     # writes that end, and never calls the target again (docs/design.md, "A delivery, step by step").
     finish: Finish | None = field(default=None, compare=False)
+    # The run's owner (its per-owner slot pool is known before the claim reads anything), and how many times
+    # this message went back to wait for a concurrency slot: waits are not hops (a run waiting behind the
+    # bound is not a loop, and never fails for waiting).
+    owner: str | None = field(default=None, compare=False)
+    slot_waits: int = field(default=0, compare=False)
 
     @classmethod
     def for_run(
@@ -85,6 +90,7 @@ class RunMessage:
             hops=hops,
             timeout_seconds=timeout,
             commit_by=commit_by,
+            owner=run.owner or None,
         )
 
     def run_may_appear(self, now: datetime) -> bool:
@@ -120,6 +126,10 @@ class RunMessage:
             body["commit_by"] = format_instant_ms(self.commit_by)
         if self.finish is not None:
             body["finish"] = self.finish.to_dict()
+        if self.owner is not None:
+            body["owner"] = self.owner
+        if self.slot_waits:
+            body["slot_waits"] = self.slot_waits
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -135,6 +145,8 @@ class RunMessage:
                 timeout_seconds=_timeout(data.get("timeout_seconds")),
                 commit_by=None if data.get("commit_by") is None else parse_instant(str(data["commit_by"])),
                 finish=None if data.get("finish") is None else Finish.from_dict(data["finish"]),
+                owner=None if data.get("owner") is None else str(data["owner"]),
+                slot_waits=_hops(data.get("slot_waits", 0)),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error

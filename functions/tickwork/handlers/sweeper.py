@@ -9,6 +9,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tickwork.domain.slots import ALL, Pool
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 
 
@@ -26,5 +27,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(
         name="OldestOverdueRunAge", unit=MetricUnit.Seconds, value=report["oldest_overdue_seconds"]
     )
+    # The runs in flight as the concurrency bound counts them (live slot holds), every minute.
+    parts = components()
+    in_flight = parts.slots.in_flight(Pool(ALL, parts.settings.concurrency_cap), parts.clock.now())
+    metrics.add_metric(name="RunsInFlight", unit=MetricUnit.Count, value=in_flight)
+    report["runs_in_flight"] = in_flight
     logger.info("sweep done", extra=report)
     return report

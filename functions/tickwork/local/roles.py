@@ -17,6 +17,7 @@ from types import FrameType
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
+from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.local.lifeline import set_parent_death_signal, watch_parent
 from tickwork.local.status import SnapshotMetrics
@@ -93,11 +94,19 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
     )
     metrics = parts.metrics
 
+    bound = Pool(ALL, parts.settings.concurrency_cap)
+
     def report_in_flight() -> None:
+        # The runs in flight as the bound counts them (live slot holds: callback runs included, which hold
+        # no executor thread), and the calls this process is making.
+        peak = 0
         while not stop.wait(1.0):
             if isinstance(metrics, SnapshotMetrics):
-                metrics.gauge("RunsInFlight", pool.stats.in_flight)
-                metrics.gauge("PeakRunsInFlight", pool.stats.peak_in_flight)
+                in_flight = parts.slots.in_flight(bound, parts.clock.now())
+                peak = max(peak, in_flight)
+                metrics.gauge("RunsInFlight", in_flight)
+                metrics.gauge("PeakRunsInFlight", peak)
+                metrics.gauge("CallsInFlight", pool.stats.in_flight)
 
     threading.Thread(target=report_in_flight, daemon=True).start()
     pool.run(stop)

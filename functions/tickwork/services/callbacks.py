@@ -4,6 +4,7 @@ one is refused (409), so a late report never overwrites a newer attempt."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from random import Random
@@ -11,12 +12,16 @@ from typing import Protocol
 
 from tickwork.domain.callbacks import CallbackToken, awaiting_lease, awaits
 from tickwork.domain.clock import Clock
+from tickwork.domain.delivery import attempt_hold, slot_pools
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import ConflictError, NotFoundError, StaleRunError
 from tickwork.domain.execution import LEASE_MARGIN, Finish, after_attempt
 from tickwork.domain.models import Job, OverlapPolicy, RetryPolicy, Run, RunState, split_run_id
+from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetResult
-from tickwork.services.ports import Dispatcher
+from tickwork.services.ports import Dispatcher, SlotStore
+
+logger = logging.getLogger(__name__)
 
 
 class CallbackStore(Protocol):
@@ -46,6 +51,7 @@ class Callbacks:
         secret: bytes,
         lease_margin: timedelta = LEASE_MARGIN,
         rng: Random | None = None,
+        slots: tuple[SlotStore, SlotLimits] | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
@@ -53,6 +59,7 @@ class Callbacks:
         self._secret = secret
         self._lease_margin = lease_margin
         self._rng = rng or Random()
+        self._slots = slots
 
     def complete(self, token: str, report: Report) -> Run:
         """The attempt's outcome. It is written the way a throttled finish is: as a `finish` message that
@@ -97,6 +104,12 @@ class Callbacks:
             raise ConflictError(
                 f"run {run.run_id} changed while its heartbeat was written: send it again"
             ) from None
+        if self._slots is not None:
+            # The attempt's concurrency slot lives as long as its lease: a silent target's frees itself.
+            store, limits = self._slots
+            hold = attempt_hold(run.run_id, run.lease_owner or "", run.attempt, lease)
+            if not store.extend(slot_pools(run.owner, limits), hold):
+                logger.warning("run %s attempt %d lost its concurrency slot", run.run_id, run.attempt)
         return beating
 
     def _awaiting(self, claims: CallbackToken) -> Run:

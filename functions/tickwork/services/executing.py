@@ -12,17 +12,19 @@ from tickwork.domain.callbacks import CallbackLinks
 from tickwork.domain.clock import Clock
 from tickwork.domain.delivery import (
     DEFAULT_MAX_HOLD,
+    AcquireSlots,
     AwaitCallback,
     ClaimRun,
     Done,
     EndAttempt,
+    ExtendSlots,
     Hold,
     Known,
-    LeaseWatched,
     Outcome,
     QueueBehind,
     ReadJob,
     ReadRun,
+    ReleaseSlots,
     SendBack,
     StartTarget,
     Step,
@@ -30,13 +32,15 @@ from tickwork.domain.delivery import (
     Unsent,
     WatchLease,
     next_step,
+    slot_pools,
 )
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN
+from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetInvoker
-from tickwork.services.ports import Dispatcher, Metrics, RunStore
-from tickwork.services.sweeping import watch_lease
+from tickwork.services.ports import Dispatcher, Metrics, RunStore, SlotStore
+from tickwork.services.sweeping import watched_lease
 
 __all__ = ["Executor", "ExecutorConfig", "Outcome"]
 
@@ -49,6 +53,7 @@ class ExecutorConfig:
     max_hold: timedelta = DEFAULT_MAX_HOLD
     lease_margin: timedelta = LEASE_MARGIN
     callbacks: CallbackLinks | None = None  # where callback runs report (None: their 202 is a plain success)
+    limits: SlotLimits | None = None  # the concurrency bound (None: none; the executor needs a SlotStore)
 
 
 class Executor:
@@ -61,6 +66,7 @@ class Executor:
         metrics: Metrics,
         config: ExecutorConfig,
         rng: Random | None = None,
+        slots: SlotStore | None = None,
     ) -> None:
         self._store = store
         self._invoker = invoker
@@ -69,6 +75,9 @@ class Executor:
         self._metrics = metrics
         self._config = config
         self._rng = rng or Random()
+        self._slots = slots
+        if (slots is None) != (config.limits is None):
+            raise ValueError("the concurrency bound needs both a SlotStore and its limits")
 
     def execute(self, message: RunMessage) -> Outcome:
         """Handle one delivery. Safe to call any number of times for the same message: only the delivery
@@ -83,6 +92,7 @@ class Executor:
             rng=self._rng,
             lease_margin=self._config.lease_margin,
             max_hold=self._config.max_hold,
+            pools=slot_pools(message.owner, self._config.limits),
         )
         while True:
             step = next_step(known)
@@ -114,8 +124,11 @@ class Executor:
             result = self._invoker.invoke(step.target, step.invocation(self._config.callbacks))
             return known.after(step, clock.now(), result=result)
         if isinstance(step, WatchLease):
-            watched = self._watch_lease(step, known)
+            watch = known.message.resent()
+            watched = watched_lease(store, self._dispatcher, step.running, watch, clock.now(), self._rng)
             return known.after(step, clock.now(), watched=watched)
+        if isinstance(step, (AcquireSlots, ExtendSlots, ReleaseSlots)):
+            return known.after(step, clock.now(), busy=not self._slot_step(step, known))
         try:
             return self._write(step, known)
         except StaleRunError as error:
@@ -143,18 +156,15 @@ class Executor:
             return known.after(step, clock.now())
         raise TypeError(f"not a step the executor carries out: {step!r}")
 
-    def _watch_lease(self, step: WatchLease, known: Known) -> LeaseWatched:
-        now = self._clock.now()
-        try:
-            ended = watch_lease(
-                self._store, self._dispatcher, step.running, known.message.resent(), now, self._rng
-            )
-        except StaleRunError:
-            return LeaseWatched(moved=True)
-        if ended is None:
-            return LeaseWatched()
-        unsent = None if ended.retry_not_sent is None else str(ended.retry_not_sent)
-        return LeaseWatched(ended=ended.run, retry_not_sent=unsent)
+    def _slot_step(self, step: AcquireSlots | ExtendSlots | ReleaseSlots, known: Known) -> bool:
+        """The concurrency slots' writes: False when a pool is full (acquire) or the hold is gone (extend)."""
+        assert self._slots is not None, "a slot step without a slot store"
+        if isinstance(step, AcquireSlots):
+            return self._slots.acquire(known.pools, step.hold, self._clock.now())
+        if isinstance(step, ExtendSlots):
+            return self._slots.extend(known.pools, step.hold)
+        self._slots.release(known.pools, step.hold.run_id, step.hold.attempt)
+        return True
 
     def _send(self, step: SendBack, known: Known) -> Outcome:
         """Send, then record: a message that did not go is not counted as sent. A throttled delivery is

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from random import Random
 
 from tickwork.domain.clock import Clock
+from tickwork.domain.delivery import LeaseWatched
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import after_lease_expired, needs_repair, recovered_by_message, terminal
@@ -98,6 +99,20 @@ def watch_lease(
         except DispatchError as error:
             return EndedAttempt(after, error)
     return EndedAttempt(after)
+
+
+def watched_lease(
+    store: RunStore, dispatcher: Dispatcher, running: Run, watch: RunMessage, now: datetime, rng: Random
+) -> LeaseWatched:
+    """`watch_lease` for a delivery (the executor): what it found, as the delivery's decision reads it."""
+    try:
+        ended = watch_lease(store, dispatcher, running, watch, now, rng)
+    except StaleRunError:
+        return LeaseWatched(moved=True)
+    if ended is None:
+        return LeaseWatched()
+    unsent = None if ended.retry_not_sent is None else str(ended.retry_not_sent)
+    return LeaseWatched(ended=ended.run, retry_not_sent=unsent)
 
 
 class Sweeper:
