@@ -53,6 +53,29 @@ def suppress(stack: TickworkStack) -> None:
         apply_to_children=True,
     )
     NagSuppressions.add_resource_suppressions(
+        stack.api.callback_routes,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-APIG4",
+                reason="POST /callbacks/{token}/complete and /heartbeat are called by a callback run's own "
+                "target with the URL its call carried: the token (an HMAC over run, attempt and deadline "
+                "with the stack's callback key) is the credential, checked by the handler; it reaches one "
+                "attempt of one run and nothing else, and the routes have their own throttle.",
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        stack.signing.callback_key,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-SMG4",
+                reason="Rotating the callback key would refuse the tokens of every callback run in flight "
+                "(up to 24 h): it is rotated by hand when none is running (docs/deploy.md).",
+            )
+        ],
+    )
+    NagSuppressions.add_resource_suppressions(
         [stack.executor.function, stack.api.function],
         [
             NagPackSuppression(

@@ -97,8 +97,12 @@ class TickworkStack(Stack):
             burst_limit=config.api_burst_limit,
             log_retention=retention(config.log_retention_days),
             production=config.production,
+            callback_key=self.signing.callback_key,
             reserved_concurrency=config.api_reserved_concurrency,
         )
+        # Callback runs report to the API: their calls carry URLs on it (the API exists after the executor).
+        self.executor.function.add_environment("TICKWORK_CALLBACK_URL", self.api.url)
+        self.signing.callback_key.grant_read(self.executor.function)
         self.observability = Observability(
             self,
             "Observability",
@@ -113,6 +117,7 @@ class TickworkStack(Stack):
                 queues=self.dispatch.queues,
                 dead_letter_queue=self.dispatch.dead_letter_queue,
                 tables=[(d, self.storage.table(d)) for d in self.storage.definitions.values()],
+                concurrency_cap=config.concurrency_cap,
             ),
             prefix=config.prefix,
             alarm_email=config.alarm_email,
@@ -140,6 +145,7 @@ class TickworkStack(Stack):
             "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(self.dispatch.queue_urls),
             "TICKWORK_DLQ_URL": self.dispatch.dead_letter_queue.queue_url,
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
+            "TICKWORK_CALLBACK_KEY_ARN": self.signing.callback_key.secret_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
             "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),

@@ -15,6 +15,7 @@ from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 from infra.constructs.dispatch import Dispatch
@@ -25,6 +26,11 @@ from tickwork.resources import JOBS, REQUESTS, RUNS, SLOTS
 CONSOLE_PATHS = ("/ui", "/ui/{file}")  # the web console's files: no data, no authorizer
 CONSOLE_RATE_LIMIT = 20  # requests/s over both routes' keys, each; a page load is four requests
 CONSOLE_BURST_LIMIT = 40
+# A callback run's target reports here with the token its call carried (the token is the credential): no
+# authorizer, and a throttle of its own so that reports cannot use up what signed callers share.
+CALLBACK_PATHS = ("/callbacks/{token}/complete", "/callbacks/{token}/heartbeat")
+CALLBACK_RATE_LIMIT = 200
+CALLBACK_BURST_LIMIT = 400
 
 ACCESS_LOG_FIELDS: dict[str, str] = {
     "requestId": "$context.requestId",
@@ -80,6 +86,7 @@ class Api(Construct):
         burst_limit: int,
         log_retention: logs.RetentionDays,
         production: bool,
+        callback_key: secretsmanager.ISecret,
         reserved_concurrency: int = 10,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -113,6 +120,10 @@ class Api(Construct):
         # health page counts the runs in flight from the slots' stripes the same way.
         allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn, storage.table(SLOTS).table_arn])
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # "run now" and immediate fires
+        # Callback routes: a token is checked with the callback key (not the key that signs target calls),
+        # and a heartbeat moves the attempt's run lease and its concurrency slot's lease.
+        callback_key.grant_read(self.function)
+        allow(self.function, ("dynamodb:UpdateItem",), [storage.table(SLOTS).table_arn])
 
         authorizer: Any
         if jwt_issuer:
@@ -137,6 +148,16 @@ class Api(Construct):
             for route in self.http_api.add_routes(
                 path=path,
                 methods=[apigw.HttpMethod.GET],
+                integration=integration,
+                authorizer=apigw.HttpNoneAuthorizer(),
+            )
+        ]
+        self.callback_routes = [
+            route
+            for path in CALLBACK_PATHS
+            for route in self.http_api.add_routes(
+                path=path,
+                methods=[apigw.HttpMethod.POST],
                 integration=integration,
                 authorizer=apigw.HttpNoneAuthorizer(),
             )
@@ -166,6 +187,12 @@ class Api(Construct):
                 "ThrottlingBurstLimit": CONSOLE_BURST_LIMIT,
             }
             for path in CONSOLE_PATHS
+        } | {
+            f"POST {path}": {
+                "ThrottlingRateLimit": CALLBACK_RATE_LIMIT,
+                "ThrottlingBurstLimit": CALLBACK_BURST_LIMIT,
+            }
+            for path in CALLBACK_PATHS
         }
 
     @property

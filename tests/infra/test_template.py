@@ -338,8 +338,16 @@ def test_only_the_api_deletes_and_only_the_sweeper_reads_the_dlq(default: Synth)
         and "sqs:ReceiveMessage" in _as_list(s["Action"])
     }
     assert readers == {roles["sweeper"]}
-    assert "secretsmanager:GetSecretValue" not in by_role[roles["api"]]
-    assert "secretsmanager:GetSecretValue" in by_role[roles["executor"]]
+    # The API reads the callback key (it verifies callback tokens), never the key that signs target calls.
+    signing_id = _logical_id(default, "AWS::SecretsManager::Secret", Name="tickwork/signing-secret")
+    callback_id = _logical_id(default, "AWS::SecretsManager::Secret", Name="tickwork/callback-token-key")
+    secret_readers: dict[str, set[str]] = {}
+    for role, statement in _statements(default):
+        if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
+            for resource in _as_list(statement["Resource"]):
+                secret_readers.setdefault(resource.get("Ref", ""), set()).add(role)
+    assert secret_readers[signing_id] == {roles["executor"]}
+    assert secret_readers[callback_id] == {roles["executor"], roles["api"]}
 
 
 def test_configured_target_arns_replace_the_naming_convention(production: Synth) -> None:
@@ -359,6 +367,9 @@ def test_configured_target_arns_replace_the_naming_convention(production: Synth)
 
 
 CONSOLE_ROUTES = {"GET /ui", "GET /ui/{file}"}
+# A callback run's target reports with its token, the credential the handler checks.
+CALLBACK_ROUTES = {"POST /callbacks/{token}/complete", "POST /callbacks/{token}/heartbeat"}
+OPEN_ROUTES = CONSOLE_ROUTES | CALLBACK_ROUTES
 
 
 def _authorization_by_route(synth: Synth) -> dict[str, str]:
@@ -368,9 +379,10 @@ def _authorization_by_route(synth: Synth) -> dict[str, str]:
 
 def test_api_requires_iam_by_default(default: Synth) -> None:
     by_route = _authorization_by_route(default)
-    # Only the console's static files (GET, no data) are open; every other route needs SigV4.
-    assert {k for k, v in by_route.items() if v == "NONE"} == CONSOLE_ROUTES
-    assert {v for k, v in by_route.items() if k not in CONSOLE_ROUTES} == {"AWS_IAM"}
+    # Only the console's static files (GET, no data) and the token-checked callback routes are open; every
+    # other route needs SigV4.
+    assert {k for k, v in by_route.items() if v == "NONE"} == OPEN_ROUTES
+    assert {v for k, v in by_route.items() if k not in OPEN_ROUTES} == {"AWS_IAM"}
     assert "ANY /{proxy+}" in by_route
     assert not default.resources("AWS::ApiGatewayV2::Authorizer")
 
@@ -383,8 +395,8 @@ def test_api_uses_the_jwt_authorizer_when_configured(production: Synth) -> None:
         "Audience": ["tickwork-api", "tickwork-cli"],
     }
     by_route = _authorization_by_route(production)
-    assert {k for k, v in by_route.items() if v == "NONE"} == CONSOLE_ROUTES
-    assert {v for k, v in by_route.items() if k not in CONSOLE_ROUTES} == {"JWT"}
+    assert {k for k, v in by_route.items() if v == "NONE"} == OPEN_ROUTES
+    assert {v for k, v in by_route.items() if k not in OPEN_ROUTES} == {"JWT"}
 
 
 def test_api_stage_throttles_and_logs(default: Synth) -> None:
@@ -394,7 +406,7 @@ def test_api_stage_throttles_and_logs(default: Synth) -> None:
     # The open console routes are throttled on their own, far below what signed callers share.
     assert props["RouteSettings"] == {
         route: {"ThrottlingBurstLimit": 40, "ThrottlingRateLimit": 20} for route in CONSOLE_ROUTES
-    }
+    } | {route: {"ThrottlingBurstLimit": 400, "ThrottlingRateLimit": 200} for route in CALLBACK_ROUTES}
     log_format = json.loads(props["AccessLogSettings"]["Format"])
     assert {"requestId", "status", "caller", "routeKey"} <= set(log_format)
 
