@@ -282,6 +282,7 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "owner": run.owner or None,
         "queue_carried": True if run.queue_carried else None,
         "heartbeat_at": _opt_instant_ms(run.heartbeat_at),
+        "tracking": run.tracking,
     }
     if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
         item["failed_key"] = failed_key(run.owner, run.run_id)
@@ -331,6 +332,7 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         owner=str(item.get("owner", "")),
         queue_carried=bool(item.get("queue_carried", False)),
         heartbeat_at=_opt_parse(item.get("heartbeat_at")),
+        tracking=None if item.get("tracking") is None else str(item["tracking"]),
     )
 
 

@@ -229,6 +229,7 @@ def claimed(
         start_delay_ms=int((now - run.due_at).total_seconds() * 1000) if first_start else run.start_delay_ms,
         retry_at=None,
         heartbeat_at=None,
+        tracking=None,
     )
 
 

@@ -52,8 +52,9 @@ class Completion(StrEnum):
 
     RESPONSE = "response"  # the call's answer is the outcome (HTTP, Lambda RequestResponse)
     CALLBACK = "callback"  # the target may answer 202 and report later through its completion URL (HTTP)
-    DELIVERY = "delivery"  # the run ends when the message is accepted (SQS, SNS, EventBridge, Lambda Event,
-    # Step Functions start): "delivered", not that the work succeeded
+    DELIVERY = "delivery"  # the run ends when the message is accepted (SQS, SNS, EventBridge, Lambda Event):
+    # "delivered", not that the work succeeded
+    TRACKED = "tracked"  # Tickwork follows what it started (a Step Functions execution) to its end
 
 
 class OverlapPolicy(StrEnum):
@@ -251,6 +252,8 @@ class Run:
     queue_carried: bool = False
     # A callback run's last heartbeat from its target (its lease was extended then).
     heartbeat_at: datetime | None = None
+    # A tracked run's running attempt: what it started (a Step Functions execution ARN), followed to its end.
+    tracking: str | None = None
 
     @property
     def run_id(self) -> str:

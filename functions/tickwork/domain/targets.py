@@ -125,8 +125,10 @@ class TargetResult:
     status: str
     latency_ms: int
     detail: str = ""
-    # The target took the work and will report its outcome later (HTTP 202 to a callback run's call).
+    # The target took the work and will report its outcome later (HTTP 202 to a callback run's call), or
+    # started work Tickwork follows (`handle`: what to follow, e.g. a Step Functions execution ARN).
     accepted: bool = False
+    handle: str | None = None
 
     def __post_init__(self) -> None:
         if self.ok and self.retryable:
@@ -136,6 +138,14 @@ class TargetResult:
         truncated = truncate_detail(self.detail)
         if truncated is not self.detail:
             object.__setattr__(self, "detail", truncated)
+
+
+class TargetTracker(Protocol):
+    def track(self, target: Target, handle: str) -> TargetResult | None:
+        """Where the work a tracked start began (`handle`) is: None while it runs; its end otherwise (a
+        failure retryable or not by the same rules as a call's). Raises only on programming errors; a
+        look that fails (throttled, unreachable) is None: the next look tries again."""
+        ...
 
 
 class TargetInvoker(Protocol):

@@ -210,7 +210,7 @@ class RunRecords(StoreBase):
             f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
             Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
             # A new attempt has had no heartbeat yet (domain.execution.claimed).
-            UpdateExpression=update + " REMOVE retry_at, heartbeat_at",
+            UpdateExpression=update + " REMOVE retry_at, heartbeat_at, tracking",
             ConditionExpression=condition,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=serialize(values),

@@ -139,6 +139,7 @@ class MemoryRunRecords(MemoryBase):
                 stored.setdefault("dispatched_at", format_instant_ms(claim.dispatched_at))
             stored.pop("retry_at", None)
             stored.pop("heartbeat_at", None)  # a new attempt has had no heartbeat yet
+            stored.pop("tracking", None)  # nor started anything to follow
             if "check_at" in stored and str(stored["check_at"]) > lease:
                 # Checked no later than the lease ends, or a dead worker would go unnoticed until then.
                 stored["check_at"] = lease
