@@ -32,6 +32,7 @@ from tickwork.domain.delivery import (
     Known,
     LeaseWatched,
     Outcome,
+    PollTarget,
     QueueBehind,
     ReadJob,
     ReadRun,
@@ -164,6 +165,9 @@ def _policies(exclusive: bool) -> dict[str, Any]:
 
 LATER = NOW + timedelta(seconds=2)
 ACCEPTED = TargetResult(ok=True, retryable=False, status="202", latency_ms=3, accepted=True)
+EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:tickwork-target-flow:run"
+SFN = Target("stepfunctions", {"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:m"})
+STARTED = TargetResult(ok=True, retryable=False, status="200", latency_ms=9, accepted=True, handle=EXECUTION)
 RELEASED = make_run_id("job_a", FIRE + timedelta(minutes=5))
 OK = TargetResult(ok=True, retryable=False, status="200", latency_ms=12)
 BUSY = TargetResult(ok=False, retryable=True, status="503", latency_ms=9, detail="busy")
@@ -717,6 +721,74 @@ ROWS: list[Row] = [
         Done,
         {"outcome": Outcome.STALE_COMPLETION},
     ),
+    # Tracked runs: Tickwork follows what the attempt started (a Step Functions execution) to its end.
+    Row(
+        "tracked_start_is_followed",
+        "a tracked run's start answered with what it began: the run stays running, to its deadline",
+        lambda: _tracked_answered(STARTED),
+        AwaitCallback,
+        {
+            "awaiting.tracking": EXECUTION,
+            "awaiting.lease_expires_at": NOW + timedelta(hours=1) + LEASE_MARGIN,
+        },
+    ),
+    Row(
+        "tracked_first_look",
+        "the tracked run is written: its first look goes out, a few seconds on",
+        lambda: then(_tracked_answered(STARTED)),
+        SendBack,
+        {"outcome": Outcome.ACCEPTED, "message.polls": 1, "message.not_before": LATER + timedelta(seconds=5)},
+    ),
+    Row(
+        "a_look_reads_the_run",
+        "a look at a tracked run arrives",
+        lambda: arrived(_look(), now=_look().not_before),
+        ReadRun,
+        {"why": Why.POLL},
+    ),
+    Row(
+        "a_look_asks_the_target",
+        "the run still follows what this attempt started, within its lease",
+        lambda: then(arrived(_look(), now=_look().not_before), run=_tracking()),
+        PollTarget,
+        {"running.tracking": EXECUTION, "target": SFN},
+    ),
+    Row(
+        "a_look_after_the_deadline_ends_the_attempt",
+        "a look finds the tracked attempt's lease over: it ends as a silent worker's does",
+        lambda: then(arrived(_look(), now=NOW + timedelta(hours=2)), run=_tracking()),
+        WatchLease,
+    ),
+    Row(
+        "a_look_at_a_run_that_moved_on",
+        "a look finds the run ended",
+        lambda: then(
+            arrived(_look(), now=_look().not_before), run=a_run(state=RunState.SUCCEEDED, attempt=1)
+        ),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "still_running_looks_again",
+        "what the attempt started is still running: look again, later each time (not a hop)",
+        lambda: then(then(arrived(_look(), now=_look().not_before), run=_tracking()), result=None),
+        SendBack,
+        {"outcome": Outcome.TRACKING, "message.polls": 2, "message.hops": 0},
+    ),
+    Row(
+        "tracked_work_ended",
+        "what the attempt started ended: its end is the attempt's",
+        lambda: then(then(arrived(_look(), now=_look().not_before), run=_tracking()), result=OK),
+        EndAttempt,
+        {"after_target": True, "ended.state": RunState.SUCCEEDED, "counts": ("TrackedRunsEnded",)},
+    ),
+    Row(
+        "tracked_work_failed",
+        "what the attempt started failed: the job's retry policy decides",
+        lambda: then(then(arrived(_look(), now=_look().not_before), run=_tracking()), result=BUSY),
+        EndAttempt,
+        {"ended.state": RunState.RETRY_WAIT, "outcome": Outcome.RETRY_SCHEDULED},
+    ),
     # The concurrency bound: a slot in every pool before a claim, freed when the attempt is done.
     Row(
         "a_slot_before_the_claim",
@@ -937,6 +1009,30 @@ def _callback_answered(result: TargetResult, *, queue_carried: bool = True) -> K
     return arrived().after(StartTarget(started=started, target=TARGET), LATER, result=result)
 
 
+def _tracked(**changes: Any) -> Run:
+    job = a_job(target=SFN)
+    return with_view(a_run(job, **changes), completion=Completion.TRACKED, timeout_seconds=3600)
+
+
+def _tracked_answered(result: TargetResult) -> Known:
+    run = running(_tracked())
+    assert run.job_view is not None
+    started = Started(run, run.job_view, exclusive=False, claimed_at=NOW)
+    return arrived().after(StartTarget(started=started, target=SFN), LATER, result=result)
+
+
+def _look() -> RunMessage:
+    step = next_step(then(_tracked_answered(STARTED)))
+    assert isinstance(step, SendBack)
+    return RunMessage.from_json(step.message.to_json())
+
+
+def _tracking() -> Run:
+    return replace(
+        running(_tracked()), tracking=EXECUTION, lease_expires_at=NOW + timedelta(hours=1) + LEASE_MARGIN
+    )
+
+
 POOLS = (Pool(ALL, 100),)
 
 
@@ -1048,13 +1144,15 @@ def describe(step: Step) -> str:
     elif isinstance(step, StartTarget):
         text = "start the target" + (" (holding the slot)" if step.started.exclusive else "")
     elif isinstance(step, AwaitCallback):
-        text = "await the callback"
+        text = "await the callback" if step.awaiting.tracking is None else "follow what it started"
     elif isinstance(step, AcquireSlots):
         text = f"take the slots, then {describe(replace(step.then, counts=()))}"
     elif isinstance(step, ExtendSlots):
         text = f"move the slots' lease, then {describe(replace(step.then, counts=()))}"
     elif isinstance(step, ReleaseSlots):
         text = f"free the slots, then {describe(replace(step.then, counts=()))}"
+    elif isinstance(step, PollTarget):
+        text = "look at what the attempt started"
     elif isinstance(step, WatchLease):
         text = "watch the lease"
     elif isinstance(step, EndAttempt):

@@ -42,9 +42,11 @@ from tickwork.domain.execution import (
     trusts_view,
 )
 from tickwork.domain.models import (
+    Completion,
     Job,
     JobView,
     OverlapPolicy,
+    RetryPolicy,
     Run,
     RunState,
     Standing,
@@ -53,6 +55,7 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.slots import ALL, Pool, SlotHold, SlotLimits, pools_for
 from tickwork.domain.targets import Invocation, TargetResult
+from tickwork.domain.timekeys import truncate_ms
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
 # further ahead (a backoff longer than SQS's 900 s delay) goes back to the queue instead.
@@ -73,6 +76,10 @@ FINISH_RETRY_FIRST = timedelta(seconds=1)
 # each wait, jittered, capped): it never fails for waiting.
 SLOT_WAIT_FIRST = timedelta(seconds=1)
 SLOT_WAIT_CAP = timedelta(seconds=10)
+# A tracked run's work is looked at this long after it started, then twice as long after each look, at most
+# the cap apart (and never after its lease end).
+POLL_FIRST = timedelta(seconds=5)
+POLL_CAP = timedelta(seconds=60)
 # Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
 CLAIMS_ON_VIEW = 2
 
@@ -94,6 +101,7 @@ class Outcome(StrEnum):
     FINISH_SENT = "finish_sent"  # the finish write still throttled: the attempt's end goes by message
     ACCEPTED = "accepted"  # a callback run's target took the work (202): it reports to its completion URL
     WAITING_FOR_SLOT = "waiting_for_slot"  # the concurrency bound is full: back in the queue, to ask again
+    TRACKING = "tracking"  # a tracked run's work still runs: looked at again later
 
 
 class Why(StrEnum):
@@ -105,6 +113,7 @@ class Why(StrEnum):
     REFUSED = "refused"  # a write was refused: where is the run now?
     RELEASE = "release"  # an overlap=queue run finished: is the run waiting behind it still waiting?
     FINISH = "finish"  # a message carries an attempt's end: is the run still that running attempt?
+    POLL = "poll"  # a tracked run's look: is the run still following what its attempt started?
 
 
 class Unsent(StrEnum):
@@ -244,6 +253,14 @@ class ReleaseSlots(Step):
 
     hold: SlotHold
     then: Step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollTarget(Step):
+    """Look at what a tracked run's attempt started (`running.tracking`): still running, or its end."""
+
+    running: Run
+    target: Target
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -410,6 +427,8 @@ def _decide(known: Known) -> Step:
         return _await_answered(known, last)
     if isinstance(last, WatchLease):
         return _lease_watched(known)
+    if isinstance(last, PollTarget):
+        return _polled(known, last)
     raise ValueError(f"{type(last).__name__} ends a delivery: nothing comes after it")
 
 
@@ -496,6 +515,8 @@ def _route(known: Known) -> Step:
     message = known.message
     if message.finish is not None:
         return _read(message, Why.FINISH)
+    if message.polls:
+        return _read(message, Why.POLL)
     timeout = message.timeout_seconds
     if message.attempt > 0 or timeout is None or not trusts_view(message.scheduled_for, known.now):
         return ReadJob()
@@ -582,6 +603,8 @@ def _run_read(known: Known, last: ReadRun) -> Step:
                 run.run_id, message.finish.worker, run.attempt, run.lease_expires_at or known.now
             ),
         )
+    if last.why is Why.POLL and run is not None:
+        return _poll(known, run)
     if last.why is Why.RELEASE:
         outcome = last.then or Outcome.SUCCEEDED
         if run is None or run.state is not RunState.QUEUED:
@@ -686,6 +709,12 @@ def _target_answered(known: Known, started: Started) -> Step:
         raise ValueError("a target step needs the target's result")
     run, result = started.run, known.result
     token = started.callback
+    if result.accepted and result.handle is not None and started.view.completion is Completion.TRACKED:
+        deadline = attempt_deadline(started.view, started.claimed_at or known.now)
+        awaiting = replace(
+            run, lease_expires_at=truncate_ms(deadline + known.lease_margin), tracking=result.handle
+        )
+        return AwaitCallback(expected=run, awaiting=awaiting)
     if result.accepted and token is not None:
         lease = awaiting_lease(started.view.heartbeat_seconds, token.deadline, known.now, known.lease_margin)
         awaiting = replace(run, lease_expires_at=lease, heartbeat_at=known.now)
@@ -786,12 +815,64 @@ def _await_answered(known: Known, last: AwaitCallback) -> Step:
         return Done(
             outcome=Outcome.STALE_COMPLETION, counts=("StaleCompletions",), logs=(Log(logging.WARNING, text),)
         )
+    if awaiting.tracking is not None:
+        # Tickwork follows what the attempt started: the first look (it also recovers the run, as the run's
+        # message would: a look that finds the lease over ends the attempt).
+        return replace(_next_look(known, awaiting), outcome=Outcome.ACCEPTED, counts=("RunsAccepted",))
     if awaiting.queue_carried and awaiting.lease_expires_at is not None:
         watch = replace(known.message.resent(), not_before=awaiting.lease_expires_at)
         return SendBack(
             message=watch, shard=awaiting.shard, outcome=Outcome.ACCEPTED, counts=("RunsAccepted",)
         )
     return Done(outcome=Outcome.ACCEPTED, counts=("RunsAccepted",))
+
+
+def _poll(known: Known, run: Run) -> Step:
+    """A look at a tracked run: its attempt is still the one this message follows, and its lease is live."""
+    following = (
+        run.state is RunState.RUNNING
+        and run.tracking is not None
+        and run.attempt == known.message.attempt + 1
+    )
+    if not following:
+        return _not_claimable(known, run)
+    expired = run.lease_expires_at is None or run.lease_expires_at <= known.now
+    view = run.job_view
+    if expired or view is None or view.target is None:
+        return WatchLease(running=run)  # the attempt's time is up: it ends as a silent worker's does
+    return PollTarget(running=run, target=view.target)
+
+
+def _polled(known: Known, last: PollTarget) -> Step:
+    run = last.running
+    if known.result is None:
+        return _next_look(known, run)  # still running, or the look failed: look again later
+    view = run.job_view
+    retry = view.retry if view is not None else RetryPolicy()
+    finished = after_attempt(run, retry, known.result, now=known.now, rng=known.rng)
+    exclusive = view is not None and view.overlap is not OverlapPolicy.ALLOW
+    return EndAttempt(
+        expected=run,
+        ended=finished,
+        outcome=_finished(finished.state),
+        after_target=True,
+        frees_slot=exclusive and finished.state is not RunState.RETRY_WAIT,
+        counts=("TrackedRunsEnded",),
+        adopts=attempt_hold(
+            run.run_id, run.lease_owner or "", run.attempt, run.lease_expires_at or known.now
+        ),
+    )
+
+
+def _next_look(known: Known, run: Run) -> SendBack:
+    """The next look at a tracked run: later each time, never after its lease end; not a hop."""
+    message = known.message
+    wait = min(POLL_CAP, POLL_FIRST * 2 ** min(message.polls, 16))
+    at = known.now + wait
+    if run.lease_expires_at is not None:
+        at = min(at, run.lease_expires_at)
+    look = replace(message, sent_at=None, polls=message.polls + 1, not_before=max(message.not_before, at))
+    return SendBack(message=look, shard=run.shard, outcome=Outcome.TRACKING)
 
 
 def _lease_watched(known: Known) -> Step:

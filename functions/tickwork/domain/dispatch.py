@@ -71,6 +71,9 @@ class RunMessage:
     # bound is not a loop, and never fails for waiting).
     owner: str | None = field(default=None, compare=False)
     slot_waits: int = field(default=0, compare=False)
+    # A tracked run's look at what it started: this message's how-many-th (0: not a look). Looks are not
+    # hops either: a long workflow is followed for as long as its attempt's deadline allows.
+    polls: int = field(default=0, compare=False)
 
     @classmethod
     def for_run(
@@ -130,6 +133,8 @@ class RunMessage:
             body["owner"] = self.owner
         if self.slot_waits:
             body["slot_waits"] = self.slot_waits
+        if self.polls:
+            body["polls"] = self.polls
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -147,6 +152,7 @@ class RunMessage:
                 finish=None if data.get("finish") is None else Finish.from_dict(data["finish"]),
                 owner=None if data.get("owner") is None else str(data["owner"]),
                 slot_waits=_hops(data.get("slot_waits", 0)),
+                polls=_hops(data.get("polls", 0)),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error

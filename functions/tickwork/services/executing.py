@@ -21,6 +21,7 @@ from tickwork.domain.delivery import (
     Hold,
     Known,
     Outcome,
+    PollTarget,
     QueueBehind,
     ReadJob,
     ReadRun,
@@ -38,7 +39,7 @@ from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.slots import SlotLimits
-from tickwork.domain.targets import TargetInvoker
+from tickwork.domain.targets import TargetInvoker, TargetTracker
 from tickwork.services.ports import Dispatcher, Metrics, RunStore, SlotStore
 from tickwork.services.sweeping import watched_lease
 
@@ -67,6 +68,7 @@ class Executor:
         config: ExecutorConfig,
         rng: Random | None = None,
         slots: SlotStore | None = None,
+        tracker: TargetTracker | None = None,
     ) -> None:
         self._store = store
         self._invoker = invoker
@@ -76,18 +78,17 @@ class Executor:
         self._config = config
         self._rng = rng or Random()
         self._slots = slots
+        self._tracker = tracker
         if (slots is None) != (config.limits is None):
             raise ValueError("the concurrency bound needs both a SlotStore and its limits")
 
     def execute(self, message: RunMessage) -> Outcome:
-        """Handle one delivery. Safe to call any number of times for the same message: only the delivery
-        whose claim wins calls the target, once per attempt. The hot path is one conditional write (the
-        claim) before the target and one (the finish) after it."""
+        """Handle one delivery; safe to repeat: only the delivery whose claim wins calls the target, once per
+        attempt. The hot path: the slot, the claim, the call, the finish, the slot back."""
         known = Known(
             message=message,
             now=self._clock.now(),
-            # One lease owner per delivery, not per process: two deliveries of one run handled at once by
-            # the same worker must not take each other's claim for their own.
+            # One lease owner per delivery: two deliveries of one run in one worker never share a claim.
             worker=f"{self._config.worker_id}#{self._rng.getrandbits(32):08x}",
             rng=self._rng,
             lease_margin=self._config.lease_margin,
@@ -123,6 +124,10 @@ class Executor:
         if isinstance(step, StartTarget):
             result = self._invoker.invoke(step.target, step.invocation(self._config.callbacks))
             return known.after(step, clock.now(), result=result)
+        if isinstance(step, PollTarget):
+            assert self._tracker is not None and step.running.tracking is not None, "no tracker to look with"
+            seen = self._tracker.track(step.target, step.running.tracking)
+            return known.after(step, clock.now(), result=seen)
         if isinstance(step, WatchLease):
             watch = known.message.resent()
             watched = watched_lease(store, self._dispatcher, step.running, watch, clock.now(), self._rng)
@@ -132,22 +137,21 @@ class Executor:
         try:
             return self._write(step, known)
         except StaleRunError as error:
-            # A refusal carries the run as the store holds it: the decision tells a lost response of our
-            # own write from someone else's move.
+            # The run as stored: the decision tells our own write whose answer was lost from another's.
             return known.after(step, clock.now(), refused=True, run=error.current)
 
     def _write(self, step: Step, known: Known) -> Known:
-        """The conditional writes."""
         store, clock = self._store, self._clock
         if isinstance(step, ClaimRun):
             run = store.claim(step.claim)
             return known.after(step, clock.now(), run=run)
-        if isinstance(step, TakeSlot):
-            taken = store.claim_exclusive(step.expected, step.mine, step.now)
-            return known.after(step, clock.now(), busy=not taken)
-        if isinstance(step, QueueBehind):
-            queued = store.enqueue_behind(step.expected, step.waiting)
-            return known.after(step, clock.now(), busy=not queued)
+        if isinstance(step, (TakeSlot, QueueBehind)):  # False: the job's running or waiting slot is taken
+            done = (
+                store.claim_exclusive(step.expected, step.mine, step.now)
+                if isinstance(step, TakeSlot)
+                else store.enqueue_behind(step.expected, step.waiting)
+            )
+            return known.after(step, clock.now(), busy=not done)
         if isinstance(step, EndAttempt) and step.frees_slot:
             released = store.finish_exclusive(step.expected, step.ended)
             return known.after(step, clock.now(), released=released)
@@ -157,7 +161,7 @@ class Executor:
         raise TypeError(f"not a step the executor carries out: {step!r}")
 
     def _slot_step(self, step: AcquireSlots | ExtendSlots | ReleaseSlots, known: Known) -> bool:
-        """The concurrency slots' writes: False when a pool is full (acquire) or the hold is gone (extend)."""
+        """False when a pool is full (acquire) or the hold is gone (extend)."""
         assert self._slots is not None, "a slot step without a slot store"
         if isinstance(step, AcquireSlots):
             return self._slots.acquire(known.pools, step.hold, self._clock.now())
@@ -167,8 +171,7 @@ class Executor:
         return True
 
     def _send(self, step: SendBack, known: Known) -> Outcome:
-        """Send, then record: a message that did not go is not counted as sent. A throttled delivery is
-        recorded either way (it was throttled, whether or not its message then went)."""
+        """Send, then record (a throttled delivery is recorded either way: it was throttled)."""
         if step.unsent is Unsent.THROTTLED:
             self._record(step)
         try:
