@@ -789,6 +789,20 @@ ROWS: list[Row] = [
         EndAttempt,
         {"ended.state": RunState.RETRY_WAIT, "outcome": Outcome.RETRY_SCHEDULED},
     ),
+    # What the invocation carrying the delivery has left.
+    Row(
+        "a_call_that_would_outlast_the_invocation_waits",
+        "the claim's call could outlast the invocation carrying it: the message goes to a fresh invocation",
+        lambda: replace(arrived(), deadline=NOW + timedelta(seconds=60)),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.hops": 1, "counts": ("DeadlineDeferrals",)},
+    ),
+    Row(
+        "a_call_that_fits_is_claimed",
+        "the call and its finish fit in what the invocation has left",
+        lambda: replace(arrived(), deadline=NOW + timedelta(seconds=60 + 15)),
+        ClaimRun,
+    ),
     # The concurrency bound: a slot in every pool before a claim, freed when the attempt is done.
     Row(
         "a_slot_before_the_claim",

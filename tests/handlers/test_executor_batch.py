@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.handlers import executor
 from tickwork.services.executing import Outcome
+from tickwork.settings import Settings
 
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
 
@@ -50,7 +52,7 @@ class FakeExecutor:
     seen: list[RunMessage] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def execute(self, message: RunMessage) -> Outcome:
+    def execute(self, message: RunMessage, carrier: object = None) -> Outcome:
         with self.lock:
             self.seen.append(message)
         if self.barrier is not None:
@@ -65,6 +67,10 @@ class FakeExecutor:
 class FakeComponents:
     service: FakeExecutor
     worker_ids: list[str | None] = field(default_factory=list)
+    # What the handler's InvocationCarrier reads (tests/handlers/test_executor_carrier.py covers it).
+    queues: object = None
+    settings: Settings = field(default_factory=Settings)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC)))
 
     def executor(self, worker_id: str | None = None) -> FakeExecutor:
         self.worker_ids.append(worker_id)

@@ -327,9 +327,10 @@ class Known:
     rng: Random = field(compare=False)
     lease_margin: timedelta = LEASE_MARGIN
     max_hold: timedelta = DEFAULT_MAX_HOLD
-    pools: tuple[
-        Pool, ...
-    ] = ()  # the concurrency pools a run of this message needs a slot in (none: no bound)
+    # The concurrency pools a run of this message needs a slot in (none: no bound), and when the process
+    # carrying the delivery ends (a Lambda invocation's end; None: no end to keep to).
+    pools: tuple[Pool, ...] = ()
+    deadline: datetime | None = None
     holding: SlotHold | None = None  # the slots this delivery holds for the attempt it claims or ends
     last: Step | None = None
     run: Run | None = None
@@ -433,6 +434,7 @@ def _decide(known: Known) -> Step:
 
 
 def _with_slots(known: Known, step: Step) -> Step:
+    step = _within_deadline(known, step)
     if not known.pools:
         return step
     if isinstance(step, ClaimRun):
@@ -469,6 +471,31 @@ def slot_pools(owner: str | None, limits: SlotLimits | None) -> tuple[Pool, ...]
     if not owner:
         return (Pool(ALL, limits.total),)
     return pools_for(owner, None, limits)
+
+
+def claimed_lease(step: ClaimRun | TakeSlot, known: Known) -> datetime | None:
+    """The lease of the claim `step` just made (None if it made none, or was refused)."""
+    if known.refused or known.busy:
+        return None
+    if isinstance(step, TakeSlot):
+        return step.mine.lease_expires_at
+    return None if known.run is None else known.run.lease_expires_at
+
+
+# What a delivery needs after its call, before its invocation ends: the finish write and the message's end.
+AFTER_CALL = timedelta(seconds=15)
+
+
+def _within_deadline(known: Known, step: Step) -> Step:
+    """A claim whose call could outlast the invocation carrying it is not made: the message goes back to
+    the queue for a fresh invocation (a run's deadline never exceeds what its invocation has left)."""
+    if known.deadline is None or not isinstance(step, (ClaimRun, TakeSlot)):
+        return step
+    timeout = step.claim.timeout_seconds if isinstance(step, ClaimRun) else step.view.timeout_seconds
+    if known.now + timedelta(seconds=call_seconds(timeout)) + AFTER_CALL <= known.deadline:
+        return step
+    later = replace(known.message.resent(), not_before=max(known.message.not_before, known.now))
+    return SendBack(message=later, shard=0, outcome=Outcome.DEFERRED, counts=("DeadlineDeferrals",))
 
 
 def _wait_for_slot(known: Known) -> SendBack:

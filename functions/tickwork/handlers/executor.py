@@ -4,7 +4,10 @@ cap assumes a batch of 10 runs at once)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -12,7 +15,9 @@ from aws_lambda_powertools.utilities.batch.base import FailureResponse
 from aws_lambda_powertools.utilities.batch.exceptions import ExceptionInfo
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
+from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.executing import Executor, Outcome
@@ -46,9 +51,49 @@ class ConcurrentBatchProcessor(BatchProcessor):
         return super().failure_handler(record, exception)
 
 
-def _execute(executor: Executor, record: SQSRecord) -> Outcome:
+# SQS's longest visibility timeout.
+MAX_VISIBILITY_SECONDS = 12 * 3600
+
+
+class InvocationCarrier:
+    """One SQS record in one Lambda invocation (services.ports.Carrier): the run's deadline is what the
+    invocation has left, and a claim keeps the record's message hidden until the run's lease ends, so that
+    a dead executor's run comes back at its lease end instead of the queue's visibility timeout (960 s)."""
+
+    def __init__(
+        self, record: SQSRecord, context: Any, sqs: Any, queue_urls: Sequence[str], clock: Clock
+    ) -> None:
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        self.deadline = None if remaining is None else clock.now() + timedelta(milliseconds=remaining())
+        name = str(record.event_source_arn or "").rsplit(":", 1)[-1]
+        self._queue_url = next((url for url in queue_urls if name and url.endswith(f"/{name}")), None)
+        self._receipt = record.receipt_handle
+        self._sqs = sqs
+        self._clock = clock
+
+    def keep_hidden_until(self, instant: datetime | None) -> None:
+        if instant is None or self._queue_url is None:
+            return
+        seconds = math.ceil((instant - self._clock.now()).total_seconds()) + 1
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._queue_url,
+                ReceiptHandle=self._receipt,
+                VisibilityTimeout=max(1, min(MAX_VISIBILITY_SECONDS, seconds)),
+            )
+        except (ClientError, BotoCoreError) as error:
+            # Not hidden for the lease: a dead executor's run then comes back at the queue's own visibility
+            # timeout, later but not lost.
+            logger.warning("could not keep the message hidden for its lease", extra={"error": repr(error)})
+
+
+def _execute(executor: Executor, record: SQSRecord, context: Any) -> Outcome:
     message = RunMessage.from_json(record.body).with_sent_at_ms(record.attributes.get("SentTimestamp"))
-    outcome = executor.execute(message)
+    parts = components()
+    carrier = InvocationCarrier(
+        record, context, parts.queues, parts.settings.dispatch_queue_urls, parts.clock
+    )
+    outcome = executor.execute(message, carrier)
     logger.debug("run message done", extra={"message_id": record.message_id, "outcome": str(outcome)})
     return outcome
 
@@ -69,7 +114,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return dict(
         process_partial_response(
             event=event,
-            record_handler=lambda record: _execute(executor, record),
+            record_handler=lambda record: _execute(executor, record, context),
             processor=processor,
             context=context,
         )

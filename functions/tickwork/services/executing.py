@@ -32,6 +32,7 @@ from tickwork.domain.delivery import (
     TakeSlot,
     Unsent,
     WatchLease,
+    claimed_lease,
     next_step,
     slot_pools,
 )
@@ -40,7 +41,7 @@ from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreE
 from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetInvoker, TargetTracker
-from tickwork.services.ports import Dispatcher, Metrics, RunStore, SlotStore
+from tickwork.services.ports import Carrier, Dispatcher, Metrics, RunStore, SlotStore
 from tickwork.services.sweeping import watched_lease
 
 __all__ = ["Executor", "ExecutorConfig", "Outcome"]
@@ -70,19 +71,13 @@ class Executor:
         slots: SlotStore | None = None,
         tracker: TargetTracker | None = None,
     ) -> None:
-        self._store = store
-        self._invoker = invoker
-        self._dispatcher = dispatcher
-        self._clock = clock
-        self._metrics = metrics
-        self._config = config
-        self._rng = rng or Random()
-        self._slots = slots
-        self._tracker = tracker
+        self._store, self._invoker, self._dispatcher = store, invoker, dispatcher
+        self._clock, self._metrics, self._config = clock, metrics, config
+        self._rng, self._slots, self._tracker = rng or Random(), slots, tracker
         if (slots is None) != (config.limits is None):
             raise ValueError("the concurrency bound needs both a SlotStore and its limits")
 
-    def execute(self, message: RunMessage) -> Outcome:
+    def execute(self, message: RunMessage, carrier: Carrier | None = None) -> Outcome:
         """Handle one delivery; safe to repeat: only the delivery whose claim wins calls the target, once per
         attempt. The hot path: the slot, the claim, the call, the finish, the slot back."""
         known = Known(
@@ -94,6 +89,7 @@ class Executor:
             lease_margin=self._config.lease_margin,
             max_hold=self._config.max_hold,
             pools=slot_pools(message.owner, self._config.limits),
+            deadline=None if carrier is None else carrier.deadline,
         )
         while True:
             step = next_step(known)
@@ -107,6 +103,8 @@ class Executor:
                 known = self._carry_out(step, known)
             except TransientStoreError as error:
                 known = known.after(step, self._clock.now(), throttled=error)
+            if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
+                carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
 
     def _carry_out(self, step: Step, known: Known) -> Known:
         """Do one step's I/O; what it found is what the next decision reads. The clock is read after the
@@ -171,7 +169,7 @@ class Executor:
         return True
 
     def _send(self, step: SendBack, known: Known) -> Outcome:
-        """Send, then record (a throttled delivery is recorded either way: it was throttled)."""
+        """Send, then record (a throttled delivery is recorded either way)."""
         if step.unsent is Unsent.THROTTLED:
             self._record(step)
         try:

@@ -253,3 +253,14 @@ class SlotStore(Protocol):
     def in_flight(self, pool: Pool, now: datetime) -> int:
         """How many holds of the pool are live at `now` (lease after `now`): the runs the bound counts."""
         ...
+
+
+class Carrier(Protocol):
+    """What carries one delivery (a Lambda invocation and the SQS message it received): when it must be
+    done, and how to keep its message hidden while the claimed run's lease runs, so that a dead executor's
+    run comes back at its lease end, not the queue's visibility timeout."""
+
+    @property
+    def deadline(self) -> datetime | None: ...
+
+    def keep_hidden_until(self, instant: datetime | None) -> None: ...
