@@ -7,8 +7,12 @@
   time beyond the API's own planning horizon, so only the deployed ticker Lambda (EventBridge, every minute)
   can plan it; the deployed executor Lambda, fed by its SQS event source mapping, runs it to `succeeded`
   and its target queue receives the call with the run's idempotency key;
-- pause, resume, list, run history and delete through the API; then the stack is destroyed.
-Every phase's duration is written to `.tickwork/e2e-aws.json` and printed.
+- pause, resume, list, run history and delete through the API;
+- a callback run (an HTTP target on 127.0.0.1 in this process, opened past the SSRF rule by the stack's
+  `allowed_networks`) answers 202 and reports a heartbeat and its completion through the deployed API's open
+  callback routes (no SigV4: the token is the credential); the run ends `succeeded` after one call, and a
+  second completion is refused with 409;
+then the stack is destroyed. Every phase's duration is written to `.tickwork/e2e-aws.json` and printed.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +50,11 @@ LOOKAHEAD_SECONDS = 60
 FIRE_AFTER_SECONDS = 95  # beyond the lookahead, so the ticker must plan it
 ACCOUNT = "000000000000"  # MiniStack's account
 RUN_DEADLINE_SECONDS = 150
+# The executor Lambda runs inside MiniStack (a subprocess on this machine) in AWS mode, where loopback is
+# refused by the SSRF rule: the stack opens it for this test's HTTP target, as an operator opens a VPC peer.
+ALLOWED_NETWORKS = "127.0.0.1/32"
+# A schedule that never fires during the test (1 January, midnight): its runs are made with "run now".
+NEVER_DURING_THE_TEST = "0 0 1 1 *"
 TIMINGS = REPO / ".tickwork" / "e2e-aws.json"
 
 pytestmark = pytest.mark.e2e_aws
@@ -104,6 +115,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             "prefix": PREFIX,
             "lookahead_seconds": str(LOOKAHEAD_SECONDS),
             "concurrency_cap": "20",
+            "allowed_networks": ALLOWED_NETWORKS,
         }
         phase = time.monotonic()
         _cdk(
@@ -181,6 +193,26 @@ class SignedApi:
             raw, status = error.read(), error.code
         return status, json.loads(raw) if raw else None
 
+    def post_open(self, url: str, body: Any = None) -> tuple[int, Any]:
+        """POST to a URL on this API without a signature (the callback routes: the token is the
+        credential), sent through the emulator's gateway with the API's routing host."""
+        parts = urlsplit(url)
+        assert parts.netloc == self.host, f"{url} is not on this stack's API ({self.host})"
+        data = json.dumps({} if body is None else body).encode()
+        sent = urllib.request.Request(
+            f"{self.gateway}{parts.path}",
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "Host": self.routing_host},
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(sent, timeout=30) as response:
+                raw, status = response.read(), response.status
+        except urllib.error.HTTPError as error:
+            raw, status = error.read(), error.code
+        return status, json.loads(raw) if raw else None
+
     def get_unsigned(self, path: str) -> tuple[int, str, bytes]:
         """A browser's GET: no signature (the console's own files are open routes)."""
         sent = urllib.request.Request(f"{self.gateway}{path}", headers={"Host": self.routing_host})
@@ -190,6 +222,52 @@ class SignedApi:
                 return response.status, response.headers.get("Content-Type", ""), response.read()
         except urllib.error.HTTPError as error:
             return error.code, error.headers.get("Content-Type", ""), error.read()
+
+
+@dataclass(frozen=True)
+class Call:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class AcceptingTarget:
+    """An HTTP target on 127.0.0.1 that takes every call for later (202) and records it: the headers carry
+    the run's completion and heartbeat URLs."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        calls = self.calls
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                calls.append(Call(self.path, dict(self.headers.items()), body))
+                answer = b'{"accepted": true}'
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/work"
+
+    def __enter__(self) -> AcceptingTarget:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
 
 
 def _daily_at(instant: datetime) -> str:
@@ -309,3 +387,93 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
     assert status == 404, gone
     status, history = api.call("GET", f"/jobs/{job_id}/runs")
     assert status in (200, 404), history
+
+
+def _run_of(api: SignedApi, job_id: str, run_id: str) -> dict[str, Any]:
+    status, run = api.call("GET", f"/jobs/{job_id}/runs/{run_id}")
+    assert status == 200, run
+    return dict(run)
+
+
+def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
+    """A callback job's run: the deployed executor calls the target with its completion and heartbeat URLs,
+    the target takes the work (202), then reports through the deployed API's open callback routes."""
+    api = SignedApi(deployed)
+    phase = time.monotonic()
+    with AcceptingTarget() as target:
+        status, job = api.call(
+            "POST",
+            "/jobs",
+            {
+                "name": "e2e callback",
+                "schedule": {"expression": NEVER_DURING_THE_TEST, "timezone": "UTC"},
+                "target": {"kind": "http", "config": {"url": target.url, "method": "POST"}},
+                "completion": "callback",
+                "heartbeat_seconds": 300,
+                "timeout_seconds": 1800,
+                "policies": {"retry": {"max_attempts": 1}},
+            },
+        )
+        assert status == 201, job
+        assert job["completion"] == "callback", job
+        job_id = job["id"]
+        status, run = api.call("POST", f"/jobs/{job_id}/runs", headers={"Idempotency-Key": "e2e-callback"})
+        assert status == 201, run
+        run_id = run["id"]
+
+        # The deployed executor's call (past the SSRF rule through allowed_networks), answered 202: the run
+        # stays running under its heartbeat lease.
+        assert _wait_for(lambda: target.calls, RUN_DEADLINE_SECONDS, every_s=0.5), (
+            f"the executor never called the target: {_run_of(api, job_id, run_id)}"
+        )
+        call = target.calls[0]
+        headers = {name.lower(): value for name, value in call.headers.items()}
+        assert headers.get("idempotency-key") == run_id, headers
+        completion_url = headers["x-tickwork-completion-url"]
+        heartbeat_url = headers["x-tickwork-heartbeat-url"]
+        assert completion_url.startswith(api.api_url + "/callbacks/"), (completion_url, api.api_url)
+        assert heartbeat_url.startswith(api.api_url + "/callbacks/"), (heartbeat_url, api.api_url)
+
+        def accepted() -> dict[str, Any] | None:
+            one = _run_of(api, job_id, run_id)
+            return one if one["state"] == "running" and one["heartbeat_at"] else None
+
+        awaiting = _wait_for(accepted, 60, every_s=0.5)
+        assert awaiting, f"the 202 did not keep the run running: {_run_of(api, job_id, run_id)}"
+        assert awaiting["completion"] == "callback" and awaiting["attempt"] == 1, awaiting
+
+        # A heartbeat, unsigned through API Gateway: the lease moves (never shorter).
+        status, beat = api.post_open(heartbeat_url)
+        assert status == 200, beat
+        assert beat["run_id"] == run_id and beat["attempt"] == 1 and beat["state"] == "running", beat
+        moved = datetime.fromisoformat(beat["lease_expires_at"])
+        assert moved >= datetime.fromisoformat(awaiting["lease"]["expires_at"]), (beat, awaiting)
+
+        # The completion: taken (202), then applied by the deployed executor from its finish message.
+        report = {"outcome": "succeeded", "status": "0", "detail": "e2e callback done"}
+        status, taken = api.post_open(completion_url, report)
+        assert status == 202, taken
+        assert taken["state"] == "completing", taken
+
+        def ended() -> dict[str, Any] | None:
+            one = _run_of(api, job_id, run_id)
+            return one if one["state"] not in ("planned", "running") else None
+
+        done = _wait_for(ended, RUN_DEADLINE_SECONDS, every_s=1.0)
+        deployed.timings["callback_run_s"] = time.monotonic() - phase
+        assert done, f"the completion was never applied: {_run_of(api, job_id, run_id)}"
+        assert done["state"] == "succeeded" and done["result"] == "completed", done
+        assert done["attempt"] == 1 and len(done["attempts"]) == 1, done
+        assert done["outcome"] == "0", done
+
+        # The attempt is over: a second completion and a late heartbeat are refused and change nothing.
+        status, again = api.post_open(completion_url, {"outcome": "failed", "detail": "late"})
+        assert status == 409, again
+        status, late = api.post_open(heartbeat_url)
+        assert status == 409, late
+        assert _run_of(api, job_id, run_id)["state"] == "succeeded"
+        # One call in all: the 202 was not taken for a failure, and nothing called the target again.
+        assert len(target.calls) == 1, target.calls
+
+    status, _ = api.call("DELETE", f"/jobs/{job_id}")
+    assert status == 204
