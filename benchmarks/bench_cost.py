@@ -3,9 +3,13 @@ dollars per million runs; plus 30 days of run history at 100,000 jobs.
 
 Measured, not assumed, where the emulator allows it: N jobs are planned (Planner + SqsDispatcher), executed
 (Executor against a local HTTP target, batches of 10 on threads as the executor Lambda does) and swept on
-MiniStack, with every DynamoDB and SQS call counted and every item written recorded. Capacity units are then
-computed from those real items with DynamoDB's rules (benchmarks/write_units.py): MiniStack, like moto, does
-not report real ConsumedCapacity.
+MiniStack, with every DynamoDB and SQS call counted and every item written recorded. As the deployed
+executor does, each message has the Lambda handler's carrier (a claim keeps the message hidden for the
+run's lease: one ChangeMessageVisibility) and each attempt takes its concurrency slot in the slots table
+and gives it back (a cap of 10,000 whose stripes exist already, as in a running deployment). Capacity
+units are then computed from those real items with DynamoDB's rules (benchmarks/write_units.py; the slot
+writes through benchmarks/_meter.py, which reads each stripe before and after): MiniStack, like moto,
+does not report real ConsumedCapacity.
 
 Prices: us-east-1 on-demand, from the AWS pricing pages as of the toolchain's date (2026-12); verify before
 relying. DynamoDB $0.625 per million write request units and $0.125 per million read request units (the
@@ -31,9 +35,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from _common import NOW, CallCounter, client, concurrency_note, dummy_aws_env, machine, next_fire, seed_jobs
-from tickwork.adapters.dynamodb.items import deserialize
+from _meter import UnitMeter
+from tickwork.adapters.dynamodb.items import deserialize, serialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.dynamodb.slots import DynamoSlots, stripe_key, stripe_sizes
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.metrics import InMemoryMetrics
 from tickwork.adapters.records import job_to_item, run_to_item
@@ -42,14 +50,16 @@ from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
-from tickwork.domain.clock import FakeClock
+from tickwork.domain.clock import Clock, FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import VIEW_TARGET_MAX_BYTES, Job, Run, RunState, Target, Trigger, shard_of
 from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.slots import ALL, SlotLimits
+from tickwork.handlers.executor import InvocationCarrier
 from tickwork.local.echo import EchoServer
-from tickwork.local.emulator import Emulator, EmulatorConfig
-from tickwork.resources import JOBS, RUNS, ResourceNames
+from tickwork.local.emulator import DEFAULT_REGION, Emulator, EmulatorConfig
+from tickwork.resources import JOBS, RUNS, SLOTS, ResourceNames
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
@@ -64,6 +74,8 @@ TICKER_GB = 1.0  # ticker memory 1024 MB
 SWEEPER_GB = 0.5
 TARGET_LATENCY_S = 0.100  # assumed: a target answering in 100 ms (the local echo answers in ~1 ms)
 QUEUES = 10  # dispatch queues for a 10,000 cap
+CAP = 10_000  # the load model's concurrency cap: every attempt takes a slot on the hot path (room at home)
+LAMBDA_SECONDS = 900  # what an executor invocation has left when it starts (its timeout)
 ESM_POLLERS_PER_QUEUE = 5  # an idle SQS event source mapping long-polls with ~5 pollers, 20 s per poll
 
 PRICE_WRU = 0.625 / 1e6
@@ -85,7 +97,15 @@ TOTAL_JOBS = 100_000
 # In the planning phase these are per shard and tick (watermark read and write, due-index queries).
 TICK_FIXED_OPERATIONS = frozenset({"GetItem", "PutItem", "Query"})
 SQS_OPERATIONS = frozenset(
-    {"SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch"}
+    {
+        "SendMessage",
+        "SendMessageBatch",
+        "ReceiveMessage",
+        "DeleteMessage",
+        "DeleteMessageBatch",
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+    }
 )
 LARGE_BODY = 8 * 1024  # a large target config, reported on its own line
 
@@ -126,6 +146,45 @@ class RecordingStore(DynamoStore):
             self.transitions.append((run_to_item(expected), run_to_item(updated)))
 
 
+class LambdaContext:
+    """What the carrier asks of a Lambda context: the time the invocation has left."""
+
+    def __init__(self, seconds: float = LAMBDA_SECONDS) -> None:
+        self._ends = time.monotonic() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self._ends - time.monotonic()) * 1000)
+
+
+def lambda_carrier(message: dict[str, Any], sqs: Any, queue_url: str, clock: Clock) -> InvocationCarrier:
+    """The executor Lambda handler's carrier for one received message (handlers/executor.py): its deadline
+    is what the invocation has left, and a claim keeps the message hidden until the run's lease ends."""
+    name = queue_url.rsplit("/", 1)[-1]
+    record = SQSRecord(
+        {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message.get("Attributes", {}),
+            "eventSourceARN": f"arn:aws:sqs:{DEFAULT_REGION}:000000000000:{name}",
+        }
+    )
+    return InvocationCarrier(record, LambdaContext(), sqs, [queue_url], clock)
+
+
+def warm_slots(dynamodb: Any, table: str, cap: int = CAP) -> int:
+    """Every stripe of the `all` pool, empty, as releases leave them: a stripe's first take ever costs a
+    refused update and a put (once per stripe: 834 at a cap of 10,000), not a run's steady cost."""
+    keys = [stripe_key(ALL, index) for index in range(len(stripe_sizes(cap)))]
+    for start in range(0, len(keys), 25):
+        requests = [
+            {"PutRequest": {"Item": serialize({"slot_key": key, "h": {}, "m": {}})}}
+            for key in keys[start : start + 25]
+        ]
+        dynamodb.batch_write_item(RequestItems={table: requests})
+    return len(keys)
+
+
 class NullDispatcher:
     def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
         raise AssertionError("the benchmark's runs succeed: nothing is re-sent")
@@ -154,6 +213,7 @@ class Measured:
     batched_runs: int = 0
     run_base_wcu: float = 0.0  # claim + finish, the run item alone (no index writes), per run
     wcu: dict[str, float] = field(default_factory=dict)
+    slot_refusals: int = 0  # refused conditional writes on the slots table (a home stripe full)
 
 
 def make_jobs(count: int, url: str) -> list[Job]:
@@ -191,6 +251,10 @@ def measure(jobs_count: int) -> Measured:
             queue_urls, dlq_url = ensure_queues(sqs, names, 1)
             seed_jobs(dynamodb, tables.jobs, make_jobs(jobs_count, echo.url))
             store = RecordingStore(dynamodb, tables)
+            # The slots' writes priced from the stripes as stored (read before and after by another client).
+            meter: Any = UnitMeter(dynamodb, client("dynamodb", emulator.endpoint_url), names)
+            slots = DynamoSlots(meter, names.table(SLOTS))
+            warm_slots(dynamodb, names.table(SLOTS))
             dispatcher = SqsDispatcher(sqs, queue_urls)
             counter = CallCounter()
             counter.attach(dynamodb, sqs)
@@ -212,12 +276,19 @@ def measure(jobs_count: int) -> Measured:
                 aws=AwsInvoker(lambda service: client(service, emulator.endpoint_url)),
             )
             executor = Executor(
-                store, invoker, NullDispatcher(), clock, InMemoryMetrics(), ExecutorConfig("bench-executor")
+                store,
+                invoker,
+                NullDispatcher(),
+                clock,
+                InMemoryMetrics(),
+                ExecutorConfig("bench-executor", limits=SlotLimits(CAP)),
+                slots=slots,
             )
 
-            def execute(body: str) -> tuple[Outcome, float]:
+            def execute(message: dict[str, Any]) -> tuple[Outcome, float]:
                 t0 = time.perf_counter()
-                outcome = executor.execute(RunMessage.from_json(body))
+                carrier = lambda_carrier(message, sqs, queue_urls[0], clock)
+                outcome = executor.execute(RunMessage.from_json(message["Body"]), carrier)
                 return outcome, time.perf_counter() - t0
 
             def drain(max_messages: int, limit: int, seconds: list[float], sizes: list[int]) -> int:
@@ -232,7 +303,7 @@ def measure(jobs_count: int) -> Measured:
                         continue
                     t0 = time.perf_counter()
                     with ThreadPoolExecutor(max_workers=len(messages)) as pool:
-                        results = list(pool.map(execute, [msg["Body"] for msg in messages]))
+                        results = list(pool.map(execute, messages))
                     seconds.append(time.perf_counter() - t0)
                     sizes.append(len(messages))
                     for outcome, _ in results:
@@ -284,6 +355,8 @@ def measure(jobs_count: int) -> Measured:
             for before, after in store.transitions:
                 key = "claim" if after["state"] == str(RunState.RUNNING) else "finish"
                 wcu[key] += write(RUNS, before, after, False)
+            wcu["concurrency slot: take + give back"] = meter.units.total_wcu
+            m.slot_refusals = sum(meter.units.refused.values())
             m.wcu = {k: v / m.runs for k, v in wcu.items()}
             base = sum(units(max(item_size(b), item_size(a))) for b, a in store.transitions)
             m.run_base_wcu = base / m.runs
@@ -362,14 +435,15 @@ def main(jobs_count: int) -> None:
     ]
     wcu_total = sum(v for _, v in wcu_rows)
     rcu_total = sum(v for _, v in rcu_rows)
-    wcu_min = 8.0  # write_units.py: txn put run 2, txn update job 2, claim 1, finish 1, due-index move 2
+    # write_units.py: txn put run 2, txn update job 2, claim 1, finish 1, due-index move 2; the slot 1 + 1
+    wcu_min = 10.0
     rcu_min = due_read  # the due read: the claim needs no read (the run carries its job view)
     print("\nDynamoDB write units per successful run (from the recorded items):")
     for name, value in wcu_rows:
         print(f"  {name:<48} {value:>7.3f} WCU")
     print(
-        f"  {'total':<48} {wcu_total:>7.3f} WCU   design minimum {wcu_min:.0f}, "
-        f"ratio {wcu_total / wcu_min:.2f}"
+        f"  {'total':<48} {wcu_total:>7.3f} WCU   design minimum {wcu_min:.0f} (8 + 2 for the slot), "
+        f"ratio {wcu_total / wcu_min:.2f}; slot writes refused: {m.slot_refusals}"
     )
     print("DynamoDB read units per successful run:")
     for name, value in rcu_rows:
@@ -404,24 +478,26 @@ def main(jobs_count: int) -> None:
     sends = m.plan_calls.get("SendMessageBatch", 0) / n
     recv_full = m.exec_calls.get("ReceiveMessage", 0) / m.batched_runs
     dele_full = m.exec_calls.get("DeleteMessageBatch", 0) / m.batched_runs
+    hide = m.exec_calls.get("ChangeMessageVisibility", 0) / m.batched_runs  # one per claim, any batch size
     idle_polls = QUEUES * ESM_POLLERS_PER_QUEUE * 3 + 1  # long polls per minute, + the sweeper's DLQ read
     sqs_rows = [
         ("send (as built: measured SendMessageBatch per run)", sends, sends),
         ("send (design: batches of 10)", 0.1, 0.1),
         ("receive (ESM; batches of 10 .. of 1)", recv_full, 1.0),
         ("delete (ESM DeleteMessageBatch; 10 .. 1)", dele_full, 1.0),
+        ("keep hidden for the lease (ChangeMessageVisibility)", hide, hide),
         ("idle long polls + DLQ read (amortised)", idle_polls / runs_per_min, idle_polls / runs_per_min),
     ]
     print("\nSQS requests per successful run (full batches .. batches of one):")
     for name, full, single in sqs_rows:
         print(f"  {name:<52} {full:>6.3f} .. {single:.3f}")
     sqs_as_built = (
-        sends + recv_full + dele_full + idle_polls / runs_per_min,
-        sends + 2 + idle_polls / runs_per_min,
+        sends + recv_full + dele_full + hide + idle_polls / runs_per_min,
+        sends + 2 + hide + idle_polls / runs_per_min,
     )
     sqs_design = (
-        0.1 + recv_full + dele_full + idle_polls / runs_per_min,
-        0.1 + 2 + idle_polls / runs_per_min,
+        0.1 + recv_full + dele_full + hide + idle_polls / runs_per_min,
+        0.1 + 2 + hide + idle_polls / runs_per_min,
     )
 
     # --- Lambda -----------------------------------------------------------------------------------------
@@ -510,7 +586,8 @@ def main(jobs_count: int) -> None:
         v for k, v in m.plan_calls.items() if k not in SQS_OPERATIONS | TICK_FIXED_OPERATIONS
     ) / n + sum(v for k, v in m.exec_calls.items() if k not in SQS_OPERATIONS) / max(1, m.batched_runs)
     print(
-        f"DynamoDB calls: {per_run_dynamo:.2f} per run (plan transaction, claim, finish), plus "
+        f"DynamoDB calls: {per_run_dynamo:.2f} per run (plan transaction, slot, claim, finish, slot back), "
+        "plus "
         f"{tick_fixed} per tick for all {SHARDS} shards (watermark read and write, due-index queries): "
         f"{tick_fixed / n:.3f} per run over this benchmark's {n} runs, {tick_fixed / runs_per_min:.4f} at "
         f"the load model's {runs_per_min:,.0f} runs a minute"
