@@ -128,10 +128,13 @@ def suppress(stack: TickworkStack) -> None:
                 id="AwsSolutions-IAM5",
                 reason="Job targets are user data: the executor may call only the target ARNs configured via "
                 "context `target_arns` or, by default, resources named `<prefix>-target-*` in this account "
-                "and region (one action per service). Lambda targets include `:*` for versions and aliases.",
+                "and region (one action per resource type). Lambda targets include `:*` for versions and "
+                "aliases; a state machine's executions (`execution:<machine>:*`) are described to follow "
+                "tracked runs; ECS tasks are described by task ARN (`task/<cluster>/*`); iam:PassRole is "
+                "limited to roles passed to ecs-tasks.amazonaws.com.",
                 applies_to=[
                     RegexAppliesTo(
-                        regex=r"/^Resource::arn:(<AWS::Partition>|aws[a-z-]*):(lambda|sqs|sns|events|states):.*\*$/g"
+                        regex=r"/^Resource::arn:(<AWS::Partition>|aws[a-z-]*):(lambda|sqs|sns|events|states|ecs|iam):.*\*$/g"
                     )
                 ],
             )

@@ -29,6 +29,15 @@ STEPFUNCTIONS = {
     "kind": "stepfunctions",
     "config": {"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:m"},
 }
+ECS = {
+    "kind": "ecs",
+    "config": {
+        "cluster": "batch",
+        "task_definition": "nightly",
+        "container": "main",
+        "subnets": ["subnet-0a1b2c3d"],
+    },
+}
 
 
 def create(call: Api, **overrides: Any) -> dict[str, Any]:
@@ -54,7 +63,8 @@ def refused(call: Api, method: str, path: str, body: dict[str, Any]) -> tuple[st
         pytest.param(LAMBDA_SYNC, "response", id="lambda_request_response"),
         pytest.param(LAMBDA_EVENT, "delivery", id="lambda_event"),
         pytest.param(SQS, "delivery", id="sqs"),
-        pytest.param(STEPFUNCTIONS, "delivery", id="stepfunctions"),
+        pytest.param(STEPFUNCTIONS, "tracked", id="stepfunctions"),
+        pytest.param(ECS, "tracked", id="ecs"),
     ],
 )
 def test_a_job_created_without_a_completion_gets_its_targets_default(
@@ -241,6 +251,31 @@ DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
         pytest.param({"target": STEPFUNCTIONS, "heartbeat_seconds": 60}, id="heartbeat_on_stepfunctions"),
         pytest.param({"timeout_seconds": 841}, id="response_841_s"),
         pytest.param({"target": SQS, "timeout_seconds": 3600}, id="delivery_an_hour"),
+        pytest.param({"target": STEPFUNCTIONS}, id="stepfunctions_default"),
+        pytest.param({"target": STEPFUNCTIONS, "completion": "tracked"}, id="stepfunctions_tracked"),
+        pytest.param({"target": STEPFUNCTIONS, "completion": "delivery"}, id="stepfunctions_delivery"),
+        pytest.param({"target": ECS, "completion": "tracked"}, id="ecs_tracked"),
+        pytest.param({"target": ECS, "completion": "delivery"}, id="ecs_delivery"),
+        pytest.param({"target": ECS, "completion": "response"}, id="ecs_response"),
+        pytest.param({"target": SQS, "completion": "tracked"}, id="sqs_tracked"),
+        pytest.param({"completion": "tracked"}, id="http_tracked"),
+        pytest.param({"target": STEPFUNCTIONS, "timeout_seconds": 86_400}, id="a_day_long_default_tracked"),
+        pytest.param(
+            {"target": ECS, "completion": "tracked", "timeout_seconds": 86_400}, id="a_day_long_tracked"
+        ),
+        pytest.param(
+            {"target": ECS, "completion": None, "timeout_seconds": 3600}, id="a_null_completion_an_hour"
+        ),
+        pytest.param(
+            {"target": STEPFUNCTIONS, "completion": "delivery", "timeout_seconds": 3600},
+            id="stepfunctions_delivery_an_hour",
+        ),
+        pytest.param(
+            {"target": ECS, "completion": "tracked", "timeout_seconds": 86_401}, id="tracked_over_a_day"
+        ),
+        pytest.param(
+            {"target": ECS, "completion": "tracked", "heartbeat_seconds": 60}, id="heartbeat_on_tracked"
+        ),
     ],
 )
 def test_the_document_states_the_completion_rules_a_create_is_checked_by(

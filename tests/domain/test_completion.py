@@ -40,7 +40,7 @@ STEPFUNCTIONS = Target(
     "stepfunctions", {"state_machine_arn": ARN.format(service="states", rest="stateMachine:m"), "input": {}}
 )
 
-R, C, D = Completion.RESPONSE, Completion.CALLBACK, Completion.DELIVERY
+R, C, D, T = Completion.RESPONSE, Completion.CALLBACK, Completion.DELIVERY, Completion.TRACKED
 
 
 @pytest.mark.parametrize(
@@ -53,10 +53,10 @@ R, C, D = Completion.RESPONSE, Completion.CALLBACK, Completion.DELIVERY
         pytest.param(SQS, D, (D,), id="sqs_is_delivered"),
         pytest.param(SNS, D, (D,), id="sns_is_delivered"),
         pytest.param(EVENTBRIDGE, D, (D,), id="eventbridge_is_delivered"),
-        pytest.param(STEPFUNCTIONS, D, (D,), id="stepfunctions_is_delivered_when_the_execution_starts"),
+        pytest.param(STEPFUNCTIONS, T, (T, D), id="stepfunctions_is_tracked_to_its_end_or_delivered"),
     ],
 )
-def test_each_target_kind_has_a_default_completion_and_allows_callback_only_for_http(
+def test_each_target_kind_has_a_default_completion_and_the_completions_it_allows(
     target: Target, default: Completion, allowed: tuple[Completion, ...]
 ) -> None:
     assert default_completion(target) is default
@@ -131,8 +131,8 @@ def test_a_spec_without_a_completion_takes_its_targets_default() -> None:
         pytest.param(
             lambda: a_spec(timeout_seconds=841),
             "timeout_seconds",
-            "1-840 seconds for completion response; only completion callback (http targets) allows up to "
-            "86,400 s",
+            "1-840 seconds for completion response; only completion callback (http targets) and tracked "
+            "(stepfunctions, ecs) allow up to 86,400 s",
             id="response_over_840_s",
         ),
         pytest.param(

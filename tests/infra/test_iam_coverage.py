@@ -13,7 +13,8 @@ account and region.
 Two rules. A call on one of the stack's own resources (tables, indexes, queues, the signing secret) must be
 granted strictly: an Allow statement without conditions that names the action and the exact ARN (no wildcard
 on either side). A call on anything else is a target call (user data): it must be granted by one of the
-target statements (`infra.constructs.targets`: one service action, ARN patterns from configuration).
+target statements (`infra.constructs.targets`: one action per resource type, ARN patterns from configuration;
+iam:PassRole only with its condition, towards ECS tasks).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit
 
 import boto3
 import pytest
-from infra.constructs.targets import ACTION_OF_SERVICE
+from infra.constructs.targets import PASS_ROLE_CONDITION, TARGET_ACTIONS
 
 from tests.api.conftest import Api, job_body
 from tests.conftest import ANCHOR, NAMES, build_components
@@ -45,11 +46,11 @@ from tests.infra.conftest import Synth, as_list, policy_statements
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.dispatch import RunMessage, queue_index
 from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Run, RunState
 from tickwork.domain.schedule import parse_schedule
-from tickwork.domain.targets import validate_target
+from tickwork.domain.targets import Invocation, validate_target
 from tickwork.handlers import executor, runtime, sweeper, ticker
 from tickwork.services.executing import Executor, ExecutorConfig
 
@@ -62,6 +63,12 @@ PLAN_AT = datetime(2026, 12, 2, 12, 3, 0, 500000, tzinfo=UTC)  # FIRE is inside 
 RUN_AT = FIRE + timedelta(milliseconds=100)
 
 Need = tuple[str, str]  # (IAM action, resource ARN with the stack's names)
+# What a tracked run's look does (the executor follows the execution or task its start began), and what
+# RunTask makes IAM check besides ecs:RunTask: passing the task definition's roles to ECS.
+LOOK_ACTIONS = frozenset({"states:DescribeExecution", "ecs:DescribeTasks"})
+START_ACTIONS = TARGET_ACTIONS - LOOK_ACTIONS - {"iam:PassRole"}
+# The request context of an iam:PassRole that RunTask checks.
+PASSED_TO_ECS = {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
 
 
 # --- recording ---
@@ -155,6 +162,10 @@ def _bus(name: str) -> str:
     return name if name.startswith("arn:") else _arn("events", f"event-bus/{name}")
 
 
+def _task_definition(name: str) -> str:
+    return name if name.startswith("arn:") else _arn("ecs", f"task-definition/{name}")
+
+
 def needs_of(call: Call) -> list[Need]:
     """The (action, resource) pairs AWS authorizes `call` against, in the test's names."""
     p, op = call.params, call.operation
@@ -180,6 +191,12 @@ def needs_of(call: Call) -> list[Need]:
         found = [("lambda:InvokeFunction", _function(p["FunctionName"]))]
     elif call.service == "states" and op == "StartExecution":
         found = [("states:StartExecution", p["stateMachineArn"])]
+    elif call.service == "states" and op == "DescribeExecution":
+        found = [("states:DescribeExecution", p["executionArn"])]
+    elif call.service == "ecs" and op == "RunTask":
+        found = [("ecs:RunTask", _task_definition(p["taskDefinition"]))]
+    elif call.service == "ecs" and op == "DescribeTasks":
+        found = [("ecs:DescribeTasks", task) for task in p["tasks"]]
     elif call.service == "secretsmanager" and op == "GetSecretValue":
         found = [("secretsmanager:GetSecretValue", _SECRET_SUFFIX.sub("", p["SecretId"]))]
     else:
@@ -200,12 +217,19 @@ def deployed(need: Need, prefix: str) -> Need:
 class Statement:
     actions: frozenset[str]
     resources: tuple[str, ...]  # resolved ARNs (target statements hold patterns)
+    # StringEquals conditions (key -> value): only iam:PassRole has one (passed to ECS tasks only).
+    conditions: Mapping[str, str] = field(default_factory=dict)
 
     def grants_strictly(self, action: str, arn: str) -> bool:
-        return action in self.actions and arn in self.resources
+        return not self.conditions and action in self.actions and arn in self.resources
 
-    def grants_pattern(self, action: str, arn: str) -> bool:
-        return action in self.actions and any(fnmatchcase(arn, pattern) for pattern in self.resources)
+    def grants_pattern(self, action: str, arn: str, context: Mapping[str, str] | None = None) -> bool:
+        given = context or {}
+        return (
+            action in self.actions
+            and any(fnmatchcase(arn, pattern) for pattern in self.resources)
+            and all(given.get(key) == value for key, value in self.conditions.items())
+        )
 
 
 class Template:
@@ -265,32 +289,43 @@ class Template:
         }
         found: list[Statement] = []
         for raw in policy_statements(policies, "PolicyDocument"):
-            assert raw["Effect"] == "Allow" and "Condition" not in raw, f"unmodelled statement {raw}"
+            actions = frozenset(as_list(raw["Action"]))
+            assert raw["Effect"] == "Allow", f"unmodelled statement {raw}"
+            conditions: dict[str, str] = {}
+            if "Condition" in raw:
+                # The one conditioned statement: the ECS tasks' roles, passed to ECS only.
+                assert actions == {"iam:PassRole"} and raw["Condition"] == PASS_ROLE_CONDITION, raw
+                conditions = dict(raw["Condition"]["StringEquals"])
             resources = tuple(self.resolve(r) for r in as_list(raw["Resource"]))
-            found.append(Statement(frozenset(as_list(raw["Action"])), resources))
+            found.append(Statement(actions, resources, conditions))
         return found
 
 
-def missing_grants(synth: Synth, function: str, calls: Sequence[Call]) -> list[str]:
-    """Every recorded need the function's role does not grant, as readable lines (empty: all granted)."""
+def missing_grants(
+    synth: Synth, function: str, calls: Sequence[Call], implied: Sequence[Need] = ()
+) -> list[str]:
+    """Every recorded need the function's role does not grant, as readable lines (empty: all granted).
+    `implied`: needs no call names (the roles RunTask passes to ECS, `passed_roles`)."""
     template = Template(synth)
     statements = template.statements(function)
     owned = template.owned_arns()
     target_statements = [
-        s for s in statements if len(s.actions) == 1 and next(iter(s.actions)) in ACTION_OF_SERVICE.values()
+        s for s in statements if len(s.actions) == 1 and next(iter(s.actions)) in TARGET_ACTIONS
     ]
+    needs = [(need, f"{call.service}:{call.operation}") for call in calls for need in needs_of(call)]
+    needs += [(need, "implied") for need in implied]
     missing: list[str] = []
-    for call in calls:
-        for need in needs_of(call):
-            action, arn = deployed(need, template.prefix)
-            if arn in owned:
-                granted = any(s.grants_strictly(action, arn) for s in statements)
-            else:
-                granted = any(s.grants_pattern(action, arn) for s in target_statements)
-            if not granted:
-                line = f"{action} on {arn} ({call.service}:{call.operation})"
-                if line not in missing:
-                    missing.append(line)
+    for need, why in needs:
+        action, arn = deployed(need, template.prefix)
+        if arn in owned:
+            granted = any(s.grants_strictly(action, arn) for s in statements)
+        else:
+            context = PASSED_TO_ECS if action == "iam:PassRole" else None
+            granted = any(s.grants_pattern(action, arn, context) for s in target_statements)
+        if not granted:
+            line = f"{action} on {arn} ({why})"
+            if line not in missing:
+                missing.append(line)
     return missing
 
 
@@ -364,8 +399,8 @@ def planned_run(parts: Components, job_id: str) -> Run:
     return run
 
 
-def sqs_event(runs: Sequence[Run]) -> dict[str, Any]:
-    """An SQS event source batch carrying the runs' dispatch messages."""
+def sqs_event(runs: Sequence[Run], queue_urls: Sequence[str]) -> dict[str, Any]:
+    """An SQS event source batch carrying the runs' dispatch messages, each from its run's queue."""
     sent_ms = str(int(PLAN_AT.timestamp() * 1000) + 100)
     return {
         "Records": [
@@ -376,6 +411,7 @@ def sqs_event(runs: Sequence[Run]) -> dict[str, Any]:
                 "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": sent_ms},
                 "messageAttributes": {},
                 "eventSource": "aws:sqs",
+                "eventSourceARN": _queue(queue_urls[queue_index(run.run_id, len(queue_urls))]),
                 "awsRegion": REGION,
             }
             for number, run in enumerate(runs)
@@ -424,7 +460,59 @@ def aws_targets(prefix: str) -> dict[str, dict[str, Any]]:
         "eventbridge": {"event_bus_name": name, "source": "my.app", "detail_type": "Nightly", "detail": {}},
         "lambda": {"function_name": name, "invocation_type": "Event", "payload": {"k": 1}},
         "stepfunctions": {"state_machine_arn": machine, "input": {"day": "monday"}},
+        "ecs": ecs_target(prefix),
     }
+
+
+def ecs_target(prefix: str) -> dict[str, Any]:
+    """A Fargate task definition, its cluster and its two roles on moto, all named by the convention, and a
+    subnet and security group to run it in (moto places the task's network interface there)."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    iam = boto3.client("iam", region_name=REGION)
+    ecs = boto3.client("ecs", region_name=REGION)
+    name = f"{prefix}-target-reports"
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # moto names the task's ENI
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName=name, Description="tasks", VpcId=vpc)["GroupId"]
+    roles = {
+        kind: iam.create_role(RoleName=f"{prefix}-target-{kind}", AssumeRolePolicyDocument="{}")["Role"][
+            "Arn"
+        ]
+        for kind in ("task-role", "execution-role")
+    }
+    ecs.create_cluster(clusterName=name)
+    ecs.register_task_definition(
+        family=name,
+        containerDefinitions=[{"name": "main", "image": "busybox", "essential": True, "memory": 128}],
+        requiresCompatibilities=["FARGATE"],
+        networkMode="awsvpc",
+        cpu="256",
+        memory="512",
+        taskRoleArn=roles["task-role"],
+        executionRoleArn=roles["execution-role"],
+    )
+    return {
+        "cluster": name,
+        "task_definition": name,
+        "container": "main",
+        "subnets": [subnet],
+        "security_groups": [group],
+    }
+
+
+def passed_roles(calls: Sequence[Call]) -> list[Need]:
+    """iam:PassRole on each role of the task definitions the recorded RunTask calls ran (IAM checks it
+    with ecs:RunTask; no call names the roles)."""
+    ecs = boto3.client("ecs", region_name=REGION)
+    needs: list[Need] = []
+    for call in calls:
+        if (call.service, call.operation) == ("ecs", "RunTask"):
+            found = ecs.describe_task_definition(taskDefinition=call.params["taskDefinition"])
+            for key in ("taskRoleArn", "executionRoleArn"):
+                if found["taskDefinition"].get(key):
+                    needs.append(("iam:PassRole", found["taskDefinition"][key]))
+    return needs
 
 
 # --- one test per function ---
@@ -535,7 +623,7 @@ def test_the_executor_role_grants_every_operation_of_success_retry_and_every_tar
     parts.clock.set(RUN_AT)
 
     with recorder.recording():
-        response = executor.handler(sqs_event(runs), LambdaContext())
+        response = executor.handler(sqs_event(runs, base.settings.dispatch_queue_urls), LambdaContext())
 
     assert response == {"batchItemFailures": []}
     assert planned_run(base, ok).state is RunState.SUCCEEDED
@@ -543,12 +631,58 @@ def test_the_executor_role_grants_every_operation_of_success_retry_and_every_tar
     prefix = default.stack.config.prefix
     done = performed(recorder.calls, prefix)
     assert {action for action, _ in done} >= {
-        *ACTION_OF_SERVICE.values(),
+        *START_ACTIONS,
         "secretsmanager:GetSecretValue",
         "sqs:SendMessage",
         "dynamodb:UpdateItem",  # the claim and the finish: conditional updates, never a whole-item put
     }, done
-    assert missing_grants(default, "executor", recorder.calls) == []
+    assert missing_grants(default, "executor", recorder.calls, passed_roles(recorder.calls)) == []
+
+
+def test_the_executor_role_grants_starting_and_following_tracked_runs(
+    base: Components, default: Synth, secret_arn: str
+) -> None:
+    """A tracked start and the looks that follow it (moto's executions and tasks stay running: each look
+    answers None), through the executor's own target registry and clients."""
+    targets = aws_targets(NAMES.prefix)
+    recorder = Recorder()
+    parts = recording_components(base, recorder, signing_secret="", signing_secret_arn=secret_arn)
+    invocation = Invocation(
+        run_id=f"job_1:{FIRE:%Y%m%dT%H%M%SZ}",
+        job_id="job_1",
+        scheduled_for=FIRE,
+        attempt=1,
+        timeout_seconds=60,
+        track=True,
+    )
+
+    with recorder.recording():
+        for kind in ("stepfunctions", "ecs"):
+            target = validate_target(kind, targets[kind])
+            started = parts.targets.invoke(target, invocation)
+            assert started.accepted and started.handle is not None, started
+            assert parts.targets.track(target, started.handle) is None  # still running
+
+    prefix = default.stack.config.prefix
+    done = {action for action, _ in performed(recorder.calls, prefix)}
+    assert done >= {"states:StartExecution", "states:DescribeExecution", "ecs:RunTask", "ecs:DescribeTasks"}
+    implied = passed_roles(recorder.calls)
+    assert len(implied) == 2, implied
+    assert missing_grants(default, "executor", recorder.calls, implied) == []
+
+
+def test_a_role_is_passed_to_ecs_tasks_only(default: Synth) -> None:
+    """iam:PassRole is granted on the convention's roles towards ecs-tasks.amazonaws.com, and no further."""
+    role = f"arn:{PARTITION}:iam::{ACCOUNT}:role/test-target-task-role"
+    need = [("iam:PassRole", role)]
+    assert missing_grants(default, "executor", [], need) == []
+    [statement] = [s for s in Template(default).statements("executor") if s.actions == {"iam:PassRole"}]
+    deployed_role = deployed(need[0], default.stack.config.prefix)[1]
+    assert statement.grants_pattern("iam:PassRole", deployed_role, PASSED_TO_ECS)
+    assert not statement.grants_pattern("iam:PassRole", deployed_role, {"iam:PassedToService": "lambda"})
+    assert not statement.grants_pattern("iam:PassRole", deployed_role)
+    other = f"arn:{PARTITION}:iam::{ACCOUNT}:role/admin"
+    assert missing_grants(default, "executor", [], [("iam:PassRole", other)]) != []
 
 
 def test_the_sweeper_role_grants_every_operation_of_repairs_and_the_dead_letter_drain(

@@ -190,6 +190,8 @@ def test_each_target_service_gets_its_one_action() -> None:
             "arn:aws:lambda:eu-west-1:123456789012:function:g:live",
         ],
         ("states:StartExecution",): "arn:aws:states:eu-west-1:123456789012:stateMachine:m",
+        # A tracked run follows the machine's executions to their end.
+        ("states:DescribeExecution",): "arn:aws:states:eu-west-1:123456789012:execution:m:*",
     }
 
 
@@ -199,3 +201,38 @@ def test_each_target_service_gets_its_one_action() -> None:
 def test_other_services_are_refused(arn: str) -> None:
     with pytest.raises(ValueError, match="target ARN"):
         service_of(arn)
+
+
+def test_ecs_targets_run_and_describe_tasks_and_pass_their_roles_to_ecs_only() -> None:
+    statements = target_statements(
+        [
+            "arn:aws:ecs:eu-west-1:123456789012:task-definition/nightly-*",
+            "arn:aws:ecs:eu-west-1:123456789012:task/batch/*",
+            "arn:aws:iam::123456789012:role/nightly-*",
+        ]
+    )
+    rendered = {
+        s.to_json()["Action"]: (s.to_json()["Resource"], s.to_json().get("Condition")) for s in statements
+    }
+    assert rendered == {
+        "ecs:RunTask": ("arn:aws:ecs:eu-west-1:123456789012:task-definition/nightly-*", None),
+        "ecs:DescribeTasks": ("arn:aws:ecs:eu-west-1:123456789012:task/batch/*", None),
+        "iam:PassRole": (
+            "arn:aws:iam::123456789012:role/nightly-*",
+            {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}},
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:ecs:us-east-1:123456789012:cluster/batch",  # a cluster: name its tasks, task/batch/*
+        "arn:aws:iam::123456789012:user/alice",
+        "arn:aws:lambda:us-east-1:123456789012:layer:x",
+        "arn:aws:states:us-east-1:123456789012:activity:x",
+    ],
+)
+def test_resource_types_that_are_no_target_are_refused(arn: str) -> None:
+    with pytest.raises(ValueError, match="is not a target resource"):
+        target_statements([arn])

@@ -36,9 +36,9 @@ def test_routes_http_and_aws_kinds(server: RecordingServer) -> None:
 
     assert as_port.invoke(Target("http", {"url": server.url()}), invocation()).ok
     assert len(server.requests) == 1
-    for kind in ("sqs", "lambda", "stepfunctions", "sns", "eventbridge"):
+    for kind in ("sqs", "lambda", "stepfunctions", "sns", "eventbridge", "ecs"):
         registry.invoke(Target(kind, {}), invocation())
-    assert [t.kind for t in aws.calls] == ["sqs", "lambda", "stepfunctions", "sns", "eventbridge"]
+    assert [t.kind for t in aws.calls] == ["sqs", "lambda", "stepfunctions", "sns", "eventbridge", "ecs"]
 
 
 def test_unknown_kind_is_a_final_failure() -> None:

@@ -41,6 +41,9 @@ TARGETS = {
     "stepfunctions": Target(
         "stepfunctions", {"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:m"}
     ),
+    "ecs": Target(
+        "ecs", {"cluster": "c", "task_definition": "t", "container": "main", "subnets": ["subnet-0a1b2c3d"]}
+    ),
 }
 
 
@@ -105,6 +108,29 @@ def test_a_target_that_does_not_answer_times_out_within_the_jobs_timeout(
 
 
 @pytest.mark.network
+@pytest.mark.parametrize(
+    ("kind", "handle"),
+    [
+        ("stepfunctions", "arn:aws:states:us-east-1:123456789012:execution:m:run"),
+        ("ecs", "arn:aws:ecs:us-east-1:123456789012:task/c/0123456789abcdef"),
+    ],
+)
+def test_a_look_that_gets_no_answer_is_tried_again_later_within_its_own_timeout(
+    holding: _HoldingServer, kind: str, handle: str
+) -> None:
+    timeout = 1.0
+    invoker = AwsInvoker(boto3_client_factory(region_name=REGION), track_timeout_seconds=timeout)
+
+    started = time.monotonic()
+    result = invoker.track(TARGETS[kind], handle)
+    elapsed = time.monotonic() - started
+
+    assert result is None  # the look failed for now: the next one tries again
+    assert elapsed <= timeout + SLACK_SECONDS
+    assert holding.requests == 1
+
+
+@pytest.mark.network
 def test_retries_happen_only_within_the_jobs_timeout(holding: _HoldingServer) -> None:
     invoker = AwsInvoker(boto3_client_factory(region_name=REGION))
     timeout = 8.0  # room for 2 tries of 1 s each plus the longest backoff between them (6 s)
@@ -135,7 +161,7 @@ def test_a_synchronous_lambda_is_never_retried_by_botocore(holding: _HoldingServ
 
 # Every timeout the API accepts (1-840 s), a few fractional ones, and every service a target calls.
 TIMEOUTS = [0.2, 0.5, 1.5, *range(1, 841)]
-SERVICES = ["sqs", "sns", "events", "lambda", "stepfunctions"]
+SERVICES = ["sqs", "sns", "events", "lambda", "stepfunctions", "ecs"]
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -396,6 +396,7 @@ def test_every_kind_has_a_validator() -> None:
         "eventbridge": {"source": "a", "detail_type": "b"},
         "lambda": {"function_name": "f"},
         "stepfunctions": {"state_machine_arn": MACHINE},
+        "ecs": {"cluster": "c", "task_definition": "t", "container": "main", "subnets": ["subnet-0123abcd"]},
     }
     assert set(minimal) == set(TARGET_KINDS)
     for kind, config in minimal.items():

@@ -66,7 +66,13 @@ from tickwork.domain.schedule import (
     expression_pattern,
     parse_schedule,
 )
-from tickwork.domain.targets import TARGET_KINDS, config_json_schemas, default_completion, validate_target
+from tickwork.domain.targets import (
+    TARGET_KINDS,
+    TRACKED_KINDS,
+    config_json_schemas,
+    default_completion,
+    validate_target,
+)
 from tickwork.domain.text import forbidden_characters, text_pattern
 from tickwork.services.jobs import PausedFires, SchedulePreview
 from tickwork.services.requests import BackfillResult
@@ -114,7 +120,7 @@ Name = Annotated[
 Description = Annotated[
     str, StringConstraints(max_length=2000), AfterValidator(_multi_line_text), _MULTI_LINE
 ]
-TargetKind = Literal["http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions"]
+TargetKind = Literal["http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions", "ecs"]
 
 
 def _integral(value: Any) -> Any:
@@ -284,16 +290,20 @@ class PoliciesIn(RequestModel):
 
 _TIMEOUT_RULE = (
     f"1-{MAX_TIMEOUT_SECONDS} s for completion response and delivery (an executor holds the call); up to "
-    f"{MAX_CALLBACK_TIMEOUT_SECONDS:,} s (24 h) for completion callback, whose attempt outlives its call."
+    f"{MAX_CALLBACK_TIMEOUT_SECONDS:,} s (24 h) for completion callback and tracked, whose attempt outlives "
+    "its call."
 )
 _COMPLETION_RULE = (
     "How a run ends. `response`: the target's answer is the outcome (http, lambda RequestResponse). "
     "`callback` (http only): the call carries a completion URL and a heartbeat URL "
     "(X-Tickwork-Completion-Url, X-Tickwork-Heartbeat-Url); the target may answer 202 and report the "
-    "outcome later, and the run stays running under a lease its heartbeats extend. `delivery`: the run "
-    "ends when the message or invocation is accepted (sqs, sns, eventbridge, lambda Event, stepfunctions: "
-    "the execution started): a succeeded run says `delivered`, not that the work succeeded. Each target "
-    "allows its default and, for http, callback."
+    "outcome later, and the run stays running under a lease its heartbeats extend. `tracked` "
+    "(stepfunctions, ecs): Tickwork follows the execution or task it started to its end, which is the "
+    "outcome (a Step Functions execution's status, the named container's exit code; an Express workflow's "
+    "execution cannot be followed and ends delivered). `delivery`: the run ends when the message or "
+    "invocation is accepted (sqs, sns, eventbridge, lambda Event, and stepfunctions and ecs when chosen: "
+    "the execution or task started): a succeeded run says `delivered`, not that the work succeeded. Each "
+    "target allows its default; http also callback, stepfunctions and ecs also delivery."
 )
 _HEARTBEAT_RULE = (
     f"Callback only: the longest silence ({MIN_HEARTBEAT_SECONDS}-{MAX_HEARTBEAT_SECONDS:,} s, at most "
@@ -314,6 +324,14 @@ _DELIVERED: dict[str, Any] = {
         {"properties": {"kind": {"const": "lambda"}, "config": _LAMBDA_EVENT}},
     ]
 }
+_TRACKED: dict[str, Any] = {"properties": {"kind": {"enum": [k for k in TARGET_KINDS if k in TRACKED_KINDS]}}}
+# The completions whose timeout may be over 840 s, named or (null) the target's default.
+_LONG_COMPLETION: dict[str, Any] = {
+    "anyOf": [
+        {"properties": {"completion": {"enum": ["callback", "tracked"]}}, "required": ["completion"]},
+        {"properties": {"completion": {"type": "null"}, "target": _TRACKED}},
+    ]
+}
 
 
 def _when(condition: dict[str, Any], required: str, then: dict[str, Any]) -> dict[str, Any]:
@@ -331,16 +349,18 @@ def _callback_only(field: str, condition: dict[str, Any]) -> dict[str, Any]:
 
 def _completion_json_schema(schema: dict[str, Any]) -> None:
     """The completion rules (domain.jobs.check_completion) as the document states them for a create: which
-    targets each completion takes, the heartbeat and a timeout over 840 s for callback only. One rule stays
-    in words (the field descriptions): a heartbeat no longer than the timeout."""
+    targets each completion takes, the heartbeat for callback only, and a timeout over 840 s for callback
+    and tracked only (named, or the default of a stepfunctions or ecs target). One rule stays in words (the
+    field descriptions): a heartbeat no longer than the timeout."""
     schema["allOf"] = [
         _when({"const": "callback"}, "completion", {"properties": {"target": _HTTP}}),
         _when(
             {"const": "response"}, "completion", {"properties": {"target": {"anyOf": [_HTTP, _LAMBDA_SYNC]}}}
         ),
         _when({"const": "delivery"}, "completion", {"properties": {"target": _DELIVERED}}),
+        _when({"const": "tracked"}, "completion", {"properties": {"target": _TRACKED}}),
         _callback_only("heartbeat_seconds", {"type": "integer"}),
-        _callback_only("timeout_seconds", {"exclusiveMinimum": MAX_TIMEOUT_SECONDS}),
+        _when({"exclusiveMinimum": MAX_TIMEOUT_SECONDS}, "timeout_seconds", _LONG_COMPLETION),
     ]
 
 
@@ -364,7 +384,7 @@ class JobCreate(RequestModel):
     completion: Completion | None = Field(
         default=None,
         description=f"{_COMPLETION_RULE} Default (null): the target's own: response for http and lambda "
-        "RequestResponse, delivery for the rest.",
+        "RequestResponse, tracked for stepfunctions and ecs, delivery for the rest.",
     )
     heartbeat_seconds: Heartbeat | None = Field(default=None, description=_HEARTBEAT_RULE)
 
@@ -605,7 +625,8 @@ class JobOut(BaseModel):
     timeout_seconds: int
     completion: Completion = Field(
         description="How its runs end: response (the target's answer), callback (the target reports through "
-        "its completion URL) or delivery (the message or invocation was accepted)."
+        "its completion URL), tracked (Tickwork follows the execution or task it started to its end) or "
+        "delivery (the message or invocation was accepted)."
     )
     heartbeat_seconds: int | None = Field(
         description="Callback only: the longest silence before an accepted attempt counts as dead "
@@ -739,7 +760,7 @@ class RunOut(BaseModel):
     attempt: int = Field(description="Attempts started so far.")
     completion: Completion = Field(
         description="How the run ends (its job's completion as the run was planned or last edited): "
-        "response, callback or delivery."
+        "response, callback, tracked or delivery."
     )
     result: RunResult | None = Field(
         description="What a succeeded run's success means: `delivered` (completion delivery: the message or "

@@ -41,9 +41,14 @@ MIN_HEARTBEAT_SECONDS = 10
 MAX_HEARTBEAT_SECONDS = MAX_CALLBACK_TIMEOUT_SECONDS
 
 
+# The completions whose attempt outlives its call (the target reports, or Tickwork follows what it started):
+# their timeout is the work's, up to a day; the call itself still gets at most 840 s.
+LONG_COMPLETIONS = frozenset({Completion.CALLBACK, Completion.TRACKED})
+
+
 def max_timeout_seconds(completion: Completion) -> int:
     """The longest timeout a job of this completion may have."""
-    return MAX_CALLBACK_TIMEOUT_SECONDS if completion is Completion.CALLBACK else MAX_TIMEOUT_SECONDS
+    return MAX_CALLBACK_TIMEOUT_SECONDS if completion in LONG_COMPLETIONS else MAX_TIMEOUT_SECONDS
 
 
 def check_completion(
@@ -55,7 +60,7 @@ def check_completion(
     - completion: one of the target's (targets.allowed_completions): callback for http targets only;
     - heartbeat_seconds: callback only, 10-86,400 s, and not longer than the timeout (the attempt would end
       at its timeout before a missed heartbeat could be noticed);
-    - timeout_seconds: 1-840 s, or up to 86,400 s (24 h) for callback runs.
+    - timeout_seconds: 1-840 s, or up to 86,400 s (24 h) for callback and tracked runs.
     """
     allowed = allowed_completions(target)
     if completion not in allowed:
@@ -84,8 +89,9 @@ def check_completion(
     if not 1 <= timeout_seconds <= limit:
         longer = (
             ""
-            if completion is Completion.CALLBACK
-            else f"; only completion callback (http targets) allows up to {MAX_CALLBACK_TIMEOUT_SECONDS:,} s"
+            if completion in LONG_COMPLETIONS
+            else f"; only completion callback (http targets) and tracked (stepfunctions, ecs) allow up to "
+            f"{MAX_CALLBACK_TIMEOUT_SECONDS:,} s"
         )
         raise ValidationError(
             "timeout_seconds", f"must be 1-{limit} seconds for completion {completion}{longer}"

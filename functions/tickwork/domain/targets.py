@@ -19,11 +19,15 @@ from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Completion, Target
 from tickwork.domain.timekeys import format_instant
 
-TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions")
+TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions", "ecs")
 AWS_TARGET_KINDS = frozenset(TARGET_KINDS) - {"http"}
+# Kinds whose start Tickwork can follow to its end (completion tracked): a Step Functions execution, an ECS
+# task.
+TRACKED_KINDS = frozenset({"stepfunctions", "ecs"})
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LAMBDA_INVOCATION_TYPES = ("RequestResponse", "Event")
+ECS_LAUNCH_TYPES = ("FARGATE", "EC2")
 
 # One limit for every user payload (HTTP body, message, detail, payload, input): it keeps job items far below
 # DynamoDB's 400 KB and every AWS target's own limit (SQS/SNS/EventBridge 256 KB with attributes).
@@ -85,6 +89,30 @@ _FIFO_ID = re.compile(r"^[!-~]{1,128}$")  # SQS/SNS group and dedup ids: 1-128 p
 _SFN_EXECUTION_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 SFN_EXECUTION_NAME_MAX = 80
 
+# ECS: cluster, task definition family and container names are 1-255 letters, digits, hyphens, underscores.
+_ECS_NAME = r"[A-Za-z0-9_-]{1,255}"
+_ECS_CLUSTER = re.compile(rf"^(?:{_ECS_NAME}|arn:{_PARTITION}:ecs:{_REGION}:{_ACCOUNT}:cluster/{_ECS_NAME})$")
+_ECS_TASK_DEFINITION = re.compile(
+    rf"^(?:arn:{_PARTITION}:ecs:{_REGION}:{_ACCOUNT}:task-definition/)?{_ECS_NAME}(?::[1-9][0-9]{{0,9}})?$"
+)
+_ECS_CONTAINER = re.compile(rf"^{_ECS_NAME}$")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+# The variables Tickwork sets in the container (the run's identity); a job may not set them.
+ECS_ENV_PREFIX = "TICKWORK_"
+ECS_MAX_SUBNETS = 16
+ECS_MAX_SECURITY_GROUPS = 5
+ECS_MAX_COMMAND_ITEMS = 64
+ECS_MAX_ENVIRONMENT = 64
+# ECS refuses a RunTask whose overrides exceed 8,192 characters; a job's command and environment get 7 KiB of
+# them, the rest is the container name and the run's identity.
+ECS_MAX_OVERRIDES_CHARS = 7 * 1024
+# startedBy: up to 36 letters, digits, hyphens, underscores and slashes. clientToken: up to 64 characters in
+# the ASCII range 33-126.
+ECS_STARTED_BY_MAX = 36
+ECS_CLIENT_TOKEN_MAX = 64
+
 
 # ----------------------------------------------------------------------------------------------------------
 # Invocation and result
@@ -103,6 +131,10 @@ class Invocation:
     # Callback runs: where the target reports this attempt's outcome and its heartbeats (signed for this
     # run and attempt; docs/design.md, "How a run ends"). None: the answer is the outcome.
     callback: CallbackUrls | None = None
+    # The job follows what this start begins (completion tracked): a Step Functions or ECS start then
+    # returns accepted=True with the execution's or task's ARN as its `handle`. False: the start is the
+    # outcome (delivered).
+    track: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +263,37 @@ def sfn_execution_name(run_id: str) -> str:
     return readable + suffix
 
 
+def ecs_started_by(run_id: str) -> str:
+    """The `startedBy` of a run's ECS tasks (ListTasks can filter by it): `tickwork-` and a hash of the run
+    id, the same on every attempt, within ECS's 36 characters. The readable run id is in the container's
+    environment (`ecs_environment`)."""
+    prefix = "tickwork-"
+    return prefix + hashlib.sha256(run_id.encode()).hexdigest()[: ECS_STARTED_BY_MAX - len(prefix)]
+
+
+def ecs_client_token(run_id: str, attempt: int) -> str:
+    """RunTask's idempotency token for one attempt of one run: a repeated start within the attempt (a lost
+    answer, botocore's retry) gets the task it started back instead of a second task; the next attempt is
+    a new start. `<run id>#<attempt>` when it fits ECS's rule (64 characters, ASCII 33-126), otherwise a
+    hash of it."""
+    token = f"{run_id}#{attempt}"
+    if len(token) <= ECS_CLIENT_TOKEN_MAX and all(33 <= ord(ch) <= 126 for ch in token):
+        return token
+    return hashlib.sha256(token.encode()).hexdigest()  # 64 hex characters
+
+
+def ecs_environment(invocation: Invocation) -> dict[str, str]:
+    """The run's identity as the container's environment variables (`TICKWORK_RUN_ID` is the idempotency
+    key)."""
+    context = invocation_context(invocation)
+    return {
+        f"{ECS_ENV_PREFIX}RUN_ID": context["run_id"],
+        f"{ECS_ENV_PREFIX}JOB_ID": context["job_id"],
+        f"{ECS_ENV_PREFIX}SCHEDULED_FOR": context["scheduled_for"],
+        f"{ECS_ENV_PREFIX}ATTEMPT": str(context["attempt"]),
+    }
+
+
 def is_fifo_queue_url(queue_url: str) -> bool:
     return queue_url.endswith(".fifo")
 
@@ -267,31 +330,42 @@ def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
 
 def default_completion(target: Target) -> Completion:
     """How a run of `target` ends unless its job says otherwise (docs/api.md, "How a run ends"): an HTTP call
-    and a synchronous Lambda invocation with their answer (response); SQS, SNS and EventBridge when the
-    message is accepted, an asynchronous Lambda invocation (Event) when Lambda queues it, and Step Functions
-    when the execution has started (delivery: "delivered", not that the work succeeded; following the
-    execution to its end is a later change)."""
+    and a synchronous Lambda invocation with their answer (response); a Step Functions execution and an ECS
+    task when they end, followed by Tickwork (tracked); SQS, SNS and EventBridge when the message is
+    accepted, and an asynchronous Lambda invocation (Event) when Lambda queues it (delivery: "delivered", not
+    that the work succeeded).
+
+    Step Functions: an Express workflow's executions cannot be followed (DescribeExecution does not serve
+    them), and an ARN does not say which kind a state machine is: a tracked start that turns out to be
+    Express ends delivered, and its result says so."""
     if target.kind == "http":
         return Completion.RESPONSE
     if target.kind == "lambda":
         asynchronous = (target.config.get("invocation_type") or "RequestResponse") == "Event"
         return Completion.DELIVERY if asynchronous else Completion.RESPONSE
+    if target.kind in TRACKED_KINDS:
+        return Completion.TRACKED
     return Completion.DELIVERY
 
 
 def allowed_completions(target: Target) -> tuple[Completion, ...]:
-    """The completions a job with `target` may choose: the target's default, and for HTTP also callback
-    (the call carries the run's completion and heartbeat URLs, and the target may answer 202). An AWS
-    target cannot end any other way than its own: a message is delivered or not, and a Lambda invocation's
-    type decides whether there is an answer to wait for."""
+    """The completions a job with `target` may choose: the target's default; for HTTP also callback (the
+    call carries the run's completion and heartbeat URLs, and the target may answer 202); for Step
+    Functions and ECS also delivery (the run ends when the execution or task has started). Other AWS
+    targets cannot end any other way than their own: a message is delivered or not, and a Lambda
+    invocation's type decides whether there is an answer to wait for."""
     default = default_completion(target)
-    return (default, Completion.CALLBACK) if target.kind == "http" else (default,)
+    if target.kind == "http":
+        return (default, Completion.CALLBACK)
+    if target.kind in TRACKED_KINDS:
+        return (default, Completion.DELIVERY)
+    return (default,)
 
 
 def describe_target(target: Target) -> str:
     """The target's kind as an error message names it: 'an http target', 'a lambda target invoked with
     invocation_type Event'."""
-    article = "an" if target.kind in ("http", "sqs", "sns", "eventbridge") else "a"
+    article = "an" if target.kind in ("http", "sqs", "sns", "eventbridge", "ecs") else "a"
     if target.kind == "lambda":
         invocation_type = target.config.get("invocation_type") or "RequestResponse"
         return f"a lambda target invoked with invocation_type {invocation_type}"
@@ -505,6 +579,109 @@ def _validate_stepfunctions(cfg: _Config) -> dict[str, Any]:
     return cfg.finish({"state_machine_arn": arn, "input": _json_value(cfg, "input", {})})
 
 
+def _validate_ecs(cfg: _Config) -> dict[str, Any]:
+    """One ECS task (RunTask, count 1) of `task_definition` in `cluster`. `container` names the container
+    that receives the run's identity (TICKWORK_* environment variables) and the job's `command` and
+    `environment`, and whose exit code is the run's outcome when the run is tracked. Fargate tasks run in
+    `subnets` (awsvpc networking); an EC2 task does when subnets are given."""
+    cluster = cfg.string("cluster", required=True)
+    if not _ECS_CLUSTER.match(cluster):
+        raise ValidationError(
+            _field("cluster"),
+            "must be a cluster name or ARN (arn:aws:ecs:<region>:<account>:cluster/<name>)",
+        )
+    task_definition = cfg.string("task_definition", required=True)
+    if not _ECS_TASK_DEFINITION.match(task_definition):
+        raise ValidationError(
+            _field("task_definition"),
+            "must be family, family:revision, or a task definition ARN "
+            "(arn:aws:ecs:<region>:<account>:task-definition/<family>:<revision>)",
+        )
+    launch_type = cfg.string("launch_type", "FARGATE")
+    if launch_type not in ECS_LAUNCH_TYPES:
+        raise ValidationError(_field("launch_type"), f"must be one of {', '.join(ECS_LAUNCH_TYPES)}")
+    container = cfg.string("container", required=True)
+    if not _ECS_CONTAINER.match(container):
+        raise ValidationError(
+            _field("container"), "must be a container name of the task definition (1-255 of A-Z a-z 0-9 _ -)"
+        )
+    subnets = _id_list(cfg, "subnets", _SUBNET, "subnet-", ECS_MAX_SUBNETS)
+    security_groups = _id_list(cfg, "security_groups", _SECURITY_GROUP, "sg-", ECS_MAX_SECURITY_GROUPS)
+    assign_public_ip = cfg.get("assign_public_ip", False)
+    if not isinstance(assign_public_ip, bool):
+        raise ValidationError(_field("assign_public_ip"), "must be true or false")
+    if launch_type == "FARGATE" and not subnets:
+        raise ValidationError(_field("subnets"), "is required for launch_type FARGATE (awsvpc networking)")
+    if security_groups and not subnets:
+        raise ValidationError(_field("security_groups"), "apply only with subnets (awsvpc networking)")
+    if assign_public_ip and launch_type != "FARGATE":
+        raise ValidationError(_field("assign_public_ip"), "applies to launch_type FARGATE only")
+    normalised: dict[str, Any] = {
+        "cluster": cluster,
+        "task_definition": task_definition,
+        "launch_type": launch_type,
+        "container": container,
+        "subnets": subnets,
+        "security_groups": security_groups,
+        "assign_public_ip": assign_public_ip,
+    }
+    command = cfg.get("command")
+    if command is not None:
+        if not isinstance(command, list) or not 1 <= len(command) <= ECS_MAX_COMMAND_ITEMS:
+            raise ValidationError(_field("command"), f"must be a list of 1-{ECS_MAX_COMMAND_ITEMS} strings")
+        for index, item in enumerate(command):
+            if not isinstance(item, str):
+                raise ValidationError(_field(f"command[{index}]"), "must be a string")
+            _check_unicode(f"command[{index}]", item)
+        normalised["command"] = list(command)
+    environment = cfg.get("environment", {})
+    if not isinstance(environment, Mapping) or len(environment) > ECS_MAX_ENVIRONMENT:
+        raise ValidationError(
+            _field("environment"), f"must be an object of at most {ECS_MAX_ENVIRONMENT} name: string value"
+        )
+    for name, value in environment.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ValidationError(
+                _field(f"environment.{name}"), "is not a variable name ([A-Za-z_][A-Za-z0-9_]*, 1-255)"
+            )
+        if name.upper().startswith(ECS_ENV_PREFIX):
+            raise ValidationError(
+                _field(f"environment.{name}"), f"{ECS_ENV_PREFIX}* is set by Tickwork (the run's identity)"
+            )
+        if not isinstance(value, str):
+            raise ValidationError(_field(f"environment.{name}"), "value must be a string")
+        _check_unicode(f"environment.{name}", value)
+    normalised["environment"] = dict(environment)
+    # As botocore sends it (JSON, non-ASCII escaped): the longest these can be in the request.
+    overrides = json_dumps({"command": normalised.get("command", []), "environment": environment})
+    if len(overrides) > ECS_MAX_OVERRIDES_CHARS:
+        raise ValidationError(
+            _field("environment" if environment else "command"),
+            f"command and environment are {len(overrides)} characters as JSON; ECS takes "
+            f"{ECS_MAX_OVERRIDES_CHARS} (7 KiB) of a task's overrides for them",
+        )
+    return cfg.finish(normalised)
+
+
+def _id_list(cfg: _Config, key: str, pattern: re.Pattern[str], prefix: str, most: int) -> list[str]:
+    value = cfg.get(key, [])
+    if not isinstance(value, list) or len(value) > most:
+        raise ValidationError(_field(key), f"must be a list of at most {most} ids")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not pattern.match(item):
+            raise ValidationError(_field(f"{key}[{index}]"), f"must be an id like {prefix}0123abcd")
+    if len(set(value)) != len(value):
+        raise ValidationError(_field(key), "names an id twice")
+    return list(value)
+
+
+def _check_unicode(key: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(_field(key), "is not valid Unicode (lone surrogate)") from None
+
+
 def _json_value(cfg: _Config, key: str, default: Any) -> Any:
     """A deep copy of a JSON value, refused if it is not plain JSON (NaN, sets, objects) or too large."""
     value = cfg.get(key, default)
@@ -540,6 +717,7 @@ _VALIDATORS: Mapping[str, Callable[[_Config], dict[str, Any]]] = {
     "eventbridge": _validate_eventbridge,
     "lambda": _validate_lambda,
     "stepfunctions": _validate_stepfunctions,
+    "ecs": _validate_ecs,
 }
 
 
@@ -699,4 +877,62 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
                 "input": _JSON_OBJECT,
             },
         },
+        "ecs": _ecs_schema(),
+    }
+
+
+def _ecs_schema() -> dict[str, Any]:
+    with_subnets = {"required": ["subnets"], "properties": {"subnets": {"minItems": 1}}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["cluster", "task_definition", "container"],
+        "description": f"command and environment together: at most {ECS_MAX_OVERRIDES_CHARS} characters as "
+        "JSON (non-ASCII characters escaped).",
+        "properties": {
+            "cluster": {"type": "string", "pattern": _ECS_CLUSTER.pattern},
+            "task_definition": {"type": "string", "pattern": _ECS_TASK_DEFINITION.pattern},
+            "launch_type": {"type": "string", "enum": list(ECS_LAUNCH_TYPES), "default": "FARGATE"},
+            "container": {"type": "string", "pattern": _ECS_CONTAINER.pattern},
+            "subnets": {
+                "type": "array",
+                "maxItems": ECS_MAX_SUBNETS,
+                "uniqueItems": True,
+                "items": {"type": "string", "pattern": _SUBNET.pattern},
+            },
+            "security_groups": {
+                "type": "array",
+                "maxItems": ECS_MAX_SECURITY_GROUPS,
+                "uniqueItems": True,
+                "items": {"type": "string", "pattern": _SECURITY_GROUP.pattern},
+            },
+            "assign_public_ip": {"type": "boolean", "default": False},
+            "command": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": ECS_MAX_COMMAND_ITEMS,
+                "items": {"type": "string", "maxLength": ECS_MAX_OVERRIDES_CHARS},
+            },
+            "environment": {
+                "type": "object",
+                "maxProperties": ECS_MAX_ENVIRONMENT,
+                "propertyNames": {
+                    "pattern": _ENV_NAME.pattern,
+                    "not": {"pattern": f"^{_either_case(ECS_ENV_PREFIX)}"},
+                },
+                "additionalProperties": {"type": "string", "maxLength": ECS_MAX_OVERRIDES_CHARS},
+            },
+        },
+        "allOf": [
+            # Fargate (the default) runs in subnets; security groups come with them.
+            {
+                "if": {"properties": {"launch_type": {"const": "EC2"}}, "required": ["launch_type"]},
+                "then": {"properties": {"assign_public_ip": {"const": False}}},
+                "else": with_subnets,
+            },
+            {
+                "if": {"properties": {"security_groups": {"minItems": 1}}, "required": ["security_groups"]},
+                "then": with_subnets,
+            },
+        ],
     }

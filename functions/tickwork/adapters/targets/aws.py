@@ -1,8 +1,10 @@
-"""AWS targets: SQS, SNS, EventBridge, Lambda and Step Functions, each one API call.
+"""AWS targets: SQS, SNS, EventBridge, Lambda, Step Functions and ECS, each one API call; and the look at a
+tracked start (a Step Functions execution, an ECS task) that says whether it still runs or how it ended.
 
 Clients come from a `client_for(service)` callable, so none is created at import or before a target of that
 kind is called, and tests can hand in moto-backed or Stubber-wrapped clients. Every botocore error becomes a
-TargetResult; the error code decides whether another attempt could succeed.
+TargetResult (a call) or None (a look that failed: the next look tries again); the error code decides whether
+another attempt could succeed.
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from tickwork.domain.models import Target
 from tickwork.domain.targets import (
     AWS_TARGET_KINDS,
     CONTEXT_KEY,
+    TRACKED_KINDS,
     Invocation,
     TargetResult,
+    ecs_client_token,
+    ecs_environment,
+    ecs_started_by,
     fifo_id,
     invocation_context,
     is_fifo_queue_url,
@@ -49,7 +55,35 @@ FUNCTION_ERROR = "FunctionError"
 EXPRESS_CAVEAT = (
     "express workflow: not deduplicated by execution name, a retried start can run it twice (at least once)"
 )
+# Nor can their executions be described later: a tracked start of one ends delivered.
+EXPRESS_NOT_TRACKED = (
+    "express executions cannot be followed (DescribeExecution does not serve them): the run ends when the "
+    "execution starts (delivered)"
+)
 TIMEOUT_ERROR = "TimeoutError"
+# ECS: RunTask refused a repeated clientToken whose parameters differ (the job was edited between two tries
+# of one attempt); the error names the task the token started.
+ECS_CONFLICT = "ConflictException"
+# How long one look at a tracked start may take (DescribeExecution / DescribeTasks), retries included.
+TRACK_TIMEOUT_SECONDS = 10.0
+# Step Functions statuses: still running, and how each end maps to a result (ok, retryable).
+SFN_RUNNING = frozenset({"RUNNING", "PENDING_REDRIVE"})
+SFN_ENDS: Mapping[str, tuple[bool, bool]] = {
+    "SUCCEEDED": (True, False),
+    # A failed or timed-out workflow: the job's retry policy decides whether another attempt is worth it.
+    "FAILED": (False, True),
+    "TIMED_OUT": (False, True),
+    # Someone stopped it (StopExecution): on purpose, not to be started again by Tickwork.
+    "ABORTED": (False, False),
+}
+ECS_ENDED = frozenset({"STOPPED", "DELETED"})
+# Why an ECS task stopped (`stopCode`): stopped on purpose by someone (not retried), or never started.
+ECS_USER_STOPPED = "UserInitiated"
+ECS_FAILED_TO_START = "TaskFailedToStart"
+ECS_NOT_FOUND = "MISSING"
+# Tickwork's own statuses for a tracked end that carries no service code.
+NOT_TRACKABLE = "NotTrackable"
+NO_EXIT_CODE = "NoExitCode"
 
 # Codes that mean "not now" rather than "never": throttling, service-side faults, a resource mid-update.
 RETRYABLE_ERROR_CODES = frozenset(
@@ -70,6 +104,7 @@ RETRYABLE_ERROR_CODES = frozenset(
         "InternalServerError",
         "InternalServerException",
         "ServiceException",  # Lambda's 5xx
+        "ServerException",  # ECS's 5xx
         "ResourceConflictException",  # Lambda: the function is being updated
         "ResourceNotReadyException",  # Lambda: the function is still being created
         "EC2ThrottledException",
@@ -88,6 +123,7 @@ SERVICE_OF_KIND: Mapping[str, str] = {
     "eventbridge": "events",
     "lambda": "lambda",
     "stepfunctions": "stepfunctions",
+    "ecs": "ecs",
 }
 
 
@@ -97,6 +133,20 @@ def error_retryable(code: str, http_status: int | None) -> bool:
     if code in RETRYABLE_ERROR_CODES or "Throttl" in code:
         return True
     return http_status is not None and (http_status >= 500 or http_status == 429)
+
+
+def ecs_failure_retryable(reason: str) -> bool:
+    """A RunTask `failures[]` reason worth another attempt: no capacity now (`RESOURCE:CPU`,
+    `RESOURCE:MEMORY`, `RESOURCE:ENI`, ..., Fargate's "Capacity is unavailable at this time"), no container
+    instance (`MISSING`), an agent that is not connected (`AGENT`), throttling. Placement constraints that
+    nothing meets (`ATTRIBUTE`) and the rest fail the same way again."""
+    lowered = reason.lower()
+    return (
+        reason.startswith("RESOURCE")
+        or reason in (ECS_NOT_FOUND, "AGENT")
+        or "capacity" in lowered
+        or "throttl" in lowered
+    )
 
 
 # How long one target call may take is the job's `timeout_seconds`, for the whole call: connect, send, read
@@ -283,24 +333,37 @@ def boto3_client_factory(
 
 
 class AwsInvoker:
-    """Calls sqs, sns, eventbridge, lambda and stepfunctions targets.
+    """Calls sqs, sns, eventbridge, lambda, stepfunctions and ecs targets, and follows what a tracked start
+    of a stepfunctions or ecs target began (`track`).
 
     Each call ends within the invocation's `timeout_seconds` when `client_for` is `TimedClients` (what
-    `boto3_client_factory` returns): the client comes from `client_for.timed(service, timeout)`. A plain
-    `client_for` (tests, a custom per-region factory) is used as given, and its clients' own config bounds
-    the call.
+    `boto3_client_factory` returns): the client comes from `client_for.timed(service, timeout)`; a look
+    (`track`) within `track_timeout_seconds`. A plain `client_for` (tests, a custom per-region factory) is
+    used as given, and its clients' own config bounds the call.
     """
 
-    def __init__(self, client_for: ClientFor, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client_for: ClientFor,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        track_timeout_seconds: float = TRACK_TIMEOUT_SECONDS,
+    ) -> None:
         self._client_for = client_for
         self._timed = client_for if isinstance(client_for, TimedClients) else None
         self._monotonic = monotonic
+        self._track_timeout = track_timeout_seconds
         self._calls: Mapping[str, Callable[[Mapping[str, Any], Invocation], _Outcome]] = {
             "sqs": self._sqs,
             "sns": self._sns,
             "eventbridge": self._eventbridge,
             "lambda": self._lambda,
             "stepfunctions": self._stepfunctions,
+            "ecs": self._ecs,
+        }
+        self._looks: Mapping[str, Callable[[Mapping[str, Any], str], _Outcome | None]] = {
+            "stepfunctions": self._look_stepfunctions,
+            "ecs": self._look_ecs,
         }
 
     def invoke(self, target: Target, invocation: Invocation) -> TargetResult:
@@ -321,7 +384,28 @@ class AwsInvoker:
             # Endpoint unreachable, connection closed, credentials not (yet) available, a garbled answer (a
             # proxy's error page): transient from here.
             return TargetResult(False, True, type(error).__name__, watch.elapsed_ms(), str(error))
-        return TargetResult(outcome.ok, outcome.retryable, outcome.status, watch.elapsed_ms(), outcome.detail)
+        return outcome.result(watch.elapsed_ms())
+
+    def track(self, target: Target, handle: str) -> TargetResult | None:
+        """Where the execution or task a tracked start began (`handle`, its ARN) is: None while it runs, and
+        None when the look itself fails for now (throttled, unreachable, timed out: the next look tries
+        again); its end otherwise. A look that can never succeed (access denied, the execution or cluster
+        does not exist, an invalid ARN) is a non-retryable failure: the run cannot be followed."""
+        checked = checked_target(target, TRACKED_KINDS)
+        if isinstance(checked, TargetResult):
+            return checked
+        watch = Stopwatch(self._monotonic)
+        try:
+            outcome = self._looks[checked.kind](checked.config, handle)
+        except ClientError as error:
+            failed = self._client_error(error, watch.elapsed_ms())
+            return None if failed.retryable else failed
+        except (BotoCoreError, ResponseParserError) as error:
+            if isinstance(error, ParamValidationError):
+                # The handle or config cannot even form a request: looking again will not change that.
+                return TargetResult(False, False, type(error).__name__, watch.elapsed_ms(), str(error))
+            return None  # timed out, unreachable, garbled: look again later
+        return None if outcome is None else outcome.result(watch.elapsed_ms())
 
     def _client_error(self, error: ClientError, latency_ms: int) -> TargetResult:
         err = error.response.get("Error", {})
@@ -334,6 +418,12 @@ class AwsInvoker:
         service = SERVICE_OF_KIND[kind]
         if self._timed is not None:
             return self._timed.timed(service, invocation.timeout_seconds)
+        return self._client_for(service)
+
+    def _look_client(self, kind: str) -> Any:
+        service = SERVICE_OF_KIND[kind]
+        if self._timed is not None:
+            return self._timed.timed(service, self._track_timeout)
         return self._client_for(service)
 
     def _sqs(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
@@ -414,15 +504,104 @@ class AwsInvoker:
                 raise
             # The name is the run's, so the run's execution was already started: by an earlier attempt (whose
             # input differs in `attempt`) or by this one before its response was lost, and it may have closed
-            # since. Starting another would run the workflow twice for one run: the run is delivered. The
-            # existing execution's ARN follows from machine and name (no DescribeExecution permission needed).
+            # since. Starting another would run the workflow twice for one run: the run is delivered, or,
+            # tracked, follows that execution. Its ARN follows from machine and name (only Standard
+            # workflows refuse a name, so it is a Standard execution).
             arn = sfn_execution_arn(machine_arn, name)
-            return _Outcome(True, False, EXECUTION_ALREADY_EXISTS, f"executionArn={arn}; already started")
+            detail = f"executionArn={arn}; already started"
+            return _Outcome(True, False, EXECUTION_ALREADY_EXISTS, detail, arn if invocation.track else None)
         arn = str(response.get("executionArn", ""))
         detail = f"executionArn={arn}"
         if is_express_execution_arn(arn):
             detail += f"; {EXPRESS_CAVEAT}"
-        return _success(_http_status(response), detail)
+            if invocation.track:
+                detail += f"; {EXPRESS_NOT_TRACKED}"
+            return _success(_http_status(response), detail)
+        return _Outcome(True, False, _http_status(response), detail, arn if invocation.track else None)
+
+    def _ecs(self, config: Mapping[str, Any], invocation: Invocation) -> _Outcome:
+        """One task (count 1). `clientToken` makes a repeated start of the same attempt return the task it
+        started; `startedBy` names the run (ListTasks can find its tasks); the named container gets the
+        run's identity as environment variables, and the job's command and environment."""
+        container: dict[str, Any] = {
+            "name": config["container"],
+            "environment": [
+                {"name": name, "value": value}
+                for name, value in {**config["environment"], **ecs_environment(invocation)}.items()
+            ],
+        }
+        if "command" in config:
+            container["command"] = list(config["command"])
+        request: dict[str, Any] = {
+            "cluster": config["cluster"],
+            "taskDefinition": config["task_definition"],
+            "launchType": config["launch_type"],
+            "count": 1,
+            "startedBy": ecs_started_by(invocation.run_id),
+            "clientToken": ecs_client_token(invocation.run_id, invocation.attempt),
+            "overrides": {"containerOverrides": [container]},
+        }
+        if config["subnets"]:
+            awsvpc: dict[str, Any] = {
+                "subnets": list(config["subnets"]),
+                "assignPublicIp": "ENABLED" if config["assign_public_ip"] else "DISABLED",
+            }
+            if config["security_groups"]:
+                awsvpc["securityGroups"] = list(config["security_groups"])
+            request["networkConfiguration"] = {"awsvpcConfiguration": awsvpc}
+        try:
+            response = self._client("ecs", invocation).run_task(**request)
+        except ClientError as error:
+            answer: Mapping[str, Any] = error.response  # ECS adds `resourceIds` to the error answer
+            started = [str(arn) for arn in answer.get("resourceIds") or []]
+            if error.response.get("Error", {}).get("Code") != ECS_CONFLICT or not started:
+                raise
+            # This attempt's token already started a task (the job changed between two tries of the
+            # attempt): that task is the attempt's; starting another would run it twice.
+            detail = f"taskArn={started[0]}; already started"
+            return _Outcome(True, False, ECS_CONFLICT, detail, started[0] if invocation.track else None)
+        tasks = response.get("tasks") or []
+        if not tasks:
+            failures = response.get("failures") or [{}]
+            reason = str(failures[0].get("reason") or "NoTaskStarted")
+            detail = "; ".join(
+                str(part) for part in (failures[0].get("arn"), failures[0].get("detail")) if part
+            )
+            return _Outcome(False, ecs_failure_retryable(reason), reason, detail)
+        arn = str(tasks[0].get("taskArn", ""))
+        return _Outcome(
+            True, False, _http_status(response), f"taskArn={arn}", arn if invocation.track else None
+        )
+
+    def _look_stepfunctions(self, config: Mapping[str, Any], handle: str) -> _Outcome | None:
+        if is_express_execution_arn(handle):
+            return _Outcome(False, False, NOT_TRACKABLE, f"executionArn={handle}; {EXPRESS_NOT_TRACKED}")
+        response = self._look_client("stepfunctions").describe_execution(executionArn=handle)
+        status = str(response.get("status", ""))
+        if status in SFN_RUNNING or status not in SFN_ENDS:
+            return None  # running, waiting to be redriven, or a status this version does not know yet
+        ok, retryable = SFN_ENDS[status]
+        if ok:
+            return _Outcome(True, False, status, str(response.get("output") or ""))
+        cause = ": ".join(str(part) for part in (response.get("error"), response.get("cause")) if part)
+        return _Outcome(False, retryable, status, cause or f"executionArn={handle}")
+
+    def _look_ecs(self, config: Mapping[str, Any], handle: str) -> _Outcome | None:
+        response = self._look_client("ecs").describe_tasks(cluster=config["cluster"], tasks=[handle])
+        tasks = response.get("tasks") or []
+        if not tasks:
+            failures = response.get("failures") or [{}]
+            reason = str(failures[0].get("reason") or ECS_NOT_FOUND)
+            if reason == ECS_NOT_FOUND:
+                # Just started (ECS is eventually consistent), or stopped so long ago that ECS forgot it
+                # (it keeps a stopped task about an hour, far longer than looks are apart): the run's lease
+                # ends the attempt if it never shows up.
+                return None
+            return _Outcome(False, False, reason, str(failures[0].get("detail") or f"taskArn={handle}"))
+        task = tasks[0]
+        if str(task.get("lastStatus", "")) not in ECS_ENDED:
+            return None
+        return _task_end(task, str(config["container"]))
 
 
 def sfn_execution_arn(state_machine_arn: str, execution_name: str) -> str:
@@ -439,14 +618,49 @@ def is_express_execution_arn(execution_arn: str) -> bool:
     return len(parts) > 5 and parts[5] == "express"
 
 
+def _task_end(task: Mapping[str, Any], container_name: str) -> _Outcome:
+    """A stopped ECS task's outcome: the exit code of the job's `container` (0: succeeded). A task that
+    never started, or whose container has no exit code, failed (retryable: capacity, an image pull); one
+    someone stopped (StopTask) failed for good unless its container had already exited 0."""
+    stop_code = str(task.get("stopCode") or "")
+    stopped_reason = str(task.get("stoppedReason") or "")
+    containers = [c for c in task.get("containers") or [] if c.get("name") == container_name]
+    exit_code = containers[0].get("exitCode") if containers else None
+    parts = [f"taskArn={task.get('taskArn', '')}"]
+    if stopped_reason:
+        parts.append(f"stoppedReason={stopped_reason}")
+    if containers and containers[0].get("reason"):
+        parts.append(f"{container_name}: {containers[0]['reason']}")
+    detail = "; ".join(parts)
+    if exit_code == 0 and stop_code != ECS_FAILED_TO_START:
+        return _Outcome(True, False, "0", detail)
+    status = NO_EXIT_CODE if exit_code is None else str(exit_code)
+    if stop_code == ECS_FAILED_TO_START:
+        status = ECS_FAILED_TO_START
+    return _Outcome(False, stop_code != ECS_USER_STOPPED, status, detail)
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    """What one call reports; `invoke` adds the latency."""
+    """What one call or look reports; `result` adds the latency. `handle`: the tracked start's ARN (the
+    result is then accepted: Tickwork follows it)."""
 
     ok: bool
     retryable: bool
     status: str
     detail: str
+    handle: str | None = None
+
+    def result(self, latency_ms: int) -> TargetResult:
+        return TargetResult(
+            self.ok,
+            self.retryable,
+            self.status,
+            latency_ms,
+            self.detail,
+            accepted=self.handle is not None,
+            handle=self.handle,
+        )
 
 
 def _success(status: str, detail: str) -> _Outcome:

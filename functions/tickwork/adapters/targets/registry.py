@@ -1,4 +1,4 @@
-"""The TargetInvoker the executor uses: routes each target to the adapter for its kind."""
+"""The TargetInvoker and TargetTracker the executor uses: routes each target to the adapter for its kind."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from tickwork.adapters.targets._common import INVALID_TARGET
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.domain.models import Target
-from tickwork.domain.targets import AWS_TARGET_KINDS, TARGET_KINDS, Invocation, TargetResult
+from tickwork.domain.targets import AWS_TARGET_KINDS, TARGET_KINDS, TRACKED_KINDS, Invocation, TargetResult
 
 
 class TargetRegistry:
@@ -26,4 +26,18 @@ class TargetRegistry:
             status=INVALID_TARGET,
             latency_ms=0,
             detail=f"unknown target kind {target.kind!r}; expected one of {', '.join(TARGET_KINDS)}",
+        )
+
+    def track(self, target: Target, handle: str) -> TargetResult | None:
+        """A look at what a tracked start of `target` began. Only stepfunctions and ecs starts are followed;
+        any other kind (an http target, a kind this version does not know) cannot be, and its run fails for
+        good rather than the executor crashing on a stored run it cannot follow."""
+        if target.kind in TRACKED_KINDS:
+            return self._aws.track(target, handle)
+        return TargetResult(
+            ok=False,
+            retryable=False,
+            status=INVALID_TARGET,
+            latency_ms=0,
+            detail=f"{target.kind!r} targets are not tracked; only {', '.join(sorted(TRACKED_KINDS))} are",
         )
