@@ -140,6 +140,7 @@ class Components:
                 limits=self.slot_limits,
             ),
             slots=self.slots,
+            tracker=self.targets,
         )
 
     @cached_property

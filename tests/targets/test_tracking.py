@@ -196,13 +196,13 @@ def _execution(status: str, **fields: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _execution("FAILED", error="States.TaskFailed", cause="the report lambda raised"),
-            (False, True, "FAILED"),
+            (False, False, "FAILED"),
             "States.TaskFailed: the report lambda raised",
             id="failed_is_for_the_retry_policy",
         ),
         pytest.param(
             _execution("TIMED_OUT", error="States.Timeout"),
-            (False, True, "TIMED_OUT"),
+            (False, False, "TIMED_OUT"),
             "States.Timeout",
             id="timed_out_is_for_the_retry_policy",
         ),

@@ -330,8 +330,8 @@ _QUICK = [
     click.option("--http", "http_url", help="Target: call this URL (POST)."),
     click.option(
         "--completion",
-        type=click.Choice(["response", "callback", "delivery"]),
-        help="How a run ends (default: the target's own; callback for http only).",
+        type=click.Choice(["response", "callback", "delivery", "tracked"]),
+        help="How a run ends (default: the target's own; callback: http; tracked: stepfunctions, ecs).",
     ),
     click.option(
         "--heartbeat",

@@ -219,6 +219,7 @@ class StartTarget(Step):
             attempt=run.attempt,
             timeout_seconds=float(call_seconds(view.timeout_seconds)),
             callback=None if token is None or links is None else links.urls(token),
+            track=view.completion is Completion.TRACKED,
         )
 
 

@@ -70,9 +70,11 @@ TRACK_TIMEOUT_SECONDS = 10.0
 SFN_RUNNING = frozenset({"RUNNING", "PENDING_REDRIVE"})
 SFN_ENDS: Mapping[str, tuple[bool, bool]] = {
     "SUCCEEDED": (True, False),
-    # A failed or timed-out workflow: the job's retry policy decides whether another attempt is worth it.
-    "FAILED": (False, True),
-    "TIMED_OUT": (False, True),
+    # A failed or timed-out workflow is the run's end: the execution's name is the run's, so another attempt
+    # would only follow the same ended execution (ExecutionAlreadyExists). Its own retriers and a redrive
+    # are where a workflow retries.
+    "FAILED": (False, False),
+    "TIMED_OUT": (False, False),
     # Someone stopped it (StopExecution): on purpose, not to be started again by Tickwork.
     "ABORTED": (False, False),
 }
