@@ -721,6 +721,28 @@ ROWS: list[Row] = [
         Done,
         {"outcome": Outcome.STALE_COMPLETION},
     ),
+    # A heartbeat moves the lease while the executor is in the call or writing the attempt's end.
+    Row(
+        "finish_refused_by_a_heartbeat_writes_again",
+        "the finish was refused because a heartbeat moved the lease: same attempt, same owner: write again",
+        lambda: then(target_answered(OK), refused=True, run=_beaten()),
+        EndAttempt,
+        {"expected.lease_expires_at": NOW + timedelta(hours=1), "ended.state": RunState.SUCCEEDED},
+    ),
+    Row(
+        "accept_refused_by_a_heartbeat_writes_again",
+        "the 202's lease write was refused because the target heartbeat first: write again, the later lease",
+        lambda: then(_callback_answered(ACCEPTED), refused=True, run=_beaten(_callback_run())),
+        AwaitCallback,
+        {"awaiting.lease_expires_at": NOW + timedelta(hours=1)},
+    ),
+    Row(
+        "accept_write_throttled_writes_again",
+        "the 202's lease write throttled past the store's retries: wait, then write it again",
+        lambda: then(_callback_answered(ACCEPTED), throttled=TransientStoreError("throttled")),
+        Hold,
+        {"then.awaiting.heartbeat_at": LATER},
+    ),
     # Tracked runs: Tickwork follows what the attempt started (a Step Functions execution) to its end.
     Row(
         "tracked_start_is_followed",
@@ -754,10 +776,22 @@ ROWS: list[Row] = [
         {"running.tracking": EXECUTION, "target": SFN},
     ),
     Row(
-        "a_look_after_the_deadline_ends_the_attempt",
-        "a look finds the tracked attempt's lease over: it ends as a silent worker's does",
+        "a_look_after_the_deadline_asks_first",
+        "a look finds the tracked attempt's lease over: it asks once more (the work may have just ended)",
         lambda: then(arrived(_look(), now=NOW + timedelta(hours=2)), run=_tracking()),
+        PollTarget,
+    ),
+    Row(
+        "still_running_at_the_deadline_ends_the_attempt",
+        "still running at the lease end: the attempt ends as a silent worker's does",
+        lambda: then(then(arrived(_look(), now=NOW + timedelta(hours=2)), run=_tracking()), result=None),
         WatchLease,
+    ),
+    Row(
+        "a_tracked_runs_own_message_looks",
+        "a tracked run's own message comes back (its first look never went): it looks",
+        lambda: refused_claim(_tracking()),
+        PollTarget,
     ),
     Row(
         "a_look_at_a_run_that_moved_on",
@@ -1060,6 +1094,11 @@ def _holding_slot(known: Known) -> Known:
     run = running()
     assert run.lease_expires_at is not None
     return replace(known, pools=POOLS, holding=attempt_hold(run.run_id, WORKER, 1, run.lease_expires_at))
+
+
+def _beaten(run: Run | None = None) -> Run:
+    """`run` as this delivery claimed it, after a heartbeat moved its lease to an hour on."""
+    return replace(running(run), lease_expires_at=NOW + timedelta(hours=1))
 
 
 def _finish_throttled(times: int, at: datetime = NOW) -> Known:

@@ -162,3 +162,29 @@ def test_a_token_this_deployment_did_not_sign_is_refused(world: CallbackWorld) -
     with pytest.raises(ValidationError):
         world.callbacks.heartbeat(world.token()[:-2] + "AA")
     assert world.run().state is RunState.RUNNING
+
+
+@pytest.mark.parametrize(
+    "answer", [ACCEPTED, TargetResult(ok=True, retryable=False, status="200", latency_ms=3)]
+)
+def test_a_heartbeat_during_the_call_does_not_strand_the_run(
+    world: CallbackWorld, answer: TargetResult
+) -> None:
+    """Found in review: a heartbeat that lands while the executor is still in the call moved the lease, the
+    executor's own next write was refused, and the delivery ended without a message: the run stayed running
+    with nothing to bring it back."""
+    world.invoker.results.append(answer)
+    world.invoker.during_call = lambda: world.callbacks.heartbeat(world.token())
+    world.clock.set(FIRE + timedelta(milliseconds=100))
+
+    outcome = world.executor().execute(world.first_message())
+
+    if answer.accepted:
+        assert outcome is Outcome.ACCEPTED
+        run = world.run()
+        assert run.state is RunState.RUNNING and run.heartbeat_at is not None
+        [watch] = world.dispatcher.messages  # the run keeps a message that comes back at its lease end
+        assert watch.not_before == run.lease_expires_at
+    else:
+        assert outcome is Outcome.SUCCEEDED and world.run().state is RunState.SUCCEEDED
+    assert len(world.invoker.calls) == 1

@@ -112,7 +112,9 @@ def test_looks_come_later_each_time_and_never_after_the_lease(store: MemoryStore
     assert gaps == [10, 20, 40, 60, 60, 60, 60, 60]
 
 
-def test_a_look_after_the_deadline_ends_the_attempt(store: MemoryStore, clock: FakeClock) -> None:
+def test_a_look_after_the_deadline_asks_once_more_then_ends_the_attempt(
+    store: MemoryStore, clock: FakeClock
+) -> None:
     world = TrackedWorld(store, clock, Tracker())
     look = start(world)
     lease = world.run().lease_expires_at
@@ -120,4 +122,17 @@ def test_a_look_after_the_deadline_ends_the_attempt(store: MemoryStore, clock: F
     world.clock.set(lease + timedelta(seconds=1))
 
     assert world.deliver(look) is Outcome.LEASE_EXPIRED
-    assert world.run().state is RunState.FAILED and world.tracker.looks == []
+    assert world.run().state is RunState.FAILED and world.tracker.looks == [EXECUTION]
+
+
+def test_work_that_ended_in_the_last_interval_is_its_end_not_an_expiry(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    world = TrackedWorld(store, clock, Tracker(TargetResult(True, False, "SUCCEEDED", 0, "{}")))
+    look = start(world)
+    lease = world.run().lease_expires_at
+    assert lease is not None
+    world.clock.set(lease + timedelta(seconds=1))
+
+    assert world.deliver(look) is Outcome.SUCCEEDED
+    assert world.run().state is RunState.SUCCEEDED

@@ -80,6 +80,9 @@ SLOT_WAIT_CAP = timedelta(seconds=10)
 # the cap apart (and never after its lease end).
 POLL_FIRST = timedelta(seconds=5)
 POLL_CAP = timedelta(seconds=60)
+# A write refused only because a heartbeat moved the lease is made again on the run as stored, this many
+# times at most in one delivery.
+REWRITES = 3
 # Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
 CLAIMS_ON_VIEW = 2
 
@@ -343,6 +346,7 @@ class Known:
     watched: LeaseWatched | None = None
     claims_on_view: int = 0
     finish_writes: int = 0  # finish writes after the target answered, tried by this delivery
+    rewrites: int = 0  # writes of ours after the call, refused and made again (see _against_heartbeat)
     throttled: TransientStoreError | None = field(default=None, compare=False)
 
     def after(
@@ -372,9 +376,11 @@ class Known:
             released=released,
             result=result,
             watched=watched,
-            holding=_holding(self.holding, step, busy=busy, throttled=throttled),
+            holding=_holding(self.holding, step, busy=busy, refused=refused),
             claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
             finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
+            rewrites=self.rewrites
+            + int((refused or throttled is not None) and isinstance(step, (EndAttempt, AwaitCallback))),
             throttled=throttled,
         )
 
@@ -406,6 +412,9 @@ def _decide(known: Known) -> Step:
     if known.throttled is not None:
         if isinstance(last, EndAttempt) and last.after_target:
             return _finish_throttled(known, last)
+        if isinstance(last, AwaitCallback) and known.finish_writes + known.rewrites < FINISH_WRITES:
+            # The target took the work: losing this write would let the claim's lease end and call it again.
+            return Hold(until=known.now + FINISH_RETRY_FIRST, then=last, counts=("FinishWriteRetries",))
         return _send_back_throttled(known)
     if last is None:
         return _arrived(known)
@@ -513,13 +522,13 @@ def _wait_for_slot(known: Known) -> SendBack:
     return SendBack(message=later, shard=0, outcome=Outcome.WAITING_FOR_SLOT, counts=("SlotWaits",))
 
 
-def _holding(held: SlotHold | None, step: Step, *, busy: bool, throttled: object) -> SlotHold | None:
-    """What a delivery holds once `step` was carried out."""
+def _holding(held: SlotHold | None, step: Step, *, busy: bool, refused: bool) -> SlotHold | None:
+    """What a delivery holds once `step` was carried out (a carried end's hold only once it landed)."""
     if isinstance(step, AcquireSlots):
         return None if busy else step.hold  # throttled: it may hold it; ReleaseSlots follows
     if isinstance(step, ReleaseSlots):
         return None
-    if isinstance(step, EndAttempt) and step.adopts is not None:
+    if isinstance(step, EndAttempt) and step.adopts is not None and not refused:
         return step.adopts
     return held
 
@@ -760,6 +769,11 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
     if known.refused:
         if not last.after_target:
             return _read(known.message, Why.REFUSED) if last.by_message else Done(outcome=Outcome.DUPLICATE)
+        again = _against_heartbeat(known, last.expected)
+        if again is not None and not is_own_write(known.run, ended):
+            # A heartbeat moved the lease after we read it: the attempt is still ours; write again on it.
+            applied = Finish.of(last.expected, ended, frees_slot=last.frees_slot).applied_to(again)
+            return replace(last, expected=again, ended=applied, counts=(), timings=(), logs=())
         if not is_own_write(known.run, ended):
             # A newer attempt owns the run (our lease expired and it was taken over): our result must not
             # overwrite it.
@@ -823,6 +837,11 @@ def _finish_throttled(known: Known, last: EndAttempt) -> Step:
         return Hold(until=known.now + wait, then=last, counts=("FinishWriteRetries",))
     finish = Finish.of(last.expected, last.ended, frees_slot=last.frees_slot)
     later = _send_back_throttled(known)
+    if lease is not None:  # applied before the lease ends, or the sweeper may retry a run whose end is known
+        later = replace(
+            later,
+            message=replace(later.message, not_before=max(known.now, min(later.message.not_before, lease))),
+        )
     tries = known.finish_writes
     text = f"run {last.ended.run_id}: finish write throttled {tries} times; its end goes by message"
     return replace(
@@ -834,10 +853,28 @@ def _finish_throttled(known: Known, last: EndAttempt) -> Step:
     )
 
 
+def _against_heartbeat(known: Known, expected: Run) -> Run | None:
+    """The run as stored when a write of ours was refused only because a heartbeat moved its lease: still
+    running the same attempt under the same lease owner (a heartbeat never changes those). None otherwise.
+    Bounded: a delivery writes again at most REWRITES times."""
+    current = known.run
+    if current is None or known.rewrites > REWRITES:
+        return None
+    same = current.attempt == expected.attempt and current.lease_owner == expected.lease_owner
+    moved = current.lease_expires_at != expected.lease_expires_at
+    return current if current.state is RunState.RUNNING and same and moved else None
+
+
 def _await_answered(known: Known, last: AwaitCallback) -> Step:
     """The accepted attempt's lease is written. A queue-carried run's message stays with it, back at the
     lease end (a silent target's attempt then ends, as a silent worker's does)."""
     awaiting = last.awaiting
+    again = _against_heartbeat(known, last.expected) if known.refused else None
+    if again is not None and not is_own_write(known.run, awaiting):
+        # The target heartbeat before its 202 reached us: still our attempt; keep the later lease.
+        lease = max(awaiting.lease_expires_at or known.now, again.lease_expires_at or known.now)
+        rewrite = replace(again, lease_expires_at=lease, tracking=awaiting.tracking)
+        return replace(last, expected=again, awaiting=rewrite)
     if known.refused and not is_own_write(known.run, awaiting):
         text = f"run {awaiting.run_id} attempt {awaiting.attempt} was accepted after its lease was taken over"
         return Done(
@@ -848,7 +885,7 @@ def _await_answered(known: Known, last: AwaitCallback) -> Step:
         # message would: a look that finds the lease over ends the attempt).
         return replace(_next_look(known, awaiting), outcome=Outcome.ACCEPTED, counts=("RunsAccepted",))
     if awaiting.queue_carried and awaiting.lease_expires_at is not None:
-        watch = replace(known.message.resent(), not_before=awaiting.lease_expires_at)
+        watch = replace(known.message, sent_at=None, not_before=awaiting.lease_expires_at)  # not a hop
         return SendBack(
             message=watch, shard=awaiting.shard, outcome=Outcome.ACCEPTED, counts=("RunsAccepted",)
         )
@@ -864,16 +901,17 @@ def _poll(known: Known, run: Run) -> Step:
     )
     if not following:
         return _not_claimable(known, run)
-    expired = run.lease_expires_at is None or run.lease_expires_at <= known.now
     view = run.job_view
-    if expired or view is None or view.target is None:
-        return WatchLease(running=run)  # the attempt's time is up: it ends as a silent worker's does
-    return PollTarget(running=run, target=view.target)
+    if view is None or view.target is None:
+        return WatchLease(running=run)
+    return PollTarget(running=run, target=view.target)  # at the lease end too: one last look first
 
 
 def _polled(known: Known, last: PollTarget) -> Step:
     run = last.running
     if known.result is None:
+        if run.lease_expires_at is None or run.lease_expires_at <= known.now:
+            return WatchLease(running=run)  # the attempt's time is up: it ends as a silent worker's does
         return _next_look(known, run)  # still running, or the look failed: look again later
     view = run.job_view
     retry = view.retry if view is not None else RetryPolicy()
@@ -941,6 +979,9 @@ def _not_claimable(known: Known, current: Run) -> Step:
     """A delivery that cannot claim its run: usually a duplicate (another delivery claimed it, or the run
     moved on). But a queue-carried run running at this message's attempt has no sweeper entry: this message
     is what brings it back if its worker died, so it stays with the run until the lease ends."""
+    following = current.tracking is not None and current.attempt == known.message.attempt + 1
+    if current.state is RunState.RUNNING and following:
+        return _poll(known, current)  # a tracked run's message: it looks (its first look may not have gone)
     if recovered_by_message(current, known.message.attempt):
         return WatchLease(running=current)
     return Done(outcome=Outcome.DUPLICATE)

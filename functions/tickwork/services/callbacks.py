@@ -96,6 +96,18 @@ class Callbacks:
         lease = awaiting_lease(interval, claims.deadline, now, self._lease_margin)
         if run.lease_expires_at is not None:
             lease = max(lease, run.lease_expires_at)
+        if run.lease_expires_at is not None and run.lease_expires_at <= now:
+            # Its lease is over: its slot may be another run's by now, and the attempt is about to be ended.
+            raise ConflictError(
+                f"run {run.run_id} attempt {claims.attempt}: its lease ended before this heartbeat"
+            )
+        if self._slots is not None:
+            # The slot first: a run's lease never outlives its concurrency slot's (a slot held longer is
+            # harmless; a run past its slot's lease would run over the bound).
+            store, limits = self._slots
+            hold = attempt_hold(run.run_id, run.lease_owner or "", run.attempt, lease)
+            if not store.extend(slot_pools(run.owner, limits), hold):
+                raise ConflictError(f"run {run.run_id} attempt {claims.attempt} no longer holds its slot")
         beating = replace(run, lease_expires_at=lease, heartbeat_at=now)
         try:
             self._store.transition_run(run, beating)
@@ -104,12 +116,6 @@ class Callbacks:
             raise ConflictError(
                 f"run {run.run_id} changed while its heartbeat was written: send it again"
             ) from None
-        if self._slots is not None:
-            # The attempt's concurrency slot lives as long as its lease: a silent target's frees itself.
-            store, limits = self._slots
-            hold = attempt_hold(run.run_id, run.lease_owner or "", run.attempt, lease)
-            if not store.extend(slot_pools(run.owner, limits), hold):
-                logger.warning("run %s attempt %d lost its concurrency slot", run.run_id, run.attempt)
         return beating
 
     def _awaiting(self, claims: CallbackToken) -> Run:

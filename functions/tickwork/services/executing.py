@@ -4,7 +4,7 @@ the attempt: claim a run, call its target, record the outcome."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from random import Random
 
@@ -127,7 +127,7 @@ class Executor:
             seen = self._tracker.track(step.target, step.running.tracking)
             return known.after(step, clock.now(), result=seen)
         if isinstance(step, WatchLease):
-            watch = known.message.resent()
+            watch = replace(known.message, sent_at=None)  # a watch is not a hop: heartbeats move the lease
             watched = watched_lease(store, self._dispatcher, step.running, watch, clock.now(), self._rng)
             return known.after(step, clock.now(), watched=watched)
         if isinstance(step, (AcquireSlots, ExtendSlots, ReleaseSlots)):
