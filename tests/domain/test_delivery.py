@@ -22,6 +22,7 @@ import pytest
 
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
+    SLOT_SLACK,
     AcquireSlots,
     AwaitCallback,
     ClaimRun,
@@ -743,6 +744,25 @@ ROWS: list[Row] = [
         Hold,
         {"then.awaiting.heartbeat_at": LATER},
     ),
+    Row(
+        "a_watch_reads_the_run_first",
+        "a message watching its running run's lease comes back: it reads the run (no slot, no claim)",
+        lambda: arrived(replace(a_message(), watch=True)),
+        ReadRun,
+        {"why": Why.WATCH},
+    ),
+    Row(
+        "a_watch_finds_its_run_running",
+        "the watched run still runs this message's attempt",
+        lambda: then(arrived(replace(a_message(), watch=True)), run=someone_elses()),
+        WatchLease,
+    ),
+    Row(
+        "a_watch_finds_its_run_claimable",
+        "the watched run is claimable at this message's attempt again: a delivery like any other",
+        lambda: then(arrived(replace(a_message(), watch=True)), run=a_run()),
+        ClaimRun,
+    ),
     # Tracked runs: Tickwork follows what the attempt started (a Step Functions execution) to its end.
     Row(
         "tracked_start_is_followed",
@@ -843,7 +863,7 @@ ROWS: list[Row] = [
         "under a concurrency bound, a message arrives: the attempt takes its slots before its claim",
         lambda: bounded(arrived()),
         AcquireSlots,
-        {"hold.attempt": 1, "hold.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN), "then.view": None},
+        {"hold.attempt": 1, "hold.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN) + SLOT_SLACK},
     ),
     Row(
         "slot_taken_then_claims",
@@ -894,7 +914,7 @@ ROWS: list[Row] = [
         lambda: then(_holding_slot(_callback_answered(ACCEPTED))),
         ExtendSlots,
         {
-            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
+            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN + SLOT_SLACK,
             "then.outcome": Outcome.ACCEPTED,
         },
     ),

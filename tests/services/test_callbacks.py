@@ -188,3 +188,31 @@ def test_a_heartbeat_during_the_call_does_not_strand_the_run(
     else:
         assert outcome is Outcome.SUCCEEDED and world.run().state is RunState.SUCCEEDED
     assert len(world.invoker.calls) == 1
+
+
+def test_under_a_full_bound_the_watch_still_ends_a_silent_attempt(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Found in review: the watching message had to take a slot before it could look at its run, so with the
+    bound full (the silent run holds the only slot) it waited for a slot instead of ending the attempt."""
+    from tickwork.adapters.memory.slots import MemorySlots
+    from tickwork.domain.slots import SlotLimits
+
+    world = CallbackWorld(store, clock)
+    slots = MemorySlots()
+
+    def bounded(worker: str) -> Executor:
+        config = ExecutorConfig(worker_id=worker, callbacks=LINKS, limits=SlotLimits(1))
+        return Executor(
+            world.store, world.invoker, world.dispatcher, world.clock, world.metrics, config, slots=slots
+        )
+
+    world.invoker.results.append(ACCEPTED)
+    world.clock.set(FIRE + timedelta(milliseconds=100))
+    assert bounded("worker-a").execute(world.first_message()) is Outcome.ACCEPTED
+    watch = world.dispatcher.messages[-1]
+    assert watch.watch is True
+    world.clock.set(watch.not_before + timedelta(seconds=1))  # the target never reported
+
+    assert bounded("worker-b").execute(RunMessage.from_json(watch.to_json())) is Outcome.LEASE_EXPIRED
+    assert world.run().state is RunState.RETRY_WAIT

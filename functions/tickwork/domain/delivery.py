@@ -80,6 +80,9 @@ SLOT_WAIT_CAP = timedelta(seconds=10)
 # the cap apart (and never after its lease end).
 POLL_FIRST = timedelta(seconds=5)
 POLL_CAP = timedelta(seconds=60)
+# A slot is held this much past the claim's lease: the claim is built again once the slots are taken (a
+# lease must not lose the time that took), and a slot that outlives its run's lease by a minute is harmless.
+SLOT_SLACK = timedelta(seconds=60)
 # A write refused only because a heartbeat moved the lease is made again on the run as stored, this many
 # times at most in one delivery.
 REWRITES = 3
@@ -117,6 +120,7 @@ class Why(StrEnum):
     RELEASE = "release"  # an overlap=queue run finished: is the run waiting behind it still waiting?
     FINISH = "finish"  # a message carries an attempt's end: is the run still that running attempt?
     POLL = "poll"  # a tracked run's look: is the run still following what its attempt started?
+    WATCH = "watch"  # a lease watch: is the run still running the attempt this message started?
 
 
 class Unsent(StrEnum):
@@ -403,7 +407,12 @@ def next_step(known: Known) -> Step:
         if known.throttled is not None:
             # It may have landed with its answer lost: free what it may hold, then go back as throttled.
             return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
-        return _wait_for_slot(known) if known.busy else last.then
+        if known.busy:
+            return _wait_for_slot(known)
+        # The claim is built again from now: taking the slots took time the lease must not lose.
+        claim = _rebuilt(known, last.then)
+        checked = _within_deadline(known, claim)
+        return checked if checked is claim else ReleaseSlots(hold=last.hold, then=checked)
     return _with_slots(known, _decide(known))
 
 
@@ -449,20 +458,21 @@ def _with_slots(known: Known, step: Step) -> Step:
         return step
     if isinstance(step, ClaimRun):
         claim = step.claim
-        hold = attempt_hold(claim.run_id, claim.worker, claim.expected_attempt + 1, claim.lease_expires_at)
+        lease = claim.lease_expires_at + SLOT_SLACK
+        hold = attempt_hold(claim.run_id, claim.worker, claim.expected_attempt + 1, lease)
         return AcquireSlots(hold=hold, then=step)
     mine = step.mine if isinstance(step, TakeSlot) else None
     if mine is not None and mine.lease_owner is not None and mine.lease_expires_at is not None:
-        hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at)
+        hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at + SLOT_SLACK)
         return AcquireSlots(hold=hold, then=step)
     holding = known.holding
     if holding is None or not isinstance(step, (Done, SendBack)):
         return step
     last = known.last
-    if isinstance(last, AwaitCallback) and step.outcome is Outcome.ACCEPTED:
-        lease = last.awaiting.lease_expires_at
-        if lease is not None:  # the target holds the work: the slot stays taken, for the accepted lease
-            return ExtendSlots(hold=replace(holding, lease_expires_at=lease), then=step)
+    accepted = last.awaiting.lease_expires_at if isinstance(last, AwaitCallback) else None
+    if accepted is not None and step.outcome is Outcome.ACCEPTED:
+        # The target holds the work: the slot stays taken, for the accepted lease.
+        return ExtendSlots(hold=replace(holding, lease_expires_at=accepted + SLOT_SLACK), then=step)
     return ReleaseSlots(hold=holding, then=step)
 
 
@@ -494,6 +504,14 @@ def claimed_lease(step: ClaimRun | TakeSlot, known: Known) -> datetime | None:
 
 # What a delivery needs after its call, before its invocation ends: the finish write and the message's end.
 AFTER_CALL = timedelta(seconds=15)
+
+
+def _rebuilt(known: Known, step: Step) -> Step:
+    if isinstance(step, ClaimRun):
+        return _claim(known, step.claim.timeout_seconds, step.view)
+    if isinstance(step, TakeSlot):
+        return _take_slot(known, step.expected, step.view)
+    return step
 
 
 def _within_deadline(known: Known, step: Step) -> Step:
@@ -554,6 +572,13 @@ def _route(known: Known) -> Step:
         return _read(message, Why.FINISH)
     if message.polls:
         return _read(message, Why.POLL)
+    if message.watch:
+        return _read(message, Why.WATCH)
+    return _claim_route(known)
+
+
+def _claim_route(known: Known) -> Step:
+    message = known.message
     timeout = message.timeout_seconds
     if message.attempt > 0 or timeout is None or not trusts_view(message.scheduled_for, known.now):
         return ReadJob()
@@ -642,6 +667,9 @@ def _run_read(known: Known, last: ReadRun) -> Step:
         )
     if last.why is Why.POLL and run is not None:
         return _poll(known, run)
+    if last.why is Why.WATCH and run is not None:
+        # Still claimable at its attempt (its worker never claimed, or a retry waits): a delivery as any.
+        return _claim_route(known) if claimable_at(run, message.attempt) else _not_claimable(known, run)
     if last.why is Why.RELEASE:
         outcome = last.then or Outcome.SUCCEEDED
         if run is None or run.state is not RunState.QUEUED:
@@ -885,7 +913,7 @@ def _await_answered(known: Known, last: AwaitCallback) -> Step:
         # message would: a look that finds the lease over ends the attempt).
         return replace(_next_look(known, awaiting), outcome=Outcome.ACCEPTED, counts=("RunsAccepted",))
     if awaiting.queue_carried and awaiting.lease_expires_at is not None:
-        watch = replace(known.message, sent_at=None, not_before=awaiting.lease_expires_at)  # not a hop
+        watch = replace(known.message, sent_at=None, not_before=awaiting.lease_expires_at, watch=True)
         return SendBack(
             message=watch, shard=awaiting.shard, outcome=Outcome.ACCEPTED, counts=("RunsAccepted",)
         )

@@ -74,6 +74,9 @@ class RunMessage:
     # A tracked run's look at what it started: this message's how-many-th (0: not a look). Looks are not
     # hops either: a long workflow is followed for as long as its attempt's deadline allows.
     polls: int = field(default=0, compare=False)
+    # A message that watches its running run's lease (it comes back at the lease end): it reads the run
+    # before anything else, so it never waits for a concurrency slot only to look at a lease.
+    watch: bool = field(default=False, compare=False)
 
     @classmethod
     def for_run(
@@ -135,6 +138,8 @@ class RunMessage:
             body["slot_waits"] = self.slot_waits
         if self.polls:
             body["polls"] = self.polls
+        if self.watch:
+            body["watch"] = True
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -153,6 +158,7 @@ class RunMessage:
                 owner=None if data.get("owner") is None else str(data["owner"]),
                 slot_waits=_hops(data.get("slot_waits", 0)),
                 polls=_hops(data.get("polls", 0)),
+                watch=data.get("watch") is True,
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValidationError("message", f"not a Tickwork run message: {error}") from error

@@ -127,7 +127,7 @@ class Executor:
             seen = self._tracker.track(step.target, step.running.tracking)
             return known.after(step, clock.now(), result=seen)
         if isinstance(step, WatchLease):
-            watch = replace(known.message, sent_at=None)  # a watch is not a hop: heartbeats move the lease
+            watch = replace(known.message, sent_at=None, watch=True)  # not a hop: heartbeats move leases
             watched = watched_lease(store, self._dispatcher, step.running, watch, clock.now(), self._rng)
             return known.after(step, clock.now(), watched=watched)
         if isinstance(step, (AcquireSlots, ExtendSlots, ReleaseSlots)):

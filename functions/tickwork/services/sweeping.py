@@ -284,7 +284,7 @@ class Sweeper:
         """A queue-carried run still running the attempt a dead letter started: a live lease gets a fresh
         message that comes back when it ends; an expired one ends the attempt (retry or failed), as the
         letter would have. A send that fails keeps the letter (DispatchError: the drain stops)."""
-        watch = replace(message, hops=0, sent_at=None)  # the sweeper's sends begin a new chain
+        watch = replace(message, hops=0, sent_at=None, watch=True)  # the sweeper's sends begin a new chain
         try:
             ended = watch_lease(self._store, self._dispatcher, run, watch, now, self._rng)
         except StaleRunError:
