@@ -399,6 +399,11 @@ def measure_mode(mode: str, count: int, endpoint: str, targets: Targets) -> Mode
             f"{outcomes[str(Outcome.WATCHING_LEASE)]} watching messages came back before their run's "
             "completion was applied (each one more watch hop): the machine was slower than the lease"
         )
+    if tracked and registry.counts.get("stepfunctions look", 0) < runs:
+        note = (
+            f"NOT FOLLOWED: {registry.counts.get('stepfunctions look', 0)} looks for {runs} runs: the starts "
+            "ended delivered (the executor did not ask the adapter to track: Invocation.track unset)"
+        )
     counter.reset()
 
     # 3. one sweep (every minute): its fixed reads, spread over the load model like bench_cost.py's.
@@ -572,8 +577,9 @@ def main(count: int, modes: Sequence[str]) -> None:
     )
     for r in results:
         p = per[r.mode]
+        label = r.mode + ("*" if r.note else "")
         print(
-            f"{r.mode:<10}{p.wcu:>7.2f}{p.rcu:>7.2f}{p.dynamodb_calls:>16.2f}{p.sqs_calls:>11.2f}"
+            f"{label:<10}{p.wcu:>7.2f}{p.rcu:>7.2f}{p.dynamodb_calls:>16.2f}{p.sqs_calls:>11.2f}"
             f"{r.api_requests / r.runs:>14.2f}{'$' + format(p.dollars, '.2f'):>10}  "
             f"{_per(r.target_calls, r.runs)}"
         )
@@ -581,6 +587,9 @@ def main(count: int, modes: Sequence[str]) -> None:
         "$/M runs: DynamoDB writes and reads and SQS requests, us-east-1 on-demand (bench_cost.py's prices)\n"
         "API requests: the callback routes' API Gateway + Lambda requests, priced apart."
     )
+    for r in results:
+        if r.note:
+            print(f"* {r.mode}: {r.note}")
     print(f"other benchmarks running at the end: {concurrency_note()}")
 
 

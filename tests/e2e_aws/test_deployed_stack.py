@@ -12,6 +12,11 @@
   `allowed_networks`) answers 202 and reports a heartbeat and its completion through the deployed API's open
   callback routes (no SigV4: the token is the credential); the run ends `succeeded` after one call, and a
   second completion is refused with 409;
+- Step Functions runs tracked to their end: two state machines in the emulator (named by the executor's
+  target naming convention, `<prefix>-target-*`), one that passes, waits and succeeds and one that fails
+  with an error and a cause; jobs with completion `tracked` start an execution each, and the deployed
+  executor follows it with DescribeExecution (its looks) until it ends: the runs end `succeeded` and
+  `failed`, each attempt holding the execution's status, and the emulator ran exactly one execution each;
 then the stack is destroyed. Every phase's duration is written to `.tickwork/e2e-aws.json` and printed.
 """
 
@@ -477,3 +482,113 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
 
     status, _ = api.call("DELETE", f"/jobs/{job_id}")
     assert status == 204
+
+
+# A tracked run's first look comes 5 s after its start (domain/delivery.POLL_FIRST), the next 10 s later: a
+# wait of 8 s shows the run running at the first look and ends it at the second.
+SFN_WAIT_SECONDS = 8
+SFN_ERROR = "ExportFailed"
+SFN_CAUSE = "e2e: the export found no rows"
+
+
+def _state_machine(sfn: Any, name: str, states: dict[str, Any], start: str) -> str:
+    definition = json.dumps({"StartAt": start, "States": states})
+    role = f"arn:aws:iam::{ACCOUNT}:role/{PREFIX}-e2e-states"
+    return str(sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"])
+
+
+def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> None:
+    """Completion `tracked`: the deployed executor starts the execution, keeps the run running while the
+    emulator runs the workflow, and ends the run with the execution's end, success and failure both."""
+    api = SignedApi(deployed)
+    sfn = boto3.client(
+        "stepfunctions",
+        endpoint_url=deployed.endpoint,
+        region_name=DEFAULT_REGION,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    machines = {
+        "succeeds": _state_machine(
+            sfn,
+            f"{PREFIX}-target-sfn-ok",
+            {
+                "Prepare": {"Type": "Pass", "Result": {"rows": 3}, "Next": "Export"},
+                "Export": {"Type": "Wait", "Seconds": SFN_WAIT_SECONDS, "Next": "Done"},
+                "Done": {"Type": "Succeed"},
+            },
+            "Prepare",
+        ),
+        "fails": _state_machine(
+            sfn,
+            f"{PREFIX}-target-sfn-fail",
+            {"Export": {"Type": "Fail", "Error": SFN_ERROR, "Cause": SFN_CAUSE}},
+            "Export",
+        ),
+    }
+    phase = time.monotonic()
+    jobs: dict[str, str] = {}
+    runs: dict[str, str] = {}
+    for outcome, arn in machines.items():
+        status, job = api.call(
+            "POST",
+            "/jobs",
+            {
+                "name": f"e2e step functions {outcome}",
+                "schedule": {"expression": NEVER_DURING_THE_TEST, "timezone": "UTC"},
+                "target": {
+                    "kind": "stepfunctions",
+                    "config": {"state_machine_arn": arn, "input": {"e2e": 1}},
+                },
+                "completion": "tracked",
+                "timeout_seconds": 600,
+                "policies": {"retry": {"max_attempts": 1}},
+            },
+        )
+        assert status == 201, job
+        assert job["completion"] == "tracked", job
+        jobs[outcome] = job["id"]
+        status, run = api.call(
+            "POST", f"/jobs/{job['id']}/runs", headers={"Idempotency-Key": f"e2e-{outcome}"}
+        )
+        assert status == 201, run
+        runs[outcome] = run["id"]
+
+    # The succeeding workflow waits: its run is seen running (followed, not delivered) before it ends.
+    seen_running: dict[str, Any] = {}
+
+    def ended() -> bool:
+        done = True
+        for outcome in machines:
+            one = _run_of(api, jobs[outcome], runs[outcome])
+            if one["state"] == "running":
+                seen_running.setdefault(outcome, one)
+            done = done and one["state"] not in ("planned", "running")
+        return done
+
+    finished = _wait_for(ended, RUN_DEADLINE_SECONDS, every_s=1.0)
+    deployed.timings["step_functions_runs_s"] = time.monotonic() - phase
+    final = {outcome: _run_of(api, jobs[outcome], runs[outcome]) for outcome in machines}
+    assert finished, f"the tracked runs did not end: {final}"
+    assert "succeeds" in seen_running, f"the waiting workflow's run was never seen running: {final}"
+    assert seen_running["succeeds"]["completion"] == "tracked", seen_running
+
+    ok = final["succeeds"]
+    assert ok["state"] == "succeeded" and ok["result"] == "completed", ok
+    assert ok["outcome"] == "SUCCEEDED" and ok["attempt"] == 1, ok
+    assert [a["status"] for a in ok["attempts"]] == ["SUCCEEDED"], ok
+    failed = final["fails"]
+    assert failed["state"] == "failed" and failed["result"] is None, failed
+    assert failed["outcome"] == "FAILED" and failed["attempt"] == 1, failed
+    assert [a["status"] for a in failed["attempts"]] == ["FAILED"], failed
+    assert SFN_ERROR in (failed["attempts"][0]["detail"] or ""), failed
+    assert SFN_CAUSE in (failed["attempts"][0]["detail"] or ""), failed
+
+    # The emulator ran one execution per run, and ended them as the runs say.
+    for outcome, arn in machines.items():
+        executions = sfn.list_executions(stateMachineArn=arn)["executions"]
+        assert len(executions) == 1, executions
+        expected = "SUCCEEDED" if outcome == "succeeds" else "FAILED"
+        assert executions[0]["status"] == expected, executions
+        status, _ = api.call("DELETE", f"/jobs/{jobs[outcome]}")
+        assert status == 204
