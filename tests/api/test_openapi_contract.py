@@ -39,7 +39,7 @@ AUTH = {"Authorization": "Bearer alice-token"}
 SEED_KEY = "schemathesis-seed"
 STATEFUL_SCENARIOS = 60
 SEEDED_MINUTELY_JOBS = 6
-MAX_STATEFUL_ROUNDS = 3
+MAX_STATEFUL_ROUNDS = 6
 # What the stateful run must have done at least once: operations on real ids, reached through links.
 REACH = (
     ("POST /jobs", 201),
