@@ -13,9 +13,9 @@ deployment: the hot path, a home stripe with room):
 - callback: the HTTP target answers 202; then, as the API Lambda does for each run, one heartbeat and the
   completion (`tickwork.services.callbacks.Callbacks`), both within the first heartbeat interval, whose
   finish message the executor applies; the run's watching message comes back at its lease end (150 s +
-  a 5 s margin here) and finds the run over. A run that heartbeats past its first lease pays one more
-  watch hop per lease (measured: 3 WCU, a slot taken and given back around a refused claim, and ~1.2 SQS
-  calls), which the table says apart when it happens;
+  a 5 s margin here), reads the run and finds it over. A run that heartbeats past its first lease pays
+  one more watching message per lease (a read of the run, its send, receive and delete), which the output
+  says apart when it happens;
 - tracked: a Step Functions state machine (Pass, Succeed) starts an execution, which MiniStack really runs;
   the executor's look (5 s later) asks DescribeExecution and ends the run with the execution's status.
   Measured only when the target adapters can follow an execution (TargetRegistry.track).
