@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, job_to_item, run_from_item
-from tickwork.domain.execution import CLAIMABLE_STATES
-from tickwork.domain.models import Job, Run
+from tickwork.domain.errors import StaleRunError
+from tickwork.domain.execution import CLAIMABLE_STATES, Claim
+from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, Standing
 from tickwork.domain.timekeys import format_instant, format_instant_ms
 
 _CLAIMABLE = frozenset(str(state) for state in CLAIMABLE_STATES)
@@ -77,3 +78,40 @@ def rewritten_job(stored: Mapping[str, Any], updated: Job) -> dict[str, Any]:
 def stored_run(item: Mapping[str, Any] | None) -> Run | None:
     """The run a refused write found (None if there is none): what StaleRunError carries as `current`."""
     return None if item is None else run_from_item(item)
+
+
+def claimed_item(stored: dict[str, Any] | None, claim: Claim) -> dict[str, Any]:
+    """The executor's claim on a run item read inside the caller's lock or transaction: claimable at the
+    expected attempt (and, trusting the view, the view lets it run under overlap allow with this lease's
+    timeout), then running under the new lease. StaleRunError with the stored run otherwise."""
+    view = (stored or {}).get("job_view") or {}
+    refused = not claimable(stored, claim.expected_attempt) or (
+        claim.trusting_view
+        and (
+            view.get("standing") != str(Standing.ACTIVE)
+            or view.get("overlap") != str(OverlapPolicy.ALLOW)
+            or view.get("timeout_seconds") != claim.timeout_seconds
+        )
+    )
+    if stored is None or refused:
+        raise StaleRunError(
+            f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
+            current=stored_run(stored),
+        )
+    lease = format_instant_ms(claim.lease_expires_at)
+    stored.update(
+        state=str(RunState.RUNNING),
+        attempt=claim.expected_attempt + 1,
+        lease_owner=claim.worker,
+        lease_expires_at=lease,
+    )
+    stored.setdefault("started_at", format_instant_ms(claim.now))
+    if claim.dispatched_at is not None:
+        stored.setdefault("dispatched_at", format_instant_ms(claim.dispatched_at))
+    stored.pop("retry_at", None)
+    stored.pop("heartbeat_at", None)  # a new attempt has had no heartbeat yet
+    stored.pop("tracking", None)  # nor started anything to follow
+    if "check_at" in stored and str(stored["check_at"]) > lease:
+        # Checked no later than the lease ends, or a dead worker would go unnoticed until then.
+        stored["check_at"] = lease
+    return stored

@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.adapters.conditions import apply_changes, claimable, run_still_at, stored_run
+from tickwork.adapters.conditions import apply_changes, claimable, claimed_item, run_still_at, stored_run
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
 from tickwork.adapters.sqlite.base import SqliteBase, put
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import Claim, waiting_slot_is_stale
-from tickwork.domain.models import OverlapPolicy, Run, RunState, Standing, split_run_id
+from tickwork.domain.models import Run, RunState, split_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 from tickwork.resources import JOBS, RUNS
 
@@ -114,40 +114,11 @@ class SqliteRunRecords(SqliteBase):
         put(connection, RUNS, apply_changes(stored, run_update_base(expected), run_to_item(updated)))
 
     def claim(self, claim: Claim) -> Run:
-        """The executor's claim: claimable at the expected attempt (and, trusting the view, the view lets
-        it run under overlap allow with this lease's timeout), then running under the new lease."""
-        lease = format_instant_ms(claim.lease_expires_at)
+        """The executor's claim (adapters/conditions.claimed_item), one write."""
         with self.db.write() as connection:
-            stored = self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for))
-            view = (stored or {}).get("job_view") or {}
-            refused = not claimable(stored, claim.expected_attempt) or (
-                claim.trusting_view
-                and (
-                    view.get("standing") != str(Standing.ACTIVE)
-                    or view.get("overlap") != str(OverlapPolicy.ALLOW)
-                    or view.get("timeout_seconds") != claim.timeout_seconds
-                )
+            stored = claimed_item(
+                self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for)), claim
             )
-            if stored is None or refused:
-                raise StaleRunError(
-                    f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
-                    current=stored_run(stored),
-                )
-            stored.update(
-                state=str(RunState.RUNNING),
-                attempt=claim.expected_attempt + 1,
-                lease_owner=claim.worker,
-                lease_expires_at=lease,
-            )
-            stored.setdefault("started_at", format_instant_ms(claim.now))
-            if claim.dispatched_at is not None:
-                stored.setdefault("dispatched_at", format_instant_ms(claim.dispatched_at))
-            stored.pop("retry_at", None)
-            stored.pop("heartbeat_at", None)  # a new attempt has had no heartbeat yet
-            stored.pop("tracking", None)  # nor started anything to follow
-            if "check_at" in stored and str(stored["check_at"]) > lease:
-                # Checked no later than the lease ends, or a dead worker would go unnoticed until then.
-                stored["check_at"] = lease
             put(connection, RUNS, stored)
         return run_from_item(stored)
 
