@@ -19,8 +19,10 @@ import heapq
 import itertools
 import json
 import logging
+import signal
 import sqlite3
 import statistics
+import sys
 import threading
 import time
 from collections import Counter
@@ -343,6 +345,18 @@ def others_note(others: list[str]) -> str:
     """Other benchmark or test processes (_e2e.other_benchmarks), shortened: how many, the first few."""
     shown = [line[:100] for line in others[:4]]
     return f"{len(others)} processes: {shown}" + (" ..." if len(others) > 4 else "")
+
+
+def exit_once_on_sigterm() -> None:
+    """SIGTERM (`timeout`, `kill`) unwinds like Ctrl-C, so `tickwork local` and the target are stopped; a
+    second SIGTERM during that unwinding is ignored, so it cannot cut the stop short (`_e2e`'s handler
+    exits again on each one, abandoning the stop of `tickwork local` half-way)."""
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def load_average() -> str:

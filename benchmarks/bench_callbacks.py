@@ -37,6 +37,7 @@ from _callbacks import (
     RoleWatch,
     Tally,
     Timeline,
+    exit_once_on_sigterm,
     job_spec,
     live_slot_holds,
     load_average,
@@ -49,7 +50,6 @@ from _callbacks import (
 from _e2e import (
     LocalSettings,
     LocalTickwork,
-    exit_cleanly_on_sigterm,
     fixed_second,
     iso,
     machine,
@@ -254,7 +254,7 @@ def main() -> int:
         args.beat_every = min(120.0, args.hold / 4)
     if args.timeout < args.hold + args.heartbeat_seconds:
         parser.error("--timeout must cover the hold and a heartbeat interval")
-    exit_cleanly_on_sigterm()
+    exit_once_on_sigterm()
     wall_start = time.time()
     print(f"machine: {machine()}; load average {load_average()}")
     if others := other_benchmarks():

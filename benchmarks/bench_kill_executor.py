@@ -41,6 +41,7 @@ from _callbacks import (
     CallbackTarget,
     Tally,
     Timeline,
+    exit_once_on_sigterm,
     job_spec,
     live_slot_holds,
     load_average,
@@ -52,7 +53,6 @@ from _callbacks import (
 from _e2e import (
     LocalSettings,
     LocalTickwork,
-    exit_cleanly_on_sigterm,
     fixed_second,
     iso,
     machine,
@@ -188,7 +188,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.sleep >= args.timeout:
         parser.error("--sleep must be under --timeout: the retry of a killed call must succeed")
-    exit_cleanly_on_sigterm()
+    exit_once_on_sigterm()
     wall_start = time.time()
     print(f"machine: {machine()}; load average {load_average()}")
     if others := other_benchmarks():
