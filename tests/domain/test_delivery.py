@@ -22,7 +22,6 @@ import pytest
 
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
-    SLOT_SLACK,
     AcquireSlots,
     AwaitCallback,
     ClaimRun,
@@ -863,7 +862,7 @@ ROWS: list[Row] = [
         "under a concurrency bound, a message arrives: the attempt takes its slots before its claim",
         lambda: bounded(arrived()),
         AcquireSlots,
-        {"hold.attempt": 1, "hold.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN) + SLOT_SLACK},
+        {"hold.attempt": 1, "hold.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN)},
     ),
     Row(
         "slot_taken_then_claims",
@@ -873,9 +872,47 @@ ROWS: list[Row] = [
         {"claim.expected_attempt": 0},
     ),
     Row(
-        "bound_full_waits_in_the_queue",
-        "a pool has no free slot: the message waits in the queue and asks again (a wait is not a hop)",
+        "slots_taken_claim_within_their_lease",
+        "the slots took half a second to take: the claim gives that up, its lease ends with theirs",
+        lambda: _slots_taken_after(timedelta(milliseconds=500)),
+        ClaimRun,
+        {
+            "claim.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN),
+            "claim.now": NOW + timedelta(seconds=0.5),
+        },
+    ),
+    Row(
+        "slots_taken_slowly_move_their_lease",
+        "the slots took five seconds to take (store retries): their lease moves to the claim's before it",
+        lambda: _slots_taken_after(timedelta(seconds=5)),
+        ExtendSlots,
+        {"hold.lease_expires_at": lease_until(60, NOW + timedelta(seconds=5), LEASE_MARGIN)},
+    ),
+    Row(
+        "slots_moved_then_claims",
+        "the slots' lease moved",
+        lambda: then(_slots_taken_after(timedelta(seconds=5))),
+        ClaimRun,
+        {"claim.lease_expires_at": lease_until(60, NOW + timedelta(seconds=5), LEASE_MARGIN)},
+    ),
+    Row(
+        "slots_lost_before_the_claim_wait",
+        "moving the slots' lease found them taken over: no claim, the message waits for a slot",
+        lambda: then(_slots_taken_after(timedelta(seconds=5)), busy=True),
+        SendBack,
+        {"outcome": Outcome.WAITING_FOR_SLOT},
+    ),
+    Row(
+        "bound_full_reads_the_run",
+        "a pool has no free slot: is the message's run still waiting for a claim, or already running?",
         lambda: then(bounded(arrived()), busy=True),
+        ReadRun,
+        {"why": Why.SLOT},
+    ),
+    Row(
+        "bound_full_waits_in_the_queue",
+        "a pool has no free slot, the run waits for a claim: back in the queue to ask again (not a hop)",
+        lambda: then(then(bounded(arrived()), busy=True), run=a_run()),
         SendBack,
         {
             "outcome": Outcome.WAITING_FOR_SLOT,
@@ -883,6 +920,42 @@ ROWS: list[Row] = [
             "message.hops": 0,
             "counts": ("SlotWaits",),
         },
+    ),
+    Row(
+        "bound_full_own_run_running_watches",
+        "a pool has no free slot, and the message's run is running its attempt (a redelivery): it watches"
+        " the lease, never waits for the slot its own run holds",
+        lambda: then(then(bounded(arrived()), busy=True), run=someone_elses()),
+        WatchLease,
+    ),
+    Row(
+        "bound_full_run_done_is_a_duplicate",
+        "a pool has no free slot, and the message's run has ended: a duplicate",
+        lambda: then(
+            then(bounded(arrived()), busy=True),
+            run=replace(running(), state=RunState.SUCCEEDED, lease_owner=None, lease_expires_at=None),
+        ),
+        Done,
+        {"outcome": Outcome.DUPLICATE},
+    ),
+    Row(
+        "bound_full_run_not_there_yet",
+        "a pool has no free slot, and the ticker has not committed the run yet: it looks again later",
+        lambda: then(then(bounded(arrived()), busy=True), run=None),
+        SendBack,
+        {"outcome": Outcome.WAITING_FOR_RUN},
+    ),
+    Row(
+        "bound_full_exclusive_waits",
+        "a pool has no free slot for an exclusive run just read claimable: it waits, with no second read",
+        lambda: then(
+            bounded(
+                then(job_read(a_job(policies=Policies(overlap=OverlapPolicy.SKIP))), run=a_run(attempt=1))
+            ),
+            busy=True,
+        ),
+        SendBack,
+        {"outcome": Outcome.WAITING_FOR_SLOT, "message.slot_waits": 1},
     ),
     Row(
         "finish_frees_the_slot",
@@ -914,7 +987,7 @@ ROWS: list[Row] = [
         lambda: then(_holding_slot(_callback_answered(ACCEPTED))),
         ExtendSlots,
         {
-            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN + SLOT_SLACK,
+            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
             "then.outcome": Outcome.ACCEPTED,
         },
     ),
@@ -1107,6 +1180,12 @@ POOLS = (Pool(ALL, 100),)
 def bounded(known: Known) -> Known:
     """`known` under a concurrency bound of 100."""
     return replace(known, pools=POOLS)
+
+
+def _slots_taken_after(took: timedelta) -> Known:
+    """A bounded message whose slots were taken `took` after it arrived."""
+    known = bounded(arrived())
+    return known.after(next_step(known), NOW + took)
 
 
 def _holding_slot(known: Known) -> Known:

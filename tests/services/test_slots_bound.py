@@ -5,11 +5,13 @@ run keeps its slot until it completes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from tests.services.test_callbacks import ACCEPTED, LINKS, CallbackWorld
 from tests.services.test_executing import FIRE, World
 from tickwork.adapters.memory.slots import MemorySlots
 from tickwork.adapters.memory.store import MemoryStore
@@ -18,8 +20,10 @@ from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.models import RunState
 from tickwork.domain.slots import ALL, Pool, SlotLimits
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
+from tickwork.services.planning import Planner
 
 CAP = 1
+NEXT_FIRE = FIRE + timedelta(minutes=5)
 
 
 class BoundWorld(World):
@@ -33,6 +37,13 @@ class BoundWorld(World):
         return Executor(
             self.store, self.invoker, self.dispatcher, self.clock, self.metrics, config, slots=self.slots
         )
+
+    def next_fire_message(self) -> RunMessage:
+        """The job's next fire (12:10), planned now, its message delivered at once."""
+        Planner(self.store, self.dispatcher, self.clock).plan(
+            self.job.shard, NEXT_FIRE - timedelta(seconds=110)
+        )
+        return replace(RunMessage.for_run(self.dispatcher.sent[-1]), not_before=self.clock.now())
 
     def in_flight(self) -> int:
         return self.slots.in_flight(Pool(ALL, self.cap), self.clock.now())
@@ -59,10 +70,9 @@ def test_a_full_bound_sends_the_run_back_to_wait_and_it_runs_once_a_slot_is_free
     waiting: list[tuple[Outcome, RunMessage]] = []
 
     def another_run_arrives_meanwhile() -> None:
-        # The same run's twin would share the run; a message for a run that needs the one slot now taken.
-        sent_before = len(world.dispatcher.messages)
-        outcome = world.executor("worker-b").execute(replace_key(message))
-        waiting.append((outcome, world.dispatcher.messages[sent_before]))
+        # The job's next fire, planned and delivered early: a run that needs the one slot now taken.
+        outcome = world.executor("worker-b").execute(world.next_fire_message())
+        waiting.append((outcome, world.dispatcher.messages[-1]))
 
     world.invoker.during_call = another_run_arrives_meanwhile
     assert world.executor().execute(message) is Outcome.SUCCEEDED
@@ -85,10 +95,11 @@ def test_a_duplicate_delivery_never_frees_the_winners_slot(world: BoundWorld) ->
     world.invoker.during_call = duplicate_delivered_meanwhile
     assert world.executor().execute(message) is Outcome.SUCCEEDED
 
-    # The duplicate could not even take a slot (the bound of 1 is the winner's), and went back to wait;
-    # the winner's slot stayed taken until its run ended.
+    # The duplicate could not take a slot (the bound of 1 is the winner's); it read the run, found it
+    # running its attempt and watches the lease (never waits for the slot its own run holds). The
+    # winner's slot stayed taken until its run ended.
     [(outcome, in_flight)] = during
-    assert outcome is Outcome.WAITING_FOR_SLOT and in_flight == 1
+    assert outcome is Outcome.WATCHING_LEASE and in_flight == 1
     assert world.run().state is RunState.SUCCEEDED and world.in_flight() == 0
 
 
@@ -113,6 +124,59 @@ def test_a_duplicate_that_takes_a_slot_frees_its_own_when_its_claim_is_refused(
     assert world.in_flight() == 0 and len(world.invoker.calls) == 1
 
 
-def replace_key(message: RunMessage) -> RunMessage:
-    """A message for another run (the next fire of the same job)."""
-    return replace(message, scheduled_for=message.scheduled_for + timedelta(minutes=5))
+def _callback_world(
+    store: MemoryStore, clock: FakeClock, cap: int
+) -> tuple[CallbackWorld, MemorySlots, Callable[[str], Executor]]:
+    world = CallbackWorld(store, clock)
+    slots = MemorySlots()
+
+    def bounded(worker: str) -> Executor:
+        config = ExecutorConfig(worker_id=worker, callbacks=LINKS, limits=SlotLimits(cap))
+        return Executor(
+            world.store, world.invoker, world.dispatcher, world.clock, world.metrics, config, slots=slots
+        )
+
+    world.invoker.results.append(ACCEPTED)
+    world.clock.set(FIRE + timedelta(milliseconds=100))
+    return world, slots, bounded
+
+
+def test_an_accepted_runs_own_message_delivered_again_under_a_full_bound_watches_its_lease(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Found by bench_callbacks at 10,000 runs with --cap 10000: a redelivered message (its delete did not
+    land) waited for a slot only its own run's end could free, sent back every 1-10 s for as long as the
+    bound stayed full."""
+    world, slots, bounded = _callback_world(store, clock, cap=1)
+    first = world.first_message()
+    assert bounded("worker-a").execute(first) is Outcome.ACCEPTED  # the run holds the only slot
+
+    world.clock.advance(7)
+    outcome = bounded("worker-b").execute(RunMessage.from_json(first.to_json()))
+
+    assert outcome is Outcome.WATCHING_LEASE and world.metrics.counts.get("SlotWaits", 0) == 0
+    assert world.run().state is RunState.RUNNING and len(world.invoker.calls) == 1
+    assert slots.in_flight(Pool(ALL, 1), world.clock.now()) == 1
+
+
+def test_a_dead_workers_slot_is_free_at_its_lease_end_and_its_run_retried(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """The SIGKILL case under a full bound: the dead attempt's slot is held exactly as long as its lease (no
+    slack), so the message that comes back at the lease end ends the attempt there."""
+    world, slots, bounded = _callback_world(store, clock, cap=1)
+    first = world.first_message()
+    assert bounded("worker-a").execute(first) is Outcome.ACCEPTED
+    lease = world.run().lease_expires_at
+    assert lease is not None
+    pool = Pool(ALL, 1)
+    world.clock.set(lease - timedelta(milliseconds=1))
+    assert slots.in_flight(pool, world.clock.now()) == 1
+    # worker-a dies: its watch message is lost with it, the original comes back (never deleted).
+    world.clock.set(lease)
+    assert slots.in_flight(pool, world.clock.now()) == 0
+
+    outcome = bounded("worker-b").execute(RunMessage.from_json(first.to_json()))
+
+    assert outcome is Outcome.LEASE_EXPIRED
+    assert world.run().state is RunState.RETRY_WAIT

@@ -80,9 +80,10 @@ SLOT_WAIT_CAP = timedelta(seconds=10)
 # the cap apart (and never after its lease end).
 POLL_FIRST = timedelta(seconds=5)
 POLL_CAP = timedelta(seconds=60)
-# A slot is held this much past the claim's lease: the claim is built again once the slots are taken (a
-# lease must not lose the time that took), and a slot that outlives its run's lease by a minute is harmless.
-SLOT_SLACK = timedelta(seconds=60)
+# A slot is held exactly as long as its attempt's lease: a dead worker's slot is free at its lease end.
+# The claim is built again once the slots are taken; it gives up the moments that took (at most this long,
+# and a quarter of the lease margin), or, if taking them took longer, the slots' lease is moved first.
+SLOT_LEASE_TOLERANCE = timedelta(seconds=1)
 # A write refused only because a heartbeat moved the lease is made again on the run as stored, this many
 # times at most in one delivery.
 REWRITES = 3
@@ -121,6 +122,7 @@ class Why(StrEnum):
     FINISH = "finish"  # a message carries an attempt's end: is the run still that running attempt?
     POLL = "poll"  # a tracked run's look: is the run still following what its attempt started?
     WATCH = "watch"  # a lease watch: is the run still running the attempt this message started?
+    SLOT = "slot"  # the bound is full: does this message's run still wait for a claim, or is it running?
 
 
 class Unsent(StrEnum):
@@ -393,6 +395,11 @@ def next_step(known: Known) -> Step:
     """The one decision of a delivery: what to do, given what is known. The concurrency slots wrap the
     rest (`_with_slots`): taken before every claim, freed when the delivery is done with the attempt."""
     last = known.last
+    if isinstance(last, ExtendSlots) and isinstance(last.then, (ClaimRun, TakeSlot)):
+        # Taking the slots took long: their lease was moved to the claim's before claiming.
+        if known.throttled is not None:
+            return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
+        return _wait_for_slot(known) if known.busy else last.then
     if isinstance(last, ExtendSlots) and known.busy:
         # Its lease had ended and another attempt took the slot: this run now runs over the bound.
         text = f"run {last.hold.run_id} attempt {last.hold.attempt} lost its concurrency slot"
@@ -408,11 +415,17 @@ def next_step(known: Known) -> Step:
             # It may have landed with its answer lost: free what it may hold, then go back as throttled.
             return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
         if known.busy:
-            return _wait_for_slot(known)
+            # A run read just now (overlap) is claimable; otherwise read it: a running run's own message,
+            # delivered again, must watch its lease rather than wait for a slot its own run holds.
+            return (
+                _wait_for_slot(known) if isinstance(last.then, TakeSlot) else _read(known.message, Why.SLOT)
+            )
         # The claim is built again from now: taking the slots took time the lease must not lose.
         claim = _rebuilt(known, last.then)
         checked = _within_deadline(known, claim)
-        return checked if checked is claim else ReleaseSlots(hold=last.hold, then=checked)
+        if checked is not claim:
+            return ReleaseSlots(hold=last.hold, then=checked)
+        return _lease_within_hold(known, last.hold, claim)
     return _with_slots(known, _decide(known))
 
 
@@ -458,12 +471,11 @@ def _with_slots(known: Known, step: Step) -> Step:
         return step
     if isinstance(step, ClaimRun):
         claim = step.claim
-        lease = claim.lease_expires_at + SLOT_SLACK
-        hold = attempt_hold(claim.run_id, claim.worker, claim.expected_attempt + 1, lease)
+        hold = attempt_hold(claim.run_id, claim.worker, claim.expected_attempt + 1, claim.lease_expires_at)
         return AcquireSlots(hold=hold, then=step)
     mine = step.mine if isinstance(step, TakeSlot) else None
     if mine is not None and mine.lease_owner is not None and mine.lease_expires_at is not None:
-        hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at + SLOT_SLACK)
+        hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at)
         return AcquireSlots(hold=hold, then=step)
     holding = known.holding
     if holding is None or not isinstance(step, (Done, SendBack)):
@@ -472,7 +484,7 @@ def _with_slots(known: Known, step: Step) -> Step:
     accepted = last.awaiting.lease_expires_at if isinstance(last, AwaitCallback) else None
     if accepted is not None and step.outcome is Outcome.ACCEPTED:
         # The target holds the work: the slot stays taken, for the accepted lease.
-        return ExtendSlots(hold=replace(holding, lease_expires_at=accepted + SLOT_SLACK), then=step)
+        return ExtendSlots(hold=replace(holding, lease_expires_at=accepted), then=step)
     return ReleaseSlots(hold=holding, then=step)
 
 
@@ -512,6 +524,23 @@ def _rebuilt(known: Known, step: Step) -> Step:
     if isinstance(step, TakeSlot):
         return _take_slot(known, step.expected, step.view)
     return step
+
+
+def _lease_within_hold(known: Known, hold: SlotHold, step: Step) -> Step:
+    """A claim's lease never outlives its slots' (a run past its slot's lease would run over the bound)."""
+    if isinstance(step, ClaimRun):
+        lease = step.claim.lease_expires_at
+    elif isinstance(step, TakeSlot) and step.mine.lease_expires_at is not None:
+        lease = step.mine.lease_expires_at
+    else:
+        return step
+    if lease <= hold.lease_expires_at:
+        return step
+    if lease - hold.lease_expires_at > min(SLOT_LEASE_TOLERANCE, known.lease_margin / 4):
+        return ExtendSlots(hold=replace(hold, lease_expires_at=lease), then=step)
+    if isinstance(step, ClaimRun):
+        return replace(step, claim=replace(step.claim, lease_expires_at=hold.lease_expires_at))
+    return replace(step, mine=replace(step.mine, lease_expires_at=hold.lease_expires_at))
 
 
 def _within_deadline(known: Known, step: Step) -> Step:
@@ -681,6 +710,10 @@ def _run_read(known: Known, last: ReadRun) -> Step:
         return SendBack(
             message=released, shard=run.shard, outcome=outcome, unsent=Unsent.SWEEPER, unsent_note=note
         )
+    if last.why is Why.SLOT:
+        if run is None:
+            return _run_missing(known)
+        return _wait_for_slot(known) if claimable_at(run, message.attempt) else _not_claimable(known, run)
     if run is None:
         if last.why is Why.EXCLUSIVE:
             return _run_missing(known)
