@@ -90,6 +90,9 @@ class DeploymentConfig:
     # SQS provisioned mode on every event source mapping. None: derived from the cap (executor.size_executor).
     executor_min_pollers: int = 2
     executor_max_pollers: int | None = None
+    # Runs whose call may take minutes, at once, in the long-call lane (one per invocation). None: a tenth of
+    # the cap (executor.size_executor).
+    long_call_runs: int | None = None
     # Reserved concurrency of the other functions. None: one per ticker shard group (they start together).
     ticker_reserved_concurrency: int | None = None
     sweeper_reserved_concurrency: int = 2
@@ -153,6 +156,7 @@ class DeploymentConfig:
             "executor_batch_size": _int(1, 10),
             "executor_min_pollers": _int(2, 200),
             "executor_max_pollers": _int(2, 2000),
+            "long_call_runs": _int(1, 20_000),
             "ticker_reserved_concurrency": _int(1, 1000),
             "sweeper_reserved_concurrency": _int(1, 100),
             "api_reserved_concurrency": _int(1, 10_000),

@@ -34,7 +34,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.config import ConfigError, DeploymentConfig
-from infra.constructs.executor import size_executor
+from infra.constructs.executor import executor_sizing
 from infra.constructs.scheduler import shard_groups
 from tickwork.resources import TABLES, ResourceNames
 
@@ -66,13 +66,7 @@ class Reservations:
 
 def reservations(config: DeploymentConfig) -> Reservations:
     """What the stack reserves: the same sizing functions the constructs use."""
-    sizing = size_executor(
-        config.concurrency_cap,
-        config.queue_count,
-        config.executor_batch_size,
-        min_pollers=config.executor_min_pollers,
-        max_pollers=config.executor_max_pollers,
-    )
+    sizing = executor_sizing(config)
     groups = len(shard_groups(config.shard_count, config.ticker_shards_per_invocation))
     return Reservations(
         executor=sizing.reserved_concurrency,

@@ -12,7 +12,7 @@ from infra.config import DeploymentConfig
 from infra.constructs.api import Api
 from infra.constructs.bundling import LAMBDA_TARGET, emulator_target, lambda_code
 from infra.constructs.dispatch import Dispatch
-from infra.constructs.executor import ExecutorFunction, size_executor
+from infra.constructs.executor import ExecutorFunction, executor_sizing
 from infra.constructs.functions import FunctionFactory, retention
 from infra.constructs.observability import Monitored, Observability, dashboard_name
 from infra.constructs.scheduler import Scheduler
@@ -35,13 +35,7 @@ class TickworkStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         names = ResourceNames(prefix=config.prefix)
-        self.sizing = size_executor(
-            config.concurrency_cap,
-            config.queue_count,
-            config.executor_batch_size,
-            min_pollers=config.executor_min_pollers,
-            max_pollers=config.executor_max_pollers,
-        )
+        self.sizing = executor_sizing(config)
 
         self.storage = Storage(
             self,
@@ -114,7 +108,7 @@ class TickworkStack(Stack):
                 api=self.api.function,
                 http_api_id=self.api.http_api.api_id,
                 executor_reserved_concurrency=self.sizing.reserved_concurrency,
-                queues=self.dispatch.queues,
+                queues=self.dispatch.all_queues,
                 dead_letter_queue=self.dispatch.dead_letter_queue,
                 tables=[(d, self.storage.table(d)) for d in self.storage.definitions.values()],
                 concurrency_cap=config.concurrency_cap,
@@ -143,6 +137,7 @@ class TickworkStack(Stack):
             "TICKWORK_LOOKAHEAD_SECONDS": str(c.lookahead_seconds),
             "TICKWORK_CONCURRENCY_CAP": str(c.concurrency_cap),
             "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(self.dispatch.queue_urls),
+            "TICKWORK_LONG_CALL_QUEUE_URL": self.dispatch.long_call_queue.queue_url,
             "TICKWORK_DLQ_URL": self.dispatch.dead_letter_queue.queue_url,
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
             "TICKWORK_CALLBACK_KEY_ARN": self.signing.callback_key.secret_arn,

@@ -86,7 +86,9 @@ class Components:
     @cached_property
     def dispatcher(self) -> SqsDispatcher:
         self.settings.require("dispatch_queue_urls")
-        return SqsDispatcher(self.queues, self.settings.dispatch_queue_urls)
+        return SqsDispatcher(
+            self.queues, self.settings.dispatch_queue_urls, self.settings.long_call_queue_url
+        )
 
     @cached_property
     def signing_secret(self) -> bytes:

@@ -111,7 +111,15 @@ DISPATCH = QueueDef(
     purpose="one small message per run attempt (run key + attempt), delayed to its fire time",
 )
 
-QUEUES: tuple[QueueDef, ...] = (DISPATCH, DISPATCH_DLQ)
+DISPATCH_LONG_CALL = QueueDef(
+    logical_name="dispatch-long-call",
+    visibility_timeout_seconds=DISPATCH.visibility_timeout_seconds,
+    dead_letter=DISPATCH_DLQ,
+    max_receive_count=DISPATCH.max_receive_count,
+    purpose="messages of runs whose call may take minutes (domain/lanes.py): one per executor invocation",
+)
+
+QUEUES: tuple[QueueDef, ...] = (DISPATCH, DISPATCH_LONG_CALL, DISPATCH_DLQ)
 
 
 @dataclass(frozen=True, slots=True)

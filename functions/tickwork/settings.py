@@ -58,6 +58,7 @@ class Settings:
     owner_concurrency_cap: int | None = None  # and at most this many of any one owner (None: no limit)
     mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
     dispatch_queue_urls: tuple[str, ...] = ()
+    long_call_queue_url: str | None = None  # runs whose call may take minutes (domain/lanes.py); None: none
     dead_letter_queue_url: str = ""
     signing_secret: str = ""
     signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
@@ -135,6 +136,7 @@ class Settings:
             ),
             mode=mode,
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
+            long_call_queue_url=env.get("TICKWORK_LONG_CALL_QUEUE_URL") or None,
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),

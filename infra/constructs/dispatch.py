@@ -7,7 +7,7 @@ from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
 from tickwork.adapters.sqs_provision import dispatch_queue_name
-from tickwork.resources import DISPATCH, QueueDef, ResourceNames
+from tickwork.resources import DISPATCH, DISPATCH_LONG_CALL, QueueDef, ResourceNames
 
 
 def _dead_letter_definition() -> QueueDef:
@@ -17,8 +17,9 @@ def _dead_letter_definition() -> QueueDef:
 
 
 class Dispatch(Construct):
-    """`queue_count` dispatch queues `<prefix>-dispatch-<i>` (runs are spread by shard; one event source
-    mapping tops out at 1,000 concurrent invocations) redriving to one `<prefix>-dispatch-dlq`."""
+    """`queue_count` dispatch queues `<prefix>-dispatch-<i>` (runs are spread by run id; one event source
+    mapping tops out at 1,000 concurrent invocations) and the long-call queue `<prefix>-dispatch-long-call`
+    (domain/lanes.py), redriving to one `<prefix>-dispatch-dlq`."""
 
     def __init__(
         self, scope: Construct, construct_id: str, *, names: ResourceNames, queue_count: int
@@ -49,11 +50,29 @@ class Dispatch(Construct):
             )
             for index in range(queue_count)
         ]
+        self.long_call_queue = sqs.Queue(
+            self,
+            "LongCallQueue",
+            queue_name=names.queue(DISPATCH_LONG_CALL),
+            visibility_timeout=Duration.seconds(DISPATCH_LONG_CALL.visibility_timeout_seconds),
+            retention_period=Duration.seconds(DISPATCH_LONG_CALL.retention_seconds),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=DISPATCH_LONG_CALL.max_receive_count
+            ),
+        )
 
     @property
     def queue_urls(self) -> list[str]:
         return [queue.queue_url for queue in self.queues]
 
     @property
+    def all_queues(self) -> list[sqs.Queue]:
+        """Every queue a run's message may travel in: the batched lane's and the long-call lane's."""
+        return [*self.queues, self.long_call_queue]
+
+    @property
     def queue_arns(self) -> list[str]:
-        return [queue.queue_arn for queue in self.queues]
+        """What a sender of run messages may send to: every lane."""
+        return [queue.queue_arn for queue in self.all_queues]

@@ -15,6 +15,11 @@ visibility timeout (16 minutes), a missed start. `max_pollers` is the smallest t
 (`ceil(environments / (queues x 10))`, at least 2), or the context's `executor_max_pollers`. The SQS minimum
 of 2 pollers per mapping is a floor on the reservation: 10 queues reserve at least 200 environments (2,000
 runs), whatever smaller cap is asked for.
+
+The long-call lane. A batch ends when its slowest run ends, so a run whose call may take minutes
+(`domain/lanes.py`) travels in its own queue, read one message per invocation: it holds no batch-mates. Its
+mapping carries `long_call_runs` such runs at once (default a tenth of the cap, at least the 2-poller
+floor of 20); more wait in that queue. They add `long pollers x 10` to the reservation.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
+from infra.config import DeploymentConfig
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
@@ -48,8 +54,15 @@ class ExecutorSizing:
     batch_size: int
     min_pollers: int  # each mapping's provisioned pollers, kept warm
     max_pollers: int  # each mapping's ceiling
-    reserved_concurrency: int  # the function's reservation: queues x max_pollers x INVOCATIONS_PER_POLLER
-    concurrent_runs: int  # what that admits: reserved_concurrency x batch_size
+    # The function's reservation: (queues x max_pollers + long_call_pollers) x INVOCATIONS_PER_POLLER.
+    reserved_concurrency: int
+    concurrent_runs: int  # what that admits: the batched lane's invocations x batch_size, plus the long calls
+    long_call_pollers: int = POLLERS_MIN  # the long-call lane's mapping (batch size 1), min = max
+
+    @property
+    def long_call_runs(self) -> int:
+        """The long calls the long-call lane carries at once: one per invocation."""
+        return self.long_call_pollers * INVOCATIONS_PER_POLLER
 
     @property
     def per_queue_concurrency(self) -> int:
@@ -64,8 +77,10 @@ def size_executor(
     *,
     min_pollers: int = POLLERS_MIN,
     max_pollers: int | None = None,
+    long_call_runs: int | None = None,
 ) -> ExecutorSizing:
-    """Lambda concurrency and pollers for `concurrency_cap` concurrent runs over `queue_count` queues."""
+    """Lambda concurrency and pollers for `concurrency_cap` concurrent runs over `queue_count` queues, and
+    `long_call_runs` (default a tenth of the cap) in the long-call lane."""
     if concurrency_cap < 1 or queue_count < 1 or not 1 <= batch_size <= 10:
         raise ValueError("cap and queue count must be positive, batch size 1..10")
     if not POLLERS_MIN <= min_pollers <= 200:
@@ -86,8 +101,35 @@ def size_executor(
             f"{concurrency_cap} runs in batches of {batch_size} need {environments} concurrent invocations: "
             f"at most {POLLERS_MAX} pollers per queue, so queue_count must be at least {queues}"
         )
-    reserved = queue_count * max_pollers * INVOCATIONS_PER_POLLER
-    return ExecutorSizing(batch_size, min_pollers, max_pollers, reserved, reserved * batch_size)
+    if long_call_runs is None:
+        long_call_runs = math.ceil(concurrency_cap / 10)
+    if long_call_runs < 1:
+        raise ValueError(f"long_call_runs={long_call_runs} must be at least 1")
+    long_pollers = max(POLLERS_MIN, math.ceil(long_call_runs / INVOCATIONS_PER_POLLER))
+    if long_pollers > POLLERS_MAX:
+        raise ValueError(f"long_call_runs={long_call_runs} needs more than {POLLERS_MAX} pollers")
+    batched = queue_count * max_pollers * INVOCATIONS_PER_POLLER
+    long_calls = long_pollers * INVOCATIONS_PER_POLLER
+    return ExecutorSizing(
+        batch_size,
+        min_pollers,
+        max_pollers,
+        reserved_concurrency=batched + long_calls,
+        concurrent_runs=batched * batch_size + long_calls,
+        long_call_pollers=long_pollers,
+    )
+
+
+def executor_sizing(config: DeploymentConfig) -> ExecutorSizing:
+    """The sizing a deployment's context asks for (the stack and preflight both use it)."""
+    return size_executor(
+        config.concurrency_cap,
+        config.queue_count,
+        config.executor_batch_size,
+        min_pollers=config.executor_min_pollers,
+        max_pollers=config.executor_max_pollers,
+        long_call_runs=config.long_call_runs,
+    )
 
 
 class ExecutorFunction(Construct):
@@ -133,6 +175,16 @@ class ExecutorFunction(Construct):
             )
             self.function.add_event_source(source)
             self.mappings.append(source)
+        long_calls = sources.SqsEventSource(
+            dispatch.long_call_queue,
+            batch_size=1,  # a long call holds its invocation: nothing else rides in it
+            provisioned_poller_config=lambda_.ProvisionedPollerConfig(
+                minimum_pollers=sizing.long_call_pollers, maximum_pollers=sizing.long_call_pollers
+            ),
+            report_batch_item_failures=True,
+        )
+        self.function.add_event_source(long_calls)
+        self.mappings.append(long_calls)
         jobs, runs = storage.table(JOBS), storage.table(RUNS)
         # Runs are claimed and finished by conditional updates (alone, or in a transaction with the job's
         # overlap slot); the executor never puts a whole item.

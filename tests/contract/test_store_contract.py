@@ -356,13 +356,14 @@ def test_dispatch_delays_messages_and_dead_letters_are_read_back(backend: Backen
     dispatcher.dispatch([due_now, due_later], now)
 
     # Routing is the dispatcher's (a hash of the run id), so each run is looked for on its own queue.
-    queue = dispatcher.queue_for(due_now)
+    queue = dispatcher.queue_for(RunMessage.for_run(due_now))
     received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
         "Messages", []
     )
     assert [RunMessage.from_json(m["Body"]).scheduled_for for m in received] == [due_now.scheduled_for]
     later = sqs.get_queue_attributes(
-        QueueUrl=dispatcher.queue_for(due_later), AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+        QueueUrl=dispatcher.queue_for(RunMessage.for_run(due_later)),
+        AttributeNames=["ApproximateNumberOfMessagesDelayed"],
     )["Attributes"]
     assert later["ApproximateNumberOfMessagesDelayed"] == "1"
     assert backend.redrive(queue) == (5, backend.names.queue(DISPATCH_DLQ))

@@ -33,7 +33,9 @@ def _functions(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_default_stack_fits_a_default_account(default: Synth) -> None:
     reserved = sum(p["ReservedConcurrentExecutions"] for p in _functions(default).values())
-    assert reserved == 200 + 16 + 2 + 20  # executor, ticker (16 shard groups of one), sweeper, API
+    # Executor (10 queues x 2 pollers x 10, plus the long-call lane's 2 x 10), ticker (16 shard groups of
+    # one), sweeper, API.
+    assert reserved == 200 + 20 + 16 + 2 + 20
     assert reserved + UNRESERVED_MINIMUM <= DEFAULT_ACCOUNT_QUOTA
 
 
@@ -80,23 +82,35 @@ def test_mappings_are_provisioned_and_the_reservation_holds_every_poller(product
     config = production.stack.config
     mappings = [m["Properties"] for m in production.resources("AWS::Lambda::EventSourceMapping").values()]
     assert all("ScalingConfig" not in m for m in mappings)
-    # 3,000 runs / 10 = 300 environments over 3 queues: 10 pollers x 10 invocations each.
+    batched = [m for m in mappings if m["BatchSize"] == config.executor_batch_size]
+    [long_calls] = [m for m in mappings if m["BatchSize"] == 1]
+    # 3,000 runs / 10 = 300 environments over 3 queues: 10 pollers x 10 invocations each; the long-call lane
+    # carries a tenth of the cap, 300 runs, one per invocation: 30 pollers.
     assert {
         (m["ProvisionedPollerConfig"]["MinimumPollers"], m["ProvisionedPollerConfig"]["MaximumPollers"])
-        for m in mappings
+        for m in batched
     } == {(2, 10)}
+    assert long_calls["ProvisionedPollerConfig"] == {"MinimumPollers": 30, "MaximumPollers": 30}
     reserved = _functions(production)["executor"]["ReservedConcurrentExecutions"]
-    assert reserved == 300 == len(mappings) * 10 * INVOCATIONS_PER_POLLER
-    assert reserved * config.executor_batch_size >= config.concurrency_cap
+    assert reserved == 300 + 300 == (len(batched) * 10 + 30) * INVOCATIONS_PER_POLLER
+    assert (reserved - 300) * config.executor_batch_size >= config.concurrency_cap
 
 
 def test_explicit_pollers_must_carry_the_cap() -> None:
-    sizing = size_executor(10_000, 10, 10, min_pollers=5, max_pollers=20)
-    assert (sizing.min_pollers, sizing.max_pollers, sizing.reserved_concurrency) == (5, 20, 2000)
+    sizing = size_executor(10_000, 10, 10, min_pollers=5, max_pollers=20, long_call_runs=200)
+    assert (sizing.min_pollers, sizing.max_pollers, sizing.reserved_concurrency) == (5, 20, 2000 + 200)
+    assert (sizing.long_call_pollers, sizing.long_call_runs) == (20, 200)
     with pytest.raises(
         ValueError, match="executor_max_pollers=5 on 10 queues carries 500; it must be at least 10"
     ):
         size_executor(10_000, 10, 10, max_pollers=5)
+
+
+def test_the_long_call_lane_is_a_tenth_of_the_cap_by_default_with_the_poller_floor() -> None:
+    assert size_executor(10_000, 10, 10).long_call_runs == 1_000
+    assert size_executor(100, 10, 10).long_call_runs == 20  # 2 pollers at least, as every mapping
+    with pytest.raises(ValueError, match="long_call_runs=0"):
+        size_executor(100, 10, 10, long_call_runs=0)
 
 
 # warm throughput -----------------------------------------------------------------------------------------

@@ -14,7 +14,15 @@ from infra.constructs.scheduler import shard_groups
 
 from tests.infra.conftest import PRODUCTION_CONTEXT, Synth
 from tickwork.adapters.sqs_provision import dispatch_queue_name
-from tickwork.resources import DISPATCH, DISPATCH_DLQ, RUNS, TABLES, ResourceNames, TableDef
+from tickwork.resources import (
+    DISPATCH,
+    DISPATCH_DLQ,
+    DISPATCH_LONG_CALL,
+    RUNS,
+    TABLES,
+    ResourceNames,
+    TableDef,
+)
 from tickwork.settings import Settings
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -135,7 +143,13 @@ def test_dispatch_queues_redrive_to_the_dlq_after_max_receive_count(default: Syn
         assert props["VisibilityTimeout"] == DISPATCH.visibility_timeout_seconds
         assert props["MessageRetentionPeriod"] == DISPATCH.retention_seconds
         assert props["SqsManagedSseEnabled"] is True
-    assert len(default.resources("AWS::SQS::Queue")) == 11
+    long_calls = _one(default, "AWS::SQS::Queue", QueueName=names.queue(DISPATCH_LONG_CALL))["Properties"]
+    assert long_calls["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": DISPATCH.max_receive_count,
+    }
+    assert long_calls["VisibilityTimeout"] == DISPATCH.visibility_timeout_seconds
+    assert len(default.resources("AWS::SQS::Queue")) == 12  # 10 dispatch, the long-call queue, the DLQ
 
 
 def test_visibility_timeout_exceeds_the_executor_timeout(default: Synth) -> None:
@@ -144,7 +158,7 @@ def test_visibility_timeout_exceeds_the_executor_timeout(default: Synth) -> None
 
 def test_queues_refuse_unencrypted_transport(default: Synth) -> None:
     policies = default.resources("AWS::SQS::QueuePolicy").values()
-    assert len(policies) == 11
+    assert len(policies) == 12
     for policy in policies:
         (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
         assert statement["Effect"] == "Deny"
@@ -212,8 +226,15 @@ def test_event_source_mappings_share_the_reserved_concurrency(
     synth: Synth = request.getfixturevalue(fixture)
     config = synth.stack.config
     sizing = size_executor(config.concurrency_cap, config.queue_count, config.executor_batch_size)
-    mappings = list(synth.resources("AWS::Lambda::EventSourceMapping").values())
+    every_mapping = list(synth.resources("AWS::Lambda::EventSourceMapping").values())
+    [long_calls] = [m for m in every_mapping if m["Properties"]["BatchSize"] == 1]
+    mappings = [m for m in every_mapping if m is not long_calls]
     assert len(mappings) == config.queue_count
+    assert long_calls["Properties"]["ProvisionedPollerConfig"] == {
+        "MinimumPollers": sizing.long_call_pollers,
+        "MaximumPollers": sizing.long_call_pollers,
+    }
+    assert long_calls["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     for mapping in mappings:
         props = mapping["Properties"]
         assert props["BatchSize"] == 10
@@ -226,14 +247,15 @@ def test_event_source_mappings_share_the_reserved_concurrency(
         assert "MaximumBatchingWindowInSeconds" not in props
     reserved = _function(synth, "executor")["Properties"]["ReservedConcurrentExecutions"]
     assert reserved == sizing.reserved_concurrency
-    pollers = sum(m["Properties"]["ProvisionedPollerConfig"]["MaximumPollers"] for m in mappings)
+    pollers = sum(m["Properties"]["ProvisionedPollerConfig"]["MaximumPollers"] for m in every_mapping)
     assert pollers * INVOCATIONS_PER_POLLER <= reserved
-    assert reserved * 10 >= config.concurrency_cap
+    assert (reserved - sizing.long_call_runs) * 10 >= config.concurrency_cap
 
 
 def test_default_sizing_is_a_small_development_stack(default: Synth) -> None:
-    # 100 runs need 10 environments, but 10 mappings at the SQS floor of 2 pollers can drive 200.
-    assert _function(default, "executor")["Properties"]["ReservedConcurrentExecutions"] == 200
+    # 100 runs need 10 environments, but 10 mappings at the SQS floor of 2 pollers can drive 200; the
+    # long-call lane's mapping adds its floor of 2 pollers, 20.
+    assert _function(default, "executor")["Properties"]["ReservedConcurrentExecutions"] == 200 + 20
 
 
 # scheduler -----------------------------------------------------------------------------------------------
@@ -481,7 +503,8 @@ def test_alarm_details(default: Synth, production: Synth) -> None:
     assert lag["Namespace"] == NAMESPACE and lag["Dimensions"] == [{"Name": "service", "Value": "tickwork"}]
     assert _alarm(default, "StartDelayP99")["ExtendedStatistic"] == "p99"
     assert _alarm(production, "StartDelayP99")["Threshold"] == 2500
-    assert len(default.resources("AWS::CloudWatch::Alarm")) == len(ALARMS)
+    # 11 queues' ages take two alarms (at most 10 metrics in one alarm's math): OldestMessageAge1 is extra.
+    assert len(default.resources("AWS::CloudWatch::Alarm")) == len(ALARMS) + 1
     dlq = _alarm(default, "DlqNotEmpty")
     assert any(q.get("Expression") == "FILL(depth, 0) + FILL(drained, 0)" for q in dlq["Metrics"])
 

@@ -25,13 +25,29 @@ from infra.constructs.targets import service_of, target_statements
 @pytest.mark.parametrize(
     ("cap", "queues", "batch", "expected"),
     [
+        # (batch, min pollers, max pollers, reserved, concurrent runs, long-call pollers): the long-call lane
+        # carries a tenth of the cap, one run per invocation, at least 2 pollers (20 runs).
         pytest.param(
-            10_000, 10, 10, ExecutorSizing(10, 2, 10, 1000, 10_000), id="10k runs: 10 pollers a queue"
+            10_000,
+            10,
+            10,
+            ExecutorSizing(10, 2, 10, 1000 + 1000, 10_000 + 1000, 100),
+            id="10k runs: 10 pollers a queue",
         ),
-        pytest.param(3000, 3, 10, ExecutorSizing(10, 2, 10, 300, 3000), id="even split"),
-        pytest.param(100_000, 10, 10, ExecutorSizing(10, 2, 100, 10_000, 100_000), id="100k runs"),
-        pytest.param(10, 10, 10, ExecutorSizing(10, 2, 2, 200, 2000), id="tiny cap: the poller minimum is 2"),
-        pytest.param(1000, 3, 1, ExecutorSizing(1, 2, 34, 1020, 1020), id="uneven split rounds up"),
+        pytest.param(3000, 3, 10, ExecutorSizing(10, 2, 10, 300 + 300, 3000 + 300, 30), id="even split"),
+        pytest.param(
+            100_000, 10, 10, ExecutorSizing(10, 2, 100, 10_000 + 10_000, 110_000, 1000), id="100k runs"
+        ),
+        pytest.param(
+            10,
+            10,
+            10,
+            ExecutorSizing(10, 2, 2, 200 + 20, 2000 + 20, 2),
+            id="tiny cap: the poller minimum is 2",
+        ),
+        pytest.param(
+            1000, 3, 1, ExecutorSizing(1, 2, 34, 1020 + 100, 1020 + 100, 10), id="uneven split rounds up"
+        ),
     ],
 )
 def test_executor_sizing(cap: int, queues: int, batch: int, expected: ExecutorSizing) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tickwork.adapters.sqs import SqsDispatcher
 from tickwork.domain.dispatch import RunMessage, queue_index
+from tickwork.domain.lanes import LONG_CALL_SECONDS
 from tickwork.domain.models import Run, RunState, Trigger
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -52,3 +54,41 @@ def test_runs_of_one_shard_spread_over_every_queue_and_resends_follow_them() -> 
     assert set(per_queue) == set(URLS) and max(per_queue.values()) < 2 * min(per_queue.values())
     assert all(url == first[RunMessage.from_json(body).run_id] for url, body in sqs.sent)
     assert all(first[r.run_id] == URLS[queue_index(r.run_id, 10)] for r in runs)
+
+
+LONG_CALLS = "https://sqs.example/long-call"
+
+
+def test_runs_whose_call_may_take_minutes_travel_in_the_long_call_lane_with_their_resends() -> None:
+    """A batch ends when its slowest run ends: a run whose call may outlast LONG_CALL_SECONDS goes to the
+    long-call queue (read one message per invocation), so it holds no batch-mates; its re-sends follow it."""
+    sqs = RecordingSqs()
+    dispatcher = SqsDispatcher(sqs, URLS, LONG_CALLS)  # type: ignore[arg-type]
+    runs = [a_run(f"job_{i:04d}", shard=1) for i in range(40)]
+    timeouts = {
+        r.run_id: (LONG_CALL_SECONDS + 1 if i % 4 == 0 else LONG_CALL_SECONDS) for i, r in enumerate(runs)
+    }
+    messages = [replace(RunMessage.for_run(r), timeout_seconds=timeouts[r.run_id]) for r in runs]
+
+    dispatcher.redispatch_many(messages, NOW)
+    dispatcher.redispatch(replace(messages[0], attempt=1), shard=1, now=NOW)
+    dispatcher.redispatch(replace(messages[1], attempt=1), shard=1, now=NOW)
+
+    lanes = [(url == LONG_CALLS, timeouts[RunMessage.from_json(body).run_id]) for url, body in sqs.sent]
+    assert lanes.count((True, LONG_CALL_SECONDS + 1)) == 10 + 1
+    assert lanes.count((False, LONG_CALL_SECONDS)) == 30 + 1
+    assert len(lanes) == 42
+
+
+def test_without_a_long_call_queue_and_for_messages_without_a_timeout_the_batched_lane() -> None:
+    sqs = RecordingSqs()
+    long_call = replace(RunMessage.for_run(a_run("job_a", 1)), timeout_seconds=840)
+    unknown = replace(RunMessage.for_run(a_run("job_b", 1)), timeout_seconds=None)
+
+    SqsDispatcher(sqs, URLS).redispatch_many([long_call], NOW)  # type: ignore[arg-type]
+    SqsDispatcher(sqs, URLS, LONG_CALLS).redispatch_many([unknown], NOW)  # type: ignore[arg-type]
+
+    assert [url for url, _ in sqs.sent] == [
+        URLS[queue_index(long_call.run_id, 10)],
+        URLS[queue_index(unknown.run_id, 10)],
+    ]

@@ -11,6 +11,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage, delay_seconds, queue_index
 from tickwork.domain.errors import DispatchError, ValidationError
+from tickwork.domain.lanes import is_long_call
 from tickwork.domain.models import Run
 
 if TYPE_CHECKING:
@@ -23,31 +24,36 @@ SEND_ATTEMPTS = 3
 class SqsDispatcher:
     """Runs spread over the dispatch queues by a hash of the run id (domain.dispatch.queue_index): one event
     source mapping tops out at 1,000 concurrent executions, so a 10,000 cap needs several queues, evenly
-    loaded."""
+    loaded. A run whose call may take minutes goes to the long-call queue instead, when there is one
+    (domain/lanes.py): its executor invocation then holds no batch-mates."""
 
-    def __init__(self, client: SQSClient, queue_urls: Sequence[str]) -> None:
+    def __init__(
+        self, client: SQSClient, queue_urls: Sequence[str], long_call_queue_url: str | None = None
+    ) -> None:
         if not queue_urls:
             raise ValueError("at least one dispatch queue is needed")
         self._client = client
         self._queue_urls = list(queue_urls)
+        self._long_call_queue_url = long_call_queue_url
 
     def queue_for_run_id(self, run_id: str) -> str:
         return self._queue_urls[queue_index(run_id, len(self._queue_urls))]
 
-    def queue_for(self, run: Run) -> str:
-        return self.queue_for_run_id(run.run_id)
+    def queue_for(self, message: RunMessage) -> str:
+        if self._long_call_queue_url is not None and is_long_call(message):
+            return self._long_call_queue_url
+        return self.queue_for_run_id(message.run_id)
 
     def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
-        messages = [RunMessage.for_run(r, commit_by=commit_by) for r in runs]
-        self.send(messages, [self.queue_for(r) for r in runs], now)
+        self.redispatch_many([RunMessage.for_run(r, commit_by=commit_by) for r in runs], now)
 
     def redispatch(self, message: RunMessage, shard: int, now: datetime) -> None:
         """`shard` is part of the port's signature but no longer routes: the run id does, so a re-send
-        goes to the queue the run's first message went to."""
-        self.send([message], [self.queue_for_run_id(message.run_id)], now)
+        goes to the queue the run's first message went to (or the long-call queue, by its timeout)."""
+        self.send([message], [self.queue_for(message)], now)
 
     def redispatch_many(self, messages: Sequence[RunMessage], now: datetime) -> None:
-        self.send(messages, [self.queue_for_run_id(m.run_id) for m in messages], now)
+        self.send(messages, [self.queue_for(m) for m in messages], now)
 
     def send(self, messages: Sequence[RunMessage], queue_urls: Sequence[str], now: datetime) -> None:
         by_queue: dict[str, list[RunMessage]] = defaultdict(list)

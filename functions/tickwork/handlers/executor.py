@@ -90,9 +90,9 @@ class InvocationCarrier:
 def _execute(executor: Executor, record: SQSRecord, context: Any) -> Outcome:
     message = RunMessage.from_json(record.body).with_sent_at_ms(record.attributes.get("SentTimestamp"))
     parts = components()
-    carrier = InvocationCarrier(
-        record, context, parts.queues, parts.settings.dispatch_queue_urls, parts.clock
-    )
+    settings = parts.settings
+    queue_urls = (*settings.dispatch_queue_urls, *filter(None, [settings.long_call_queue_url]))
+    carrier = InvocationCarrier(record, context, parts.queues, queue_urls, parts.clock)
     outcome = executor.execute(message, carrier)
     logger.debug("run message done", extra={"message_id": record.message_id, "outcome": str(outcome)})
     return outcome
