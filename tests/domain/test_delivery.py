@@ -53,6 +53,7 @@ from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN, VIEW_TRUST_WINDOW, claimed, lease_until
 from tickwork.domain.models import (
     Completion,
+    Concurrency,
     Job,
     JobState,
     OverlapPolicy,
@@ -164,6 +165,7 @@ def _policies(exclusive: bool) -> dict[str, Any]:
 
 
 LATER = NOW + timedelta(seconds=2)
+HOST_KEY = Concurrency("api.example.com", 2)
 ACCEPTED = TargetResult(ok=True, retryable=False, status="202", latency_ms=3, accepted=True)
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:tickwork-target-flow:run"
 SFN = Target("stepfunctions", {"state_machine_arn": "arn:aws:states:us-east-1:123456789012:stateMachine:m"})
@@ -367,6 +369,18 @@ ROWS: list[Row] = [
         {"claim.timeout_seconds": 300, "view": None},
     ),
     Row(
+        "view_new_concurrency_key_goes_back_with_it",
+        "the view refused: an edit gave the job another concurrency key or limit since the message was sent",
+        lambda: refused_claim(with_view(a_run(), concurrency=HOST_KEY)),
+        SendBack,
+        {
+            "outcome": Outcome.DEFERRED,
+            "message.concurrency": HOST_KEY,
+            "message.hops": 1,
+            "counts": ("ConcurrencyKeyChanges",),
+        },
+    ),
+    Row(
         "second_refusal_reads_the_job",
         "the second claim on the view is refused too (the view moved again)",
         lambda: then(refused_claim(with_view(a_run(), timeout_seconds=300)), refused=True, run=a_run()),
@@ -408,6 +422,20 @@ ROWS: list[Row] = [
         {"claim.timeout_seconds": 120, "claim.trusting_view": False, "view.standing": Standing.ACTIVE},
     ),
     Row(
+        "a_keyed_claim_names_its_key",
+        "a message carrying its job's concurrency key claims with it: the run's view must name the same",
+        lambda: job_read(a_job(), a_message(attempt=1, concurrency=HOST_KEY)),
+        ClaimRun,
+        {"claim.concurrency": HOST_KEY, "claim.trusting_view": False},
+    ),
+    Row(
+        "job_claim_refused_for_another_key",
+        "the claim with the job's view is refused: the run's view names another concurrency key",
+        lambda: then(job_read(a_job()), refused=True, run=with_view(a_run(attempt=1), concurrency=HOST_KEY)),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.concurrency": HOST_KEY},
+    ),
+    Row(
         "job_claim_refused_is_a_duplicate",
         "the claim with the job's view is refused: another delivery took the run",
         lambda: then(job_read(a_job()), refused=True, run=a_run(state=RunState.SUCCEEDED, attempt=2)),
@@ -444,6 +472,16 @@ ROWS: list[Row] = [
         ),
         SendBack,
         {"outcome": Outcome.WAITING_FOR_RUN},
+    ),
+    Row(
+        "exclusive_run_of_another_key_goes_back",
+        "the exclusive job's run is claimable, but its view names another concurrency key",
+        lambda: then(
+            job_read(a_job(policies=Policies(overlap=OverlapPolicy.SKIP))),
+            run=with_view(a_run(attempt=1), concurrency=HOST_KEY),
+        ),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.concurrency": HOST_KEY},
     ),
     Row(
         "exclusive_run_takes_the_slot",
@@ -980,6 +1018,13 @@ ROWS: list[Row] = [
         ReleaseSlots,
         # Its own hold (named by its lease owner), never the winner's.
         {"then.outcome": Outcome.DUPLICATE, "hold.run_id": f"{a_run().run_id}@{WORKER}"},
+    ),
+    Row(
+        "another_key_frees_the_slot",
+        "the claim was refused: the run's view names another concurrency key; the slots taken are freed",
+        lambda: then(then(bounded(arrived())), refused=True, run=with_view(a_run(), concurrency=HOST_KEY)),
+        ReleaseSlots,
+        {"then.outcome": Outcome.DEFERRED, "then.message.concurrency": HOST_KEY},
     ),
     Row(
         "accepted_keeps_the_slot",

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, job_to_item, run_from_item
+from tickwork.adapters.records import (
+    REMOVABLE_JOB_ATTRIBUTES,
+    concurrency_to_item,
+    job_to_item,
+    run_from_item,
+)
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import CLAIMABLE_STATES, Claim
 from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, Standing
@@ -82,15 +87,20 @@ def stored_run(item: Mapping[str, Any] | None) -> Run | None:
 
 def claimed_item(stored: dict[str, Any] | None, claim: Claim) -> dict[str, Any]:
     """The executor's claim on a run item read inside the caller's lock or transaction: claimable at the
-    expected attempt (and, trusting the view, the view lets it run under overlap allow with this lease's
-    timeout), then running under the new lease. StaleRunError with the stored run otherwise."""
+    expected attempt, its view naming the concurrency key its slots were taken for (and, trusting the view,
+    the view lets it run under overlap allow with this lease's timeout), then running under the new lease.
+    StaleRunError with the stored run otherwise."""
     view = (stored or {}).get("job_view") or {}
-    refused = not claimable(stored, claim.expected_attempt) or (
-        claim.trusting_view
-        and (
-            view.get("standing") != str(Standing.ACTIVE)
-            or view.get("overlap") != str(OverlapPolicy.ALLOW)
-            or view.get("timeout_seconds") != claim.timeout_seconds
+    refused = (
+        not claimable(stored, claim.expected_attempt)
+        or view.get("concurrency") != concurrency_to_item(claim.concurrency)
+        or (
+            claim.trusting_view
+            and (
+                view.get("standing") != str(Standing.ACTIVE)
+                or view.get("overlap") != str(OverlapPolicy.ALLOW)
+                or view.get("timeout_seconds") != claim.timeout_seconds
+            )
         )
     )
     if stored is None or refused:

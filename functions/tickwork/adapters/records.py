@@ -11,6 +11,7 @@ from typing import Any
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
     Completion,
+    Concurrency,
     Job,
     JobState,
     JobView,
@@ -43,6 +44,7 @@ REMOVABLE_JOB_ATTRIBUTES = (
     "due_floor",
     "completion",
     "heartbeat_seconds",
+    "concurrency",
 )
 
 
@@ -103,6 +105,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "overlap": str(job.policies.overlap),
         "missed_fire": str(job.policies.missed_fire),
         "retry": retry_to_item(job.policies.retry),
+        "concurrency": concurrency_to_item(job.policies.concurrency),
         "timeout_seconds": job.timeout_seconds,
         # Stored only when it is not the target's default (`completion_from_item`).
         "completion": _completion_to_item(job.completion, job.target),
@@ -136,6 +139,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
             overlap=OverlapPolicy(item.get("overlap", OverlapPolicy.ALLOW)),
             missed_fire=MissedFirePolicy(item.get("missed_fire", MissedFirePolicy.RUN_ALL)),
             retry=retry_from_item(item.get("retry", {})),
+            concurrency=concurrency_from_item(item.get("concurrency")),
         ),
         timeout_seconds=int(item.get("timeout_seconds", 60)),
         completion=completion_from_item(item.get("completion"), target_from_item(target)),
@@ -214,6 +218,7 @@ def job_view_to_item(view: JobView) -> dict[str, Any]:
         "overlap": str(view.overlap),
         "completion": _completion_to_item(view.completion, view.target),
         "heartbeat_seconds": view.heartbeat_seconds,
+        "concurrency": concurrency_to_item(view.concurrency),
     }
     return {k: v for k, v in item.items() if v is not None}
 
@@ -230,7 +235,17 @@ def job_view_from_item(item: Mapping[str, Any]) -> JobView:
         overlap=OverlapPolicy(item["overlap"]),
         completion=completion_from_item(item.get("completion"), target),
         heartbeat_seconds=_opt_int(item.get("heartbeat_seconds")),
+        concurrency=concurrency_from_item(item.get("concurrency")),
     )
+
+
+def concurrency_to_item(concurrency: Concurrency | None) -> dict[str, Any] | None:
+    """A job's concurrency key and limit as stored on the job and on its runs' views (None: absent)."""
+    return None if concurrency is None else {"key": concurrency.key, "limit": concurrency.limit}
+
+
+def concurrency_from_item(item: Mapping[str, Any] | None) -> Concurrency | None:
+    return None if item is None else Concurrency(str(item["key"]), int(item["limit"]))
 
 
 def retry_to_item(retry: RetryPolicy) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from tickwork.domain.execution import (
 )
 from tickwork.domain.models import (
     Completion,
+    Concurrency,
     Job,
     JobView,
     OverlapPolicy,
@@ -495,14 +496,19 @@ def attempt_hold(run_id: str, worker: str, attempt: int, lease_expires_at: datet
     return SlotHold(f"{run_id}@{worker}", attempt, lease_expires_at)
 
 
-def slot_pools(owner: str | None, limits: SlotLimits | None) -> tuple[Pool, ...]:
-    """The pools a message's run needs a slot in before its claim (none without a bound). A message from
-    before messages carried the owner counts in the instance's pool only."""
+def slot_pools(
+    owner: str | None, limits: SlotLimits | None, concurrency: Concurrency | None = None
+) -> tuple[Pool, ...]:
+    """The pools a message's run needs a slot in before its claim (none without a bound: a job's
+    concurrency key is a pool of the bound, so it binds only where the bound is on). A message from before
+    messages carried the owner counts in the instance's pool only."""
     if limits is None:
         return ()
     if not owner:
         return (Pool(ALL, limits.total),)
-    return pools_for(owner, None, limits)
+    if concurrency is None:
+        return pools_for(owner, None, limits)
+    return pools_for(owner, concurrency.key, limits, concurrency.limit)
 
 
 def claimed_lease(step: ClaimRun | TakeSlot, known: Known) -> datetime | None:
@@ -626,8 +632,19 @@ def _claim(known: Known, timeout_seconds: int, view: JobView | None) -> ClaimRun
         lease_expires_at=lease_until(call_seconds(timeout_seconds), now, known.lease_margin),
         dispatched_at=message.sent_at,
         trusting_view=view is None,
+        concurrency=message.concurrency,
     )
     return ClaimRun(claim=claim, view=view)
+
+
+def _rekeyed(known: Known, concurrency: Concurrency | None) -> SendBack:
+    """The run's job view names another concurrency key or limit than this message was sent with (a job
+    edit rewrote it since): the attempt's slots would be another pool's than the one its heartbeats and its
+    end look for. Nothing is claimed (slots taken are freed); the message goes back with the view's, and
+    its next delivery takes the slots of that pool."""
+    message = known.message
+    again = replace(message.resent(), not_before=max(message.not_before, known.now), concurrency=concurrency)
+    return SendBack(message=again, shard=0, outcome=Outcome.DEFERRED, counts=("ConcurrencyKeyChanges",))
 
 
 def _claim_answered(known: Known, last: ClaimRun) -> Step:
@@ -640,16 +657,21 @@ def _claim_answered(known: Known, last: ClaimRun) -> Step:
         return _started(known, Started(current, last.view or _view_of(current), False), recognised="claim")
     if not claimable_at(current, known.message.attempt):
         return _not_claimable(known, current)
-    if last.view is not None:
-        return _not_claimable(known, current)  # claimable, yet refused on the job's own terms: a race
-    # Still claimable, so its view refused: the job stops it, wants its overlap slot, has another timeout
-    # since the message was sent, or the run has no view.
     view = current.job_view
+    if last.view is not None:
+        # Claimable, yet refused on the job's own terms: its view names another concurrency key, or a race.
+        if _concurrency_of(current) != known.message.concurrency:
+            return _rekeyed(known, _concurrency_of(current))
+        return _not_claimable(known, current)
+    # Still claimable, so its view refused: the job stops it, names another concurrency key or wants its
+    # overlap slot, has another timeout since the message was sent, or the run has no view.
     if view is None:
         return ReadJob()
     reason = cancellation_reason(view.standing)
     if reason is not None:
         return _end(current, RunState.CANCELLED, reason, Outcome.CANCELLED, known.now)
+    if view.concurrency != known.message.concurrency:
+        return _rekeyed(known, view.concurrency)
     if view.overlap is not OverlapPolicy.ALLOW:
         return _take_slot(known, current, view)
     if known.claims_on_view < CLAIMS_ON_VIEW and view.timeout_seconds != last.claim.timeout_seconds:
@@ -737,6 +759,8 @@ def _run_read(known: Known, last: ReadRun) -> Step:
     if last.why is Why.CANCEL or job is None:
         reason = cancellation_reason(_standing(known)) or "job deleted"
         return _end(run, RunState.CANCELLED, reason, Outcome.CANCELLED, known.now)
+    if _concurrency_of(run) != message.concurrency:
+        return _rekeyed(known, _concurrency_of(run))
     return _take_slot(known, run, _job_view(known, job))
 
 
@@ -1092,6 +1116,11 @@ def _standing(known: Known) -> Standing:
 
 def _job_view(known: Known, job: Job) -> JobView:
     return replace(JobView.planned(job), standing=_standing(known), target=job.target)
+
+
+def _concurrency_of(run: Run) -> Concurrency | None:
+    """The concurrency key and limit a run's attempts take their slots for: its job view's."""
+    return None if run.job_view is None else run.job_view.concurrency
 
 
 def _view_of(run: Run) -> JobView:

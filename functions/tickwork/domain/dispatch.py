@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.execution import Finish
-from tickwork.domain.models import Run, make_run_id
+from tickwork.domain.models import Concurrency, Run, make_run_id
 from tickwork.domain.timekeys import format_instant, format_instant_ms, parse_instant
 
 MAX_DELAY_SECONDS = 900  # SQS's per-message delay limit
@@ -71,6 +71,9 @@ class RunMessage:
     # bound is not a loop, and never fails for waiting).
     owner: str | None = field(default=None, compare=False)
     slot_waits: int = field(default=0, compare=False)
+    # The job's concurrency key and limit as the run's job view had them when sent (None: none): the key's
+    # slot pool is known before the claim too, and the claim checks it against the view.
+    concurrency: Concurrency | None = field(default=None, compare=False)
     # A tracked run's look at what it started: this message's how-many-th (0: not a look). Looks are not
     # hops either: a long workflow is followed for as long as its attempt's deadline allows.
     polls: int = field(default=0, compare=False)
@@ -87,7 +90,8 @@ class RunMessage:
         hops: int = 0,
         commit_by: datetime | None = None,
     ) -> RunMessage:
-        timeout = None if run.job_view is None else run.job_view.timeout_seconds
+        view = run.job_view
+        timeout = None if view is None else view.timeout_seconds
         return cls(
             run.job_id,
             run.scheduled_for,
@@ -97,6 +101,7 @@ class RunMessage:
             timeout_seconds=timeout,
             commit_by=commit_by,
             owner=run.owner or None,
+            concurrency=None if view is None else view.concurrency,
         )
 
     def run_may_appear(self, now: datetime) -> bool:
@@ -136,6 +141,9 @@ class RunMessage:
             body["owner"] = self.owner
         if self.slot_waits:
             body["slot_waits"] = self.slot_waits
+        if self.concurrency is not None:
+            body["concurrency_key"] = self.concurrency.key
+            body["concurrency_limit"] = self.concurrency.limit
         if self.polls:
             body["polls"] = self.polls
         if self.watch:
@@ -157,6 +165,7 @@ class RunMessage:
                 finish=None if data.get("finish") is None else Finish.from_dict(data["finish"]),
                 owner=None if data.get("owner") is None else str(data["owner"]),
                 slot_waits=_hops(data.get("slot_waits", 0)),
+                concurrency=_concurrency(data.get("concurrency_key"), data.get("concurrency_limit")),
                 polls=_hops(data.get("polls", 0)),
                 watch=data.get("watch") is True,
             )
@@ -182,6 +191,18 @@ def _hops(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"hops must be a non-negative integer, not {value!r}")
     return value
+
+
+def _concurrency(key: object, limit: object) -> Concurrency | None:
+    """Both or neither (a message from before the fields existed has neither)."""
+    if key is None and limit is None:
+        return None
+    if not isinstance(key, str) or not isinstance(limit, int) or isinstance(limit, bool):
+        raise ValueError(f"concurrency_key and concurrency_limit go together, not {key!r} and {limit!r}")
+    try:
+        return Concurrency(key, limit)
+    except ValidationError as error:
+        raise ValueError(str(error)) from None
 
 
 def _timeout(value: object) -> int | None:

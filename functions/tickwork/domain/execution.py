@@ -10,6 +10,7 @@ from typing import Any
 
 from tickwork.domain.backoff import backoff_delay
 from tickwork.domain.models import (
+    Concurrency,
     Job,
     JobState,
     JobView,
@@ -185,8 +186,12 @@ class Claim:
     timeout_seconds: int  # the target's timeout this lease is for
     lease_expires_at: datetime
     dispatched_at: datetime | None = None
-    # Also require the run's job view to say the job lets it run under overlap allow (`trusts_view`).
+    # Also require the run's job view to say the job lets it run under overlap allow (`trusts_view`), with
+    # this lease's timeout.
     trusting_view: bool = False
+    # The concurrency key and limit the attempt's slots were taken for: the run's view must name them (its
+    # heartbeats and its end find the slots by the view's), trusted or not.
+    concurrency: Concurrency | None = None
 
     @property
     def run_id(self) -> str:

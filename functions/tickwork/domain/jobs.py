@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import (
     Completion,
+    Concurrency,
     Job,
     MissedFirePolicy,
     OverlapPolicy,
@@ -161,6 +162,7 @@ class PoliciesPatch:
     overlap: OverlapPolicy | _Unset = UNSET
     missed_fire: MissedFirePolicy | _Unset = UNSET
     retry: RetryPatch | None = None
+    concurrency: Concurrency | _Unset | None = UNSET  # replaces the key and limit whole; None removes them
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +214,7 @@ def _patched_policies(current: Policies, patch: PoliciesPatch | None) -> Policie
         overlap=_pick(patch.overlap, current.overlap),
         missed_fire=_pick(patch.missed_fire, current.missed_fire),
         retry=_patched_retry(current.retry, patch.retry),
+        concurrency=_pick(patch.concurrency, current.concurrency),
     )
 
 

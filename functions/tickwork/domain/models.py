@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from tickwork.domain.errors import ValidationError
 from tickwork.domain.schedule import Schedule, jitter_offset
 from tickwork.domain.timekeys import compact_instant, due_key, parse_compact_instant
 
@@ -76,15 +78,44 @@ class RetryPolicy:
     backoff_max_seconds: float = 600.0
 
 
+CONCURRENCY_KEY_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+MAX_CONCURRENCY_KEY_CHARS = 128
+MAX_CONCURRENCY_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """A job's own bound: at most `limit` runs at once of its owner's jobs that name the same `key` with the
+    same limit (for example one target host). The key is the owner's: another owner's runs never count
+    against it (domain/slots.py names the pool). Checked at construction."""
+
+    key: str
+    limit: int
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(CONCURRENCY_KEY_PATTERN, self.key):
+            raise ValidationError(
+                "policies.concurrency.key",
+                f"must be 1-{MAX_CONCURRENCY_KEY_CHARS} characters of A-Z a-z 0-9 . _ : / - "
+                f"(not {self.key!r})",
+            )
+        if isinstance(self.limit, bool) or not 1 <= self.limit <= MAX_CONCURRENCY_LIMIT:
+            raise ValidationError(
+                "policies.concurrency.limit", f"must be 1-{MAX_CONCURRENCY_LIMIT:,}, not {self.limit!r}"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Policies:
     """How a job's runs behave: a fire while the previous run still runs (overlap), fires that passed
-    unplanned (missed_fire), and failed attempts (retry). One value, carried whole by the job, its spec,
+    unplanned (missed_fire), failed attempts (retry), and how many of the runs sharing its concurrency key
+    may run at once (concurrency; None: no bound of its own). One value, carried whole by the job, its spec,
     its patch, the stored item and the API."""
 
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     missed_fire: MissedFirePolicy = MissedFirePolicy.RUN_ALL
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    concurrency: Concurrency | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +211,9 @@ class JobView:
     overlap: OverlapPolicy
     completion: Completion = Completion.RESPONSE
     heartbeat_seconds: int | None = None
+    # The job's concurrency key and limit: the pools a claim on this view takes its slots in (the claim
+    # checks it against the message's, as it does the timeout).
+    concurrency: Concurrency | None = None
 
     @classmethod
     def planned(cls, job: Job) -> JobView:
@@ -196,6 +230,7 @@ class JobView:
             policies.overlap,
             job.completion,
             job.heartbeat_seconds,
+            policies.concurrency,
         )
 
 

@@ -1,7 +1,8 @@
 """Concurrency slots: the bound counts runs. Pure.
 
 A `Pool` is one bound: `all` (the instance's cap), `owner:<owner>` (an optional limit per owner) and
-`key:<concurrency key>` (a job's own limit on the runs sharing its key, e.g. one target host). A run attempt
+`key:<key>@<limit>/<owner>` (a job's own limit on its owner's runs sharing its key, e.g. one target host:
+`key_pool`). A run attempt
 runs only while it holds one slot in every pool that applies to it (`pools_for`); it holds it as a
 `SlotHold` until its lease ends, and a hold whose lease has ended counts as free: anyone may take it over,
 so a crashed worker's slot comes back no later than its lease end. The store (services/ports.SlotStore)
@@ -80,13 +81,25 @@ def pools_for(
         raise ValidationError("concurrency_key", "must not be empty")
     pools: list[Pool] = []
     if concurrency_key is not None and key_limit is not None:
-        if key_limit < 1:
-            raise ValidationError("concurrency_limit", f"must be at least 1, not {key_limit}")
-        pools.append(Pool(KEY_PREFIX + concurrency_key, key_limit))
+        pools.append(key_pool(owner, concurrency_key, key_limit))
     if limits.per_owner is not None:
         pools.append(Pool(OWNER_PREFIX + owner, limits.per_owner))
     pools.append(Pool(ALL, limits.total))
     return tuple(pools)
+
+
+def key_pool(owner: str, concurrency_key: str, limit: int) -> Pool:
+    """The pool of the runs of `owner`'s jobs that name `concurrency_key` with `limit`:
+    `key:<key>@<limit>/<owner>`.
+
+    The owner is in the name, so one tenant's key never counts another's runs. The limit is too, because a
+    store lays a pool out from its size (the DynamoDB stripes: adapters/dynamodb/slots.py): jobs that name
+    the same key with another limit are another pool, each exact, rather than one pool whose holds are
+    counted against two layouts. The owner comes last and a key has no `@`, so the name reads back one way
+    only (an owner may hold any character, `/` and `@` included)."""
+    if limit < 1:
+        raise ValidationError("concurrency_limit", f"must be at least 1, not {limit}")
+    return Pool(f"{KEY_PREFIX}{concurrency_key}@{limit}/{owner}", limit)
 
 
 def holder_key(run_id: str, attempt: int) -> str:

@@ -106,7 +106,10 @@ class Callbacks:
             # harmless; a run past its slot's lease would run over the bound).
             store, limits = self._slots
             hold = attempt_hold(run.run_id, run.lease_owner or "", run.attempt, lease)
-            if not store.extend(slot_pools(run.owner, limits), hold):
+            # The pools its claim took: the view's concurrency key is the one its message was sent with
+            # (a claim on the view checks them against each other).
+            concurrency = None if run.job_view is None else run.job_view.concurrency
+            if not store.extend(slot_pools(run.owner, limits, concurrency), hold):
                 raise ConflictError(f"run {run.run_id} attempt {claims.attempt} no longer holds its slot")
         beating = replace(run, lease_expires_at=lease, heartbeat_at=now)
         try:

@@ -88,7 +88,7 @@ class Executor:
             rng=self._rng,
             lease_margin=self._config.lease_margin,
             max_hold=self._config.max_hold,
-            pools=slot_pools(message.owner, self._config.limits),
+            pools=slot_pools(message.owner, self._config.limits, message.concurrency),
             deadline=None if carrier is None else carrier.deadline,
         )
         while True:

@@ -206,6 +206,15 @@ class RunRecords(StoreBase):
                     ":timeout": claim.timeout_seconds,
                 }
             )
+        # The run's view names the concurrency key and limit the attempt's slots were taken for (its
+        # heartbeats extend, and its end frees, the slots of that pool).
+        if claim.concurrency is None:
+            condition += " AND attribute_not_exists(job_view.concurrency)"
+        else:
+            # `key` and `limit` are reserved words of DynamoDB's expressions.
+            condition += " AND job_view.concurrency.#ck = :ck AND job_view.concurrency.#cl = :cl"
+            names.update({"#ck": "key", "#cl": "limit"})
+            values.update({":ck": claim.concurrency.key, ":cl": claim.concurrency.limit})
         response = self._update_run(
             f"run {claim.run_id} is not claimable at attempt {claim.expected_attempt}",
             Key=serialize({"job_id": claim.job_id, "scheduled_for": format_instant(claim.scheduled_for)}),
