@@ -37,7 +37,11 @@ from tickwork.domain.jobs import (
     check_retry,
 )
 from tickwork.domain.models import (
+    CONCURRENCY_KEY_PATTERN,
+    MAX_CONCURRENCY_KEY_CHARS,
+    MAX_CONCURRENCY_LIMIT,
     Completion,
+    Concurrency,
     Job,
     JobState,
     MissedFirePolicy,
@@ -273,6 +277,32 @@ class RetryIn(RequestModel):
         return policy
 
 
+_CONCURRENCY_RULE = (
+    "A bound of the job's own: at most `limit` runs at once of this owner's jobs that name the same `key` "
+    "with the same `limit` (for example one target host), on top of the instance's bound; a run that finds "
+    "it full waits in the queue. Another owner's runs never count against it. null: no bound of its own."
+)
+
+
+class ConcurrencyIn(RequestModel):
+    key: str = Field(
+        min_length=1,
+        max_length=MAX_CONCURRENCY_KEY_CHARS,
+        pattern=CONCURRENCY_KEY_PATTERN,
+        description="What the runs share, e.g. a host name: letters, digits and . _ : / -",
+        examples=["api.example.com", "db/orders"],
+    )
+    limit: JsonInt = Field(ge=1, le=MAX_CONCURRENCY_LIMIT, description="Runs of the key at once.")
+
+    def to_concurrency(self) -> Concurrency:
+        return Concurrency(self.key, self.limit)
+
+
+class ConcurrencyOut(BaseModel):
+    key: str
+    limit: int
+
+
 class PoliciesIn(RequestModel):
     overlap: OverlapPolicy = Field(
         default=OverlapPolicy.ALLOW,
@@ -283,9 +313,15 @@ class PoliciesIn(RequestModel):
         description="Fires that passed unplanned (outage, pause): run_all, coalesce (latest only) or skip.",
     )
     retry: RetryIn = Field(default_factory=lambda: RetryIn())
+    concurrency: ConcurrencyIn | None = Field(default=None, description=_CONCURRENCY_RULE)
 
     def to_policies(self) -> Policies:
-        return Policies(overlap=self.overlap, missed_fire=self.missed_fire, retry=self.retry.to_policy())
+        return Policies(
+            overlap=self.overlap,
+            missed_fire=self.missed_fire,
+            retry=self.retry.to_policy(),
+            concurrency=None if self.concurrency is None else self.concurrency.to_concurrency(),
+        )
 
 
 _TIMEOUT_RULE = (
@@ -405,13 +441,16 @@ class JobCreate(RequestModel):
     def fingerprint(self) -> str:
         """sha256 of the request with defaults filled in: equal requests give equal fingerprints. The
         completion is left out when it is the target's default and the heartbeat when it is not given, so a
-        request that does not name them has the fingerprint it had before they existed."""
+        request that does not name them has the fingerprint it had before they existed (so is a concurrency
+        key left out when there is none)."""
         body = self.model_dump(mode="json")
         default = default_completion(Target(self.target.kind, self.target.config))
         if self.completion is None or self.completion is default:
             del body["completion"]
         if self.heartbeat_seconds is None:
             del body["heartbeat_seconds"]
+        if self.policies.concurrency is None:
+            del body["policies"]["concurrency"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -452,12 +491,20 @@ class PoliciesPatchIn(RequestModel):
     overlap: OverlapPolicy | None = None
     missed_fire: MissedFirePolicy | None = None
     retry: RetryPatchIn | None = None
+    concurrency: ConcurrencyIn | None = Field(
+        default=None,
+        description="Replaces the key and limit together. Here null removes them; omitted, they stay.",
+    )
 
     def to_patch(self) -> PoliciesPatch:
-        retry = self.retry
+        retry, concurrency = self.retry, self.concurrency
         return PoliciesPatch(
             overlap=_given(self.overlap),
             missed_fire=_given(self.missed_fire),
+            # null removes the key; omitted, it stays.
+            concurrency=(None if concurrency is None else concurrency.to_concurrency())
+            if "concurrency" in self.model_fields_set
+            else UNSET,
             retry=None
             if retry is None
             else RetryPatch(
@@ -597,10 +644,13 @@ class PoliciesOut(BaseModel):
     overlap: OverlapPolicy
     missed_fire: MissedFirePolicy
     retry: RetryOut
+    concurrency: ConcurrencyOut | None = Field(
+        description="The job's own bound on the runs of its key (null: none)."
+    )
 
     @classmethod
     def of(cls, policies: Policies) -> PoliciesOut:
-        retry = policies.retry
+        retry, concurrency = policies.retry, policies.concurrency
         return cls(
             overlap=policies.overlap,
             missed_fire=policies.missed_fire,
@@ -609,6 +659,9 @@ class PoliciesOut(BaseModel):
                 backoff_base_seconds=retry.backoff_base_seconds,
                 backoff_max_seconds=retry.backoff_max_seconds,
             ),
+            concurrency=None
+            if concurrency is None
+            else ConcurrencyOut(key=concurrency.key, limit=concurrency.limit),
         )
 
 

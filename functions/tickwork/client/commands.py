@@ -145,11 +145,20 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         ("policies", json.dumps(job["policies"])),
         ("timeout", f"{job['timeout_seconds']} s"),
         ("completion", completion_text(job)),
+        ("concurrency", concurrency_text(job)),
         ("tags", json.dumps(job["tags"])),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def concurrency_text(job: Mapping[str, Any]) -> str:
+    """A job's own bound, in words: `at most 2 at once of key api.example.com` (`-`: none)."""
+    concurrency = (job.get("policies") or {}).get("concurrency")
+    if not concurrency:
+        return "-"
+    return f"at most {concurrency['limit']} at once of key {concurrency['key']}"
 
 
 def completion_text(job: Mapping[str, Any]) -> str:
@@ -342,7 +351,36 @@ _QUICK = [
     click.option(
         "--timeout", "timeout", type=click.IntRange(1, 86_400), help="Seconds (840 at most unless callback)."
     ),
+    click.option(
+        "--concurrency-key",
+        "concurrency_key",
+        help="With --concurrency-limit: at most that many runs at once of your jobs naming this key "
+        "(e.g. a host).",
+    ),
+    click.option(
+        "--concurrency-limit",
+        "concurrency_limit",
+        type=click.IntRange(1, 10_000),
+        help="Runs of the --concurrency-key at once.",
+    ),
 ]
+
+
+def _with_concurrency(body: dict[str, Any], key: str | None, limit: int | None) -> dict[str, Any]:
+    """`body` with policies.concurrency set from --concurrency-key and --concurrency-limit (both or
+    neither), the rest of its policies kept."""
+    if key is None and limit is None:
+        return body
+    if key is None or limit is None:
+        raise click.UsageError("give --concurrency-key and --concurrency-limit together")
+    policies = body.get("policies")
+    return {
+        **body,
+        "policies": {
+            **(policies if isinstance(policies, dict) else {}),
+            "concurrency": {"key": key, "limit": limit},
+        },
+    }
 
 
 def _quick_options(command: F) -> F:
@@ -394,14 +432,17 @@ def jobs_create(
     completion: str | None,
     heartbeat: int | None,
     timeout: int | None,
+    concurrency_key: str | None,
+    concurrency_limit: int | None,
     idempotency_key: str | None,
 ) -> None:
     """Create a job from a file, or from --name, --schedule, --tz and --http (and --completion, --heartbeat,
-    --timeout)."""
+    --timeout, --concurrency-key with --concurrency-limit)."""
     body = _read_body(file) if file else {}
     if not isinstance(body, dict):
         raise click.UsageError(f"{file}: expected one job (a mapping)")
     body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
+    body = _with_concurrency(body, concurrency_key, concurrency_limit)
     missing = [k for k in ("name", "schedule", "target") if k not in body]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}: give -f FILE or --name, --schedule and --http")
@@ -417,6 +458,7 @@ def jobs_create(
 )
 @_quick_options
 @click.option("--no-heartbeat", is_flag=True, help="Remove the heartbeat of a callback job.")
+@click.option("--no-concurrency-key", is_flag=True, help="Remove the job's concurrency key and limit.")
 @click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
 @click.pass_obj
 @api_call
@@ -431,19 +473,29 @@ def jobs_update(
     completion: str | None,
     heartbeat: int | None,
     timeout: int | None,
+    concurrency_key: str | None,
+    concurrency_limit: int | None,
     no_heartbeat: bool,
+    no_concurrency_key: bool,
     if_match: int | None,
 ) -> None:
     """Change some of a job's fields (PATCH): from a file, or --name, --schedule, --tz, --http, --completion,
-    --heartbeat (--no-heartbeat), --timeout."""
+    --heartbeat (--no-heartbeat), --timeout, --concurrency-key with --concurrency-limit
+    (--no-concurrency-key)."""
     body = _read_body(file) if file else {}
     if not isinstance(body, dict):
         raise click.UsageError(f"{file}: expected the fields to change (a mapping)")
     if no_heartbeat and heartbeat is not None:
         raise click.UsageError("give --heartbeat or --no-heartbeat, not both")
+    if no_concurrency_key and (concurrency_key is not None or concurrency_limit is not None):
+        raise click.UsageError("give --concurrency-key and --concurrency-limit, or --no-concurrency-key")
     body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
+    body = _with_concurrency(body, concurrency_key, concurrency_limit)
     if no_heartbeat:
         body["heartbeat_seconds"] = None
+    if no_concurrency_key:
+        policies = body.get("policies")
+        body["policies"] = {**(policies if isinstance(policies, dict) else {}), "concurrency": None}
     if not body:
         raise click.UsageError("nothing to change: give -f FILE or a field option")
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}

@@ -452,6 +452,8 @@ async function jobView(jobId) {
     ["Policies", `overlap ${job.policies.overlap}, missed fires ${job.policies.missed_fire}, ` +
       `${job.policies.retry.max_attempts} attempts`], ["Timeout", `${job.timeout_seconds} s`],
     ["Runs end by", completionText(job)],
+    ["Concurrency", job.policies.concurrency
+      ? `at most ${job.policies.concurrency.limit} at once of key ${job.policies.concurrency.key}` : "–"],
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
   ];
   const runsArea = h("section", { "aria-labelledby": "runs-heading" });
