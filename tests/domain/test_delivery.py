@@ -1027,9 +1027,30 @@ ROWS: list[Row] = [
         {"then.outcome": Outcome.DEFERRED, "then.message.concurrency": HOST_KEY},
     ),
     Row(
-        "accepted_keeps_the_slot",
-        "a callback run was accepted: its slot stays taken, for the accepted lease",
+        "accepted_moves_the_slot_first",
+        "a callback run was accepted: its slot's lease moves to the accepted lease before the run's does",
+        lambda: _holding_slot(_callback_answered(ACCEPTED)),
+        ExtendSlots,
+        {"hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN},
+    ),
+    Row(
+        "accepted_slot_moved_then_the_lease",
+        "the slot's lease moved: the run's accepted lease is written",
         lambda: then(_holding_slot(_callback_answered(ACCEPTED))),
+        AwaitCallback,
+        {"awaiting.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN},
+    ),
+    Row(
+        "accepted_keeps_the_slot",
+        "the accepted lease is written: the slot stays taken (its lease is the run's), the message watches",
+        lambda: then(then(_holding_slot(_callback_answered(ACCEPTED)))),
+        SendBack,
+        {"outcome": Outcome.ACCEPTED, "counts": ("RunsAccepted",)},
+    ),
+    Row(
+        "accepted_shorter_gives_back_the_rest",
+        "the accepted lease, written, is shorter than the claim's: the slot's lease is shortened to it after",
+        lambda: then(_holding_slot(_callback_answered(ACCEPTED), until=NOW + timedelta(seconds=870))),
         ExtendSlots,
         {
             "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
@@ -1039,9 +1060,20 @@ ROWS: list[Row] = [
     Row(
         "slot_lost_while_calling",
         "moving the slot's lease found it taken over (the call outlived its lease): counted, the run goes on",
-        lambda: then(then(_holding_slot(_callback_answered(ACCEPTED))), busy=True),
-        SendBack,
-        {"outcome": Outcome.ACCEPTED, "counts": ("RunsAccepted", "SlotsLost")},
+        lambda: then(_holding_slot(_callback_answered(ACCEPTED)), busy=True),
+        AwaitCallback,
+        {"counts": ("SlotsLost",)},
+    ),
+    Row(
+        "accepted_slot_move_throttled",
+        "moving the slot's lease throttled past the store's retries: the run's accepted lease ends with the"
+        " slot's (a heartbeat moves both)",
+        lambda: then(_holding_slot(_callback_answered(ACCEPTED)), throttled=TransientStoreError("throttled")),
+        AwaitCallback,
+        {
+            "awaiting.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN),
+            "counts": ("SlotExtensionsThrottled",),
+        },
     ),
     Row(
         "slot_take_throttled",
@@ -1233,11 +1265,13 @@ def _slots_taken_after(took: timedelta) -> Known:
     return known.after(next_step(known), NOW + took)
 
 
-def _holding_slot(known: Known) -> Known:
-    """`known` for a delivery that holds its attempt's slot (it took it before its claim)."""
+def _holding_slot(known: Known, until: datetime | None = None) -> Known:
+    """`known` for a delivery that holds its attempt's slot (it took it before its claim), until its claim's
+    lease, or `until`."""
     run = running()
     assert run.lease_expires_at is not None
-    return replace(known, pools=POOLS, holding=attempt_hold(run.run_id, WORKER, 1, run.lease_expires_at))
+    hold = attempt_hold(run.run_id, WORKER, 1, until or run.lease_expires_at)
+    return replace(known, pools=POOLS, holding=hold)
 
 
 def _beaten(run: Run | None = None) -> Run:

@@ -383,7 +383,7 @@ class Known:
             released=released,
             result=result,
             watched=watched,
-            holding=_holding(self.holding, step, busy=busy, refused=refused),
+            holding=_holding(self.holding, step, busy=busy, refused=refused, throttled=throttled is not None),
             claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
             finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
             rewrites=self.rewrites
@@ -401,6 +401,12 @@ def next_step(known: Known) -> Step:
         if known.throttled is not None:
             return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
         return _wait_for_slot(known) if known.busy else last.then
+    if isinstance(last, ExtendSlots) and isinstance(last.then, AwaitCallback) and known.throttled is not None:
+        # The slot's lease could not move: the accepted lease ends with the slot's (a heartbeat moves both).
+        awaiting = last.then.awaiting
+        held = last.hold.lease_expires_at if known.holding is None else known.holding.lease_expires_at
+        capped = replace(awaiting, lease_expires_at=min(awaiting.lease_expires_at or held, held))
+        return replace(last.then, awaiting=capped, counts=(*last.then.counts, "SlotExtensionsThrottled"))
     if isinstance(last, ExtendSlots) and known.busy:
         # Its lease had ended and another attempt took the slot: this run now runs over the bound.
         text = f"run {last.hold.run_id} attempt {last.hold.attempt} lost its concurrency slot"
@@ -479,13 +485,23 @@ def _with_slots(known: Known, step: Step) -> Step:
         hold = attempt_hold(mine.run_id, mine.lease_owner, mine.attempt, mine.lease_expires_at)
         return AcquireSlots(hold=hold, then=step)
     holding = known.holding
-    if holding is None or not isinstance(step, (Done, SendBack)):
+    if holding is None:
+        return step
+    accepted = step.awaiting.lease_expires_at if isinstance(step, AwaitCallback) else None
+    if accepted is not None and accepted > holding.lease_expires_at:
+        # The target holds the work: the slot's lease moves first, so that the run's never outlives it (a
+        # slot held longer than its run is harmless; a run past its slot's lease runs over the bound).
+        return ExtendSlots(hold=replace(holding, lease_expires_at=accepted), then=step)
+    if not isinstance(step, (Done, SendBack)):
         return step
     last = known.last
-    accepted = last.awaiting.lease_expires_at if isinstance(last, AwaitCallback) else None
-    if accepted is not None and step.outcome is Outcome.ACCEPTED:
-        # The target holds the work: the slot stays taken, for the accepted lease.
-        return ExtendSlots(hold=replace(holding, lease_expires_at=accepted), then=step)
+    if step.outcome is Outcome.ACCEPTED and isinstance(last, AwaitCallback):
+        # The slot stays taken, for the accepted lease; one shorter than the claim's is given back once
+        # the run's is written (a dead worker's slot is then free at its run's lease end).
+        shorter = last.awaiting.lease_expires_at
+        if shorter is not None and shorter < holding.lease_expires_at:
+            return ExtendSlots(hold=replace(holding, lease_expires_at=shorter), then=step)
+        return step
     return ReleaseSlots(hold=holding, then=step)
 
 
@@ -575,10 +591,14 @@ def _wait_for_slot(known: Known) -> SendBack:
     return SendBack(message=later, shard=0, outcome=Outcome.WAITING_FOR_SLOT, counts=("SlotWaits",))
 
 
-def _holding(held: SlotHold | None, step: Step, *, busy: bool, refused: bool) -> SlotHold | None:
+def _holding(
+    held: SlotHold | None, step: Step, *, busy: bool, refused: bool, throttled: bool
+) -> SlotHold | None:
     """What a delivery holds once `step` was carried out (a carried end's hold only once it landed)."""
     if isinstance(step, AcquireSlots):
         return None if busy else step.hold  # throttled: it may hold it; ReleaseSlots follows
+    if isinstance(step, ExtendSlots) and held is not None and not busy and not throttled:
+        return step.hold
     if isinstance(step, ReleaseSlots):
         return None
     if isinstance(step, EndAttempt) and step.adopts is not None and not refused:
