@@ -22,6 +22,7 @@ import pytest
 
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
+    FINISH_WRITES,
     AcquireSlots,
     AwaitCallback,
     ClaimRun,
@@ -935,10 +936,10 @@ ROWS: list[Row] = [
     ),
     Row(
         "slots_lost_before_the_claim_wait",
-        "moving the slots' lease found them taken over: no claim, the message waits for a slot",
+        "moving the slots' lease found them taken over: no claim; what the move reached is freed; it waits",
         lambda: then(_slots_taken_after(timedelta(seconds=5)), busy=True),
-        SendBack,
-        {"outcome": Outcome.WAITING_FOR_SLOT},
+        ReleaseSlots,
+        {"then.outcome": Outcome.WAITING_FOR_SLOT},
     ),
     Row(
         "bound_full_reads_the_run",
@@ -1048,14 +1049,23 @@ ROWS: list[Row] = [
         {"outcome": Outcome.ACCEPTED, "counts": ("RunsAccepted",)},
     ),
     Row(
-        "accepted_shorter_gives_back_the_rest",
-        "the accepted lease, written, is shorter than the claim's: the slot's lease is shortened to it after",
+        "accepted_shorter_keeps_the_slot",
+        "the accepted lease, written, is shorter than the claim's: the slot keeps the claim's (never"
+        " shortened: a heartbeat may have moved it meanwhile; the attempt's end frees it)",
         lambda: then(_holding_slot(_callback_answered(ACCEPTED), until=NOW + timedelta(seconds=870))),
-        ExtendSlots,
-        {
-            "hold.lease_expires_at": LATER + timedelta(seconds=60) + LEASE_MARGIN,
-            "then.outcome": Outcome.ACCEPTED,
-        },
+        SendBack,
+        {"outcome": Outcome.ACCEPTED},
+    ),
+    Row(
+        "accepted_write_throttled_keeps_the_slot",
+        "the accepted lease's write throttled every try: the message goes back, the slot stays (the target"
+        " holds the work; the slot's lease is at least the run's)",
+        lambda: then(
+            replace(then(_holding_slot(_callback_answered(ACCEPTED))), rewrites=FINISH_WRITES),
+            throttled=TransientStoreError("throttled"),
+        ),
+        SendBack,
+        {"unsent": Unsent.THROTTLED},
     ),
     Row(
         "slot_lost_while_calling",
@@ -1069,6 +1079,17 @@ ROWS: list[Row] = [
         "moving the slot's lease throttled past the store's retries: the run's accepted lease ends with the"
         " slot's (a heartbeat moves both)",
         lambda: then(_holding_slot(_callback_answered(ACCEPTED)), throttled=TransientStoreError("throttled")),
+        Hold,
+        {"until": LATER + timedelta(seconds=1), "counts": ("SlotMoveRetries",)},
+    ),
+    Row(
+        "accepted_slot_move_throttled_every_try",
+        "moving the slot's lease throttled on every try: the run's accepted lease ends with the slot's (a"
+        " heartbeat moves both)",
+        lambda: then(
+            replace(_holding_slot(_callback_answered(ACCEPTED)), slot_moves=FINISH_WRITES),
+            throttled=TransientStoreError("throttled"),
+        ),
         AwaitCallback,
         {
             "awaiting.lease_expires_at": lease_until(60, NOW, LEASE_MARGIN),
@@ -1170,6 +1191,16 @@ ROWS: list[Row] = [
         ),
         Done,
         {"outcome": Outcome.LEASE_EXPIRED, "counts": ("ExpiredLeases",)},
+    ),
+    Row(
+        "lease_expired_frees_the_silent_attempts_slot",
+        "under a bound, the watched lease expired and the silent attempt ended: its slot is freed now",
+        lambda: then(
+            bounded(refused_claim(someone_elses())),
+            watched=LeaseWatched(ended=a_run(state=RunState.RETRY_WAIT, attempt=1)),
+        ),
+        ReleaseSlots,
+        {"hold.run_id": f"{a_run().run_id}@w-2#00001234", "then.outcome": Outcome.LEASE_EXPIRED},
     ),
     Row(
         "lease_expired_fails",

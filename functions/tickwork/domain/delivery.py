@@ -354,6 +354,7 @@ class Known:
     claims_on_view: int = 0
     finish_writes: int = 0  # finish writes after the target answered, tried by this delivery
     rewrites: int = 0  # writes of ours after the call, refused and made again (see _against_heartbeat)
+    slot_moves: int = 0  # moves of an accepted attempt's slot lease that throttled
     throttled: TransientStoreError | None = field(default=None, compare=False)
 
     def after(
@@ -388,6 +389,7 @@ class Known:
             finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
             rewrites=self.rewrites
             + int((refused or throttled is not None) and isinstance(step, (EndAttempt, AwaitCallback))),
+            slot_moves=self.slot_moves + int(throttled is not None and isinstance(step, ExtendSlots)),
             throttled=throttled,
         )
 
@@ -400,8 +402,12 @@ def next_step(known: Known) -> Step:
         # Taking the slots took long: their lease was moved to the claim's before claiming.
         if known.throttled is not None:
             return ReleaseSlots(hold=last.hold, then=_send_back_throttled(known))
-        return _wait_for_slot(known) if known.busy else last.then
+        # Taken over meanwhile: free what the move may have reached in some pools, then wait.
+        return ReleaseSlots(hold=last.hold, then=_wait_for_slot(known)) if known.busy else last.then
     if isinstance(last, ExtendSlots) and isinstance(last.then, AwaitCallback) and known.throttled is not None:
+        if known.slot_moves < FINISH_WRITES:
+            # The target took the work: cutting its lease short would call it again. Wait, then move again.
+            return Hold(until=known.now + FINISH_RETRY_FIRST, then=last, counts=("SlotMoveRetries",))
         # The slot's lease could not move: the accepted lease ends with the slot's (a heartbeat moves both).
         awaiting = last.then.awaiting
         held = last.hold.lease_expires_at if known.holding is None else known.holding.lease_expires_at
@@ -495,12 +501,11 @@ def _with_slots(known: Known, step: Step) -> Step:
     if not isinstance(step, (Done, SendBack)):
         return step
     last = known.last
-    if step.outcome is Outcome.ACCEPTED and isinstance(last, AwaitCallback):
-        # The slot stays taken, for the accepted lease; one shorter than the claim's is given back once
-        # the run's is written (a dead worker's slot is then free at its run's lease end).
-        shorter = last.awaiting.lease_expires_at
-        if shorter is not None and shorter < holding.lease_expires_at:
-            return ExtendSlots(hold=replace(holding, lease_expires_at=shorter), then=step)
+    throttled = isinstance(step, SendBack) and step.unsent is Unsent.THROTTLED
+    if isinstance(last, AwaitCallback) and (step.outcome is Outcome.ACCEPTED or throttled):
+        # The target holds the work (its accepted lease may have landed, its answer lost): the slot stays
+        # taken, for at least the run's lease. Never shortened: a heartbeat may have moved it meanwhile. The
+        # end of the attempt frees it (its finish, or the lease watch that ends a silent one).
         return step
     return ReleaseSlots(hold=holding, then=step)
 
@@ -755,7 +760,11 @@ def _run_read(known: Known, last: ReadRun) -> Step:
     if last.why is Why.SLOT:
         if run is None:
             return _run_missing(known)
-        return _wait_for_slot(known) if claimable_at(run, message.attempt) else _not_claimable(known, run)
+        if not claimable_at(run, message.attempt):
+            return _not_claimable(known, run)
+        if _concurrency_of(run) != message.concurrency:
+            return _rekeyed(known, _concurrency_of(run))  # a full pool of a key the run no longer names
+        return _wait_for_slot(known)
     if run is None:
         if last.why is Why.EXCLUSIVE:
             return _run_missing(known)
@@ -1063,7 +1072,13 @@ def _lease_watched(known: Known) -> Step:
         logs = (Log(logging.ERROR, text),)
     if watched.ended.state is RunState.FAILED:
         counts = (*counts, "RunsFailed")
-    return Done(outcome=Outcome.LEASE_EXPIRED, counts=counts, logs=logs)
+    done = Done(outcome=Outcome.LEASE_EXPIRED, counts=counts, logs=logs)
+    silent = known.last.running if isinstance(known.last, WatchLease) else None
+    if not known.pools or silent is None or silent.lease_owner is None or silent.lease_expires_at is None:
+        return done
+    # The ended attempt's slot is free now, not at its hold's lease (a callback run's may be longer).
+    hold = attempt_hold(silent.run_id, silent.lease_owner, silent.attempt, silent.lease_expires_at)
+    return ReleaseSlots(hold=hold, then=done)
 
 
 def _run_missing(known: Known) -> Step:
