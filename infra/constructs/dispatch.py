@@ -36,30 +36,25 @@ class Dispatch(Construct):
             enforce_ssl=True,
         )
         self.queues: list[sqs.Queue] = [
-            sqs.Queue(
-                self,
-                f"Queue{index}",
-                queue_name=dispatch_queue_name(names, index),
-                visibility_timeout=Duration.seconds(DISPATCH.visibility_timeout_seconds),
-                retention_period=Duration.seconds(DISPATCH.retention_seconds),
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
-                enforce_ssl=True,
-                dead_letter_queue=sqs.DeadLetterQueue(
-                    queue=self.dead_letter_queue, max_receive_count=DISPATCH.max_receive_count
-                ),
-            )
+            self._redriving(f"Queue{index}", dispatch_queue_name(names, index), DISPATCH)
             for index in range(queue_count)
         ]
-        self.long_call_queue = sqs.Queue(
+        self.long_call_queue = self._redriving(
+            "LongCallQueue", names.queue(DISPATCH_LONG_CALL), DISPATCH_LONG_CALL
+        )
+
+    def _redriving(self, construct_id: str, name: str, definition: QueueDef) -> sqs.Queue:
+        """A queue of run messages: encrypted, TLS only, redriving to the dead-letter queue."""
+        return sqs.Queue(
             self,
-            "LongCallQueue",
-            queue_name=names.queue(DISPATCH_LONG_CALL),
-            visibility_timeout=Duration.seconds(DISPATCH_LONG_CALL.visibility_timeout_seconds),
-            retention_period=Duration.seconds(DISPATCH_LONG_CALL.retention_seconds),
+            construct_id,
+            queue_name=name,
+            visibility_timeout=Duration.seconds(definition.visibility_timeout_seconds),
+            retention_period=Duration.seconds(definition.retention_seconds),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.dead_letter_queue, max_receive_count=DISPATCH_LONG_CALL.max_receive_count
+                queue=self.dead_letter_queue, max_receive_count=definition.max_receive_count
             ),
         )
 

@@ -63,6 +63,12 @@ class _Store:
         return getattr(self.inner, name)
 
 
+def _bounded(world: CallbackWorld, store: _Store, slots: MemorySlots, limits: SlotLimits) -> Executor:
+    """An executor of `world` under a bound of `limits`, writing through `store`."""
+    config = ExecutorConfig(worker_id="worker-a", callbacks=LINKS, limits=limits)
+    return Executor(store, world.invoker, world.dispatcher, world.clock, world.metrics, config, slots=slots)
+
+
 def test_an_accepted_run_whose_lease_write_throttles_keeps_its_slot(
     store: MemoryStore, clock: FakeClock
 ) -> None:
@@ -76,16 +82,7 @@ def test_an_accepted_run_whose_lease_write_throttles_keeps_its_slot(
     slots = MemorySlots()
     world.invoker.results.append(ACCEPTED_202)
     world.clock.set(FIRE + timedelta(milliseconds=100))
-    config = ExecutorConfig(worker_id="worker-a", callbacks=LINKS, limits=SlotLimits(1))
-    executor = Executor(
-        ThrottledAccepts(world.store),
-        world.invoker,
-        world.dispatcher,
-        world.clock,
-        world.metrics,
-        config,
-        slots=slots,
-    )
+    executor = _bounded(world, ThrottledAccepts(world.store), slots, SlotLimits(1))
 
     executor.execute(world.first_message())
 
@@ -110,16 +107,7 @@ def test_a_heartbeat_right_after_the_202_never_leaves_the_run_past_its_slot(
                 world.clock.advance(2)  # the target's first heartbeat, just after its 202
                 callbacks.heartbeat(world.token())
 
-    config = ExecutorConfig(worker_id="worker-a", callbacks=LINKS, limits=limits)
-    executor = Executor(
-        HeartbeatRace(world.store),
-        world.invoker,
-        world.dispatcher,
-        world.clock,
-        world.metrics,
-        config,
-        slots=slots,
-    )
+    executor = _bounded(world, HeartbeatRace(world.store), slots, limits)
 
     executor.execute(world.first_message())
 
