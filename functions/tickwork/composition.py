@@ -28,7 +28,7 @@ from tickwork.resources import SLOTS
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
-from tickwork.services.planning import Planner, PlannerConfig
+from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
 from tickwork.services.ports import Metrics, SlotStore
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
@@ -86,8 +86,13 @@ class Components:
     @cached_property
     def dispatcher(self) -> SqsDispatcher:
         self.settings.require("dispatch_queue_urls")
+        # The SQLite engine's queues have one writer: its sends stay in order.
+        threads = 1 if self.settings.engine == "sqlite" else len(self.settings.dispatch_queue_urls)
         return SqsDispatcher(
-            self.queues, self.settings.dispatch_queue_urls, self.settings.long_call_queue_url
+            self.queues,
+            self.settings.dispatch_queue_urls,
+            self.settings.long_call_queue_url,
+            send_threads=threads,
         )
 
     @cached_property
@@ -112,7 +117,17 @@ class Components:
         return TargetRegistry(http=http, aws=AwsInvoker(self.client_for))
 
     def planner(self) -> Planner:
-        config = PlannerConfig(lookahead=self.settings.lookahead, reread=self.settings.reread)
+        settings = self.settings
+        # DynamoDB: a round fills one SQS batch per queue, and its transactions go out together. The SQLite
+        # engine has one writer: its commits stay in order.
+        queues = max(1, len(settings.dispatch_queue_urls))
+        parallel = settings.engine != "sqlite"
+        config = PlannerConfig(
+            lookahead=settings.lookahead,
+            reread=settings.reread,
+            round_messages=DISPATCH_BATCH * queues if parallel else DISPATCH_BATCH,
+            commit_threads=PLAN_COMMIT_THREADS if parallel else 1,
+        )
         return Planner(self.store, self.dispatcher, self.clock, config)
 
     @cached_property

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tickwork.adapters.sqs import SqsDispatcher
 from tickwork.domain.dispatch import RunMessage, queue_index
+from tickwork.domain.errors import DispatchError
 from tickwork.domain.lanes import LONG_CALL_SECONDS
 from tickwork.domain.models import Run, RunState, Trigger
 
@@ -92,3 +96,34 @@ def test_without_a_long_call_queue_and_for_messages_without_a_timeout_the_batche
         URLS[queue_index(long_call.run_id, 10)],
         URLS[queue_index(unknown.run_id, 10)],
     ]
+
+
+class FlakySqs(RecordingSqs):
+    """Refuses every entry sent to one queue."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+        self.lock = threading.Lock()
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        if QueueUrl == self.refused:
+            failed = [{"Id": e["Id"], "Code": "InternalError", "Message": "injected"} for e in Entries]
+            return {"Successful": [], "Failed": failed}
+        with self.lock:
+            return super().send_message_batch(QueueUrl, Entries)
+
+
+def test_batches_sent_side_by_side_arrive_as_in_order_and_report_every_failed_message() -> None:
+    runs = [a_run(f"job_{i:04d}", shard=2) for i in range(300)]
+    in_order, side_by_side = RecordingSqs(), RecordingSqs()
+    SqsDispatcher(in_order, URLS).dispatch(runs, NOW)  # type: ignore[arg-type]
+    SqsDispatcher(side_by_side, URLS, send_threads=10).dispatch(runs, NOW)  # type: ignore[arg-type]
+    assert sorted(side_by_side.sent) == sorted(in_order.sent) and len(in_order.sent) == 300
+
+    flaky = FlakySqs(URLS[3])
+    with pytest.raises(DispatchError) as refused:
+        SqsDispatcher(flaky, URLS, send_threads=10).dispatch(runs, NOW)  # type: ignore[arg-type]
+    on_the_refused_queue = {RunMessage.for_run(r).dedupe_id for r in runs if queue_index(r.run_id, 10) == 3}
+    assert set(refused.value.failed_run_ids) == on_the_refused_queue
+    assert len(flaky.sent) == 300 - len(on_the_refused_queue)

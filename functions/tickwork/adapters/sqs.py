@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +29,20 @@ class SqsDispatcher:
     (domain/lanes.py): its executor invocation then holds no batch-mates."""
 
     def __init__(
-        self, client: SQSClient, queue_urls: Sequence[str], long_call_queue_url: str | None = None
+        self,
+        client: SQSClient,
+        queue_urls: Sequence[str],
+        long_call_queue_url: str | None = None,
+        send_threads: int = 1,
     ) -> None:
         if not queue_urls:
             raise ValueError("at least one dispatch queue is needed")
         self._client = client
         self._queue_urls = list(queue_urls)
         self._long_call_queue_url = long_call_queue_url
+        # A planning round's batches go to different queues: sent side by side, its sends take one call's
+        # time, not one per queue (boto3 clients are thread-safe). 1: one after another.
+        self._send_threads = send_threads
 
     def queue_for_run_id(self, run_id: str) -> str:
         return self._queue_urls[queue_index(run_id, len(self._queue_urls))]
@@ -59,14 +67,18 @@ class SqsDispatcher:
         by_queue: dict[str, list[RunMessage]] = defaultdict(list)
         for message, url in zip(messages, queue_urls, strict=True):
             by_queue[url].append(message)
-        failed: list[str] = []
-        errors: list[str] = []
-        for url, queued in by_queue.items():
-            for start in range(0, len(queued), BATCH_SIZE):
-                batch_failed, detail = self._send_batch(url, queued[start : start + BATCH_SIZE], now)
-                failed.extend(batch_failed)
-                if detail:
-                    errors.append(detail)
+        batches = [
+            (url, queued[start : start + BATCH_SIZE])
+            for url, queued in by_queue.items()
+            for start in range(0, len(queued), BATCH_SIZE)
+        ]
+        if self._send_threads > 1 and len(batches) > 1:
+            with ThreadPoolExecutor(max_workers=min(self._send_threads, len(batches))) as pool:
+                results = list(pool.map(lambda batch: self._send_batch(batch[0], batch[1], now), batches))
+        else:
+            results = [self._send_batch(url, batch, now) for url, batch in batches]
+        failed = [dedupe_id for batch_failed, _ in results for dedupe_id in batch_failed]
+        errors = [detail for _, detail in results if detail]
         if failed:
             raise DispatchError(failed, "; ".join(errors))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -11,6 +12,10 @@ from tickwork.domain.timekeys import parse_instant
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 
 MAX_THREADS = 16
+# What the invocation keeps after its last round may start: that round's commits (at most 25, each inside its
+# messages' 30 s window), every shard's watermark write and the metrics flush. A tick that runs out of time
+# leaves its unplanned jobs behind the watermark for the next tick instead of being cut off mid-round.
+TICK_RESERVE = timedelta(seconds=10)
 
 
 def _shards(event: dict[str, Any], shard_count: int) -> list[int]:
@@ -37,7 +42,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             unit=MetricUnit.Seconds,
             value=(now - parse_instant(event["time"])).total_seconds(),
         )
-    tick = planner.plan_shards(shards, now, max_threads=MAX_THREADS)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    deadline = None if remaining is None else now + timedelta(milliseconds=remaining()) - TICK_RESERVE
+    tick = planner.plan_shards(shards, now, max_threads=MAX_THREADS, deadline=deadline)
     elapsed = (parts.clock.now() - now).total_seconds()
     counts = tick.counts()
     for name, value in counts.items():
@@ -46,6 +53,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "shards": len(shards),
         **counts,
         "incomplete_shards": tick.incomplete_shards,
+        "jobs_left_at_deadline": sum(r.jobs_left_at_deadline for r in tick.reports),
         "failed_shards": tick.failed_shards,
         "failed_jobs": [job for r in tick.reports for job in r.failed_jobs],
     }

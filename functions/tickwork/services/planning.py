@@ -29,6 +29,9 @@ DEFAULT_MAX_RUNS_PER_COMMIT = 25
 DISPATCH_BATCH = 10
 # A round's commits, at most: with its one SQS batch of messages, it starts them all well inside the window.
 MAX_COMMITS_PER_ROUND = 25
+# A shard's commits in flight at once on DynamoDB (the composition root's choice; the SQLite engine commits in
+# order). 16 shards a ticker invocation x 8 = 128 transactions at once, far under a table's limits.
+PLAN_COMMIT_THREADS = 8
 # After this many lost races on one job in one tick, leave it for the next tick (the watermark stays).
 MAX_CONFLICTS_PER_JOB = 3
 # A watermark held for an unplanned fire stops just before it (stored instants have millisecond precision).
@@ -40,6 +43,15 @@ class PlannerConfig:
     lookahead: timedelta = DEFAULT_LOOKAHEAD
     reread: timedelta = DEFAULT_REREAD
     max_runs_per_commit: int = DEFAULT_MAX_RUNS_PER_COMMIT
+    # A round's messages: one SQS batch (10) per dispatch queue fills every batch it sends.
+    round_messages: int = DISPATCH_BATCH
+    # A round's commits run on this many threads: at a region's 10-20 ms a transaction, one after another
+    # they do not fit a tick at the top of the hour (docs/design.md, "Planning throughput"). 1: in order.
+    commit_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.round_messages < 1 or self.commit_threads < 1:
+            raise ValueError("round_messages and commit_threads must be at least 1")
 
 
 @dataclass(slots=True)
@@ -56,9 +68,25 @@ class TickReport:
     conflicts: int = 0
     dispatch_failures: int = 0
     complete: bool = True  # the watermark reached the horizon
+    # The tick's deadline came first: no round was started after it, and the jobs not yet planned (this
+    # many) are left behind the watermark for the next tick.
+    out_of_time: bool = False
+    jobs_left_at_deadline: int = 0
     deferred_jobs: list[str] = field(default_factory=list)  # lost races or throttling: next tick
     failed_jobs: list[str] = field(default_factory=list)  # unexpected errors, isolated (PlanFailures)
     errors: list[str] = field(default_factory=list)
+
+    def add(self, part: TickReport) -> None:
+        """Add what one commit did (on a report of its own, on another thread) to this shard's report."""
+        self.runs_planned += part.runs_planned
+        self.runs_catch_up += part.runs_catch_up
+        self.runs_missed += part.runs_missed
+        self.commits += part.commits
+        self.conflicts += part.conflicts
+        self.dispatch_failures += part.dispatch_failures
+        self.deferred_jobs.extend(part.deferred_jobs)
+        self.failed_jobs.extend(part.failed_jobs)
+        self.errors.extend(part.errors)
 
 
 class _JobProgress:
@@ -92,6 +120,7 @@ class TickSummary:
             "PlanConflicts": sum(x.conflicts for x in r),
             "DispatchFailures": sum(x.dispatch_failures for x in r),
             "PlanFailures": sum(len(x.failed_jobs) for x in r) + len(self.failed_shards),
+            "ShardsOutOfTime": sum(1 for x in r if x.out_of_time),
         }
 
     @property
@@ -112,9 +141,11 @@ class Planner:
         self._clock = clock
         self._config = config or PlannerConfig()
 
-    def plan(self, shard: int, now: datetime | None = None) -> TickReport:
+    def plan(self, shard: int, now: datetime | None = None, deadline: datetime | None = None) -> TickReport:
         """Plan every fire of `shard` up to now + lookahead. The watermark moves only as far as everything
         before it committed, so a crash at any point leaves work for the next tick rather than losing it.
+        No round starts after `deadline` (what the invocation can spend): the jobs not planned by then stay
+        behind the watermark, which is still written, like the tick's metrics, before the invocation ends.
         One job that cannot be planned (a poison record, a store error after retries) is recorded in the
         report and skipped; every other job of the shard is still planned, and the watermark stops just
         before the job's unplanned fire, so the next tick reads its bucket again."""
@@ -124,9 +155,27 @@ class Planner:
         watermark = self._store.get_watermark(shard)
         start = (watermark if watermark is not None else now) - self._config.reread
         bucket = floor_minute(start)
+        threads = self._config.commit_threads
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"commit-{shard}") as pool:
+            planned_through = self._plan_buckets(
+                shard, bucket, _Rounds(self, now, horizon, report, deadline, pool if threads > 1 else None)
+            )
+        report.complete = planned_through >= horizon
+        if watermark is None or planned_through > watermark:
+            self._store.set_watermark(shard, planned_through)
+        return report
+
+    def _plan_buckets(self, shard: int, bucket: datetime, rounds: _Rounds) -> datetime:
+        """Read the shard's `due` buckets from `bucket` to the horizon and plan their jobs in rounds; returns
+        how far everything is planned (the watermark to write)."""
+        report = rounds.report
+        horizon = report.horizon
         planned_through = horizon
-        rounds = _Rounds(self, now, horizon, report)
         while bucket <= horizon:
+            if rounds.out_of_time():
+                # Nothing from this bucket on was read: the watermark stays before it.
+                planned_through = min(planned_through, bucket - _BEFORE)
+                break
             report.buckets_read += 1
             try:
                 jobs = self._store.query_due(due_key(shard, bucket), horizon)
@@ -142,19 +191,18 @@ class Planner:
             bucket += timedelta(minutes=1)
         for unplanned in rounds.finish():
             planned_through = min(planned_through, unplanned - _BEFORE)
-        report.complete = planned_through >= horizon
-        if watermark is None or planned_through > watermark:
-            self._store.set_watermark(shard, planned_through)
-        return report
+        return planned_through
 
-    def plan_shards(self, shards: Sequence[int], now: datetime, max_threads: int = 16) -> TickSummary:
+    def plan_shards(
+        self, shards: Sequence[int], now: datetime, max_threads: int = 16, deadline: datetime | None = None
+    ) -> TickSummary:
         """Plan several shards in parallel (the work is I/O bound), each isolated from the others: a shard
         that fails (its watermark unreadable, a bug) is recorded and the others are still planned."""
         summary = TickSummary(reports=[])
 
         def one(shard: int) -> TickReport | None:
             try:
-                return self.plan(shard, now)
+                return self.plan(shard, now, deadline)
             except Exception as error:
                 # Isolation, not silence: logged with its traceback and counted in PlanFailures.
                 summary.failed_shards[shard] = f"{type(error).__name__}: {error}"
@@ -307,11 +355,21 @@ class _Rounds:
     commit window has settled) and jobs not advanced (the next tick plans them again): nothing committed
     is ever without its message, so planned runs need no sweeper index entry."""
 
-    def __init__(self, planner: Planner, now: datetime, horizon: datetime, report: TickReport) -> None:
+    def __init__(
+        self,
+        planner: Planner,
+        now: datetime,
+        horizon: datetime,
+        report: TickReport,
+        deadline: datetime | None = None,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> None:
         self._planner = planner
         self._now = now
         self._horizon = horizon
         self._report = report
+        self._deadline = deadline
+        self._pool = pool
         self._progress: list[_JobProgress] = []
         self._ready: deque[_Step] = deque()
         self._ready_messages = 0
@@ -325,6 +383,9 @@ class _Rounds:
         self._seen.add(job.job_id)
         progress = _JobProgress(job)
         self._progress.append(progress)
+        if self.out_of_time():
+            self._report.jobs_left_at_deadline += 1  # its first fire holds the watermark back
+            return
         try:
             step = self._planner._next_step(progress, job, self._now, self._horizon, 0)
         except Exception as error:
@@ -333,12 +394,28 @@ class _Rounds:
             self._planner._isolated_failure(job, error, self._report)
             return
         self._queue(step)
-        while self._ready_messages >= DISPATCH_BATCH:
+        while self._ready_messages >= self._planner._config.round_messages and not self.out_of_time():
             self._round()
+
+    @property
+    def report(self) -> TickReport:
+        return self._report
+
+    def out_of_time(self) -> bool:
+        """The tick's deadline has come: no round may start."""
+        if self._deadline is None or self._planner._clock.now() < self._deadline:
+            return False
+        self._report.out_of_time = True
+        return True
 
     def finish(self) -> list[datetime]:
         """Run rounds until every job is planned or left; returns each left job's first unplanned fire."""
         while self._ready:
+            if self.out_of_time():
+                # The steps not started stay where they are: their jobs' fires hold the watermark back.
+                self._report.jobs_left_at_deadline += len({step.job.job_id for step in self._ready})
+                self._ready.clear()
+                break
             self._round()
         deferred = self._report.deferred_jobs
         deferred[:] = list(dict.fromkeys(deferred))  # a job left once, whatever the path
@@ -350,11 +427,12 @@ class _Rounds:
             self._ready_messages += len(step.to_send)
 
     def _take(self) -> list[_Step]:
-        """The next round: about one SQS batch of messages, and a bounded number of commits, so that every
+        """The next round: about `round_messages` messages, and a bounded number of commits, so that every
         commit of the round starts well inside its messages' window."""
         steps: list[_Step] = []
         messages = 0
-        while self._ready and messages < DISPATCH_BATCH and len(steps) < MAX_COMMITS_PER_ROUND:
+        most = self._planner._config.round_messages
+        while self._ready and messages < most and len(steps) < max(MAX_COMMITS_PER_ROUND, most):
             step = self._ready.popleft()
             steps.append(step)
             messages += len(step.to_send)
@@ -364,10 +442,27 @@ class _Rounds:
     def _round(self) -> None:
         steps = self._take()
         commit_by, unsent = self._planner._send(steps, self._report)
+        sent: list[_Step] = []
         for step in steps:
             if any(RunMessage.for_run(r).dedupe_id in unsent for r in step.to_send):
                 self._report.deferred_jobs.append(step.job.job_id)  # its progress stays at this step
                 continue
-            self._queue(
-                self._planner._commit_isolated(step, commit_by, self._now, self._horizon, self._report)
-            )
+            sent.append(step)
+        for after in self._commit_all(sent, commit_by):
+            self._queue(after)
+
+    def _commit_all(self, steps: list[_Step], commit_by: datetime) -> list[_Step | None]:
+        """The round's commits, in order or on the pool; each on a report of its own, added up after, so
+        that no thread writes the shard's report. Returns each job's next step, in the round's order."""
+        planner, report = self._planner, self._report
+        if self._pool is None or len(steps) < 2:
+            return [planner._commit_isolated(s, commit_by, self._now, self._horizon, report) for s in steps]
+
+        def commit(step: _Step) -> tuple[_Step | None, TickReport]:
+            own = TickReport(shard=report.shard, now=report.now, horizon=report.horizon)
+            return planner._commit_isolated(step, commit_by, self._now, self._horizon, own), own
+
+        results = list(self._pool.map(commit, steps))
+        for _, own in results:
+            report.add(own)
+        return [after for after, _ in results]

@@ -1,0 +1,62 @@
+"""The ticker's deadline comes from the invocation (issue 29): its remaining time less TICK_RESERVE for the
+last round, the watermarks and the metrics; no context time (a test, the local runtime): no deadline."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_sweeper_budget import ContextWithTime
+from tickwork.composition import Components
+from tickwork.handlers import ticker
+from tickwork.services.planning import Planner, TickSummary
+
+__all__ = ["deployed", "receiver"]  # fixtures used here
+
+
+@pytest.fixture
+def deadlines(monkeypatch: pytest.MonkeyPatch) -> list[timedelta | None]:
+    """What each tick's deadline left it, from its `now`."""
+    seen: list[timedelta | None] = []
+    real = Planner.plan_shards
+
+    def spy(
+        self: Planner,
+        shards: list[int],
+        now: datetime,
+        max_threads: int = 16,
+        deadline: datetime | None = None,
+    ) -> TickSummary:
+        seen.append(None if deadline is None else deadline - now)
+        return real(self, shards, now, max_threads, deadline)
+
+    monkeypatch.setattr(Planner, "plan_shards", spy)
+    return seen
+
+
+def test_the_lambda_plans_within_its_remaining_time_less_the_reserve(
+    deployed: Components, deadlines: list[timedelta | None]
+) -> None:
+    summary = ticker.handler(load("ticker.json"), ContextWithTime(48_000))
+
+    assert deadlines == [timedelta(seconds=48) - ticker.TICK_RESERVE]
+    assert summary["jobs_left_at_deadline"] == 0 and "ShardsOutOfTime" in summary
+
+
+def test_an_invocation_out_of_time_plans_nothing_and_says_so(
+    deployed: Components, deadlines: list[timedelta | None]
+) -> None:
+    summary = ticker.handler(load("ticker.json"), ContextWithTime(5_000))
+
+    assert deadlines == [timedelta(seconds=5) - ticker.TICK_RESERVE]
+    assert summary["ShardsOutOfTime"] == summary["shards"] and summary["RunsPlanned"] == 0
+
+
+def test_without_the_invocations_time_there_is_no_deadline(
+    deployed: Components, deadlines: list[timedelta | None]
+) -> None:
+    ticker.handler(load("ticker.json"), LambdaContext())  # type: ignore[arg-type]
+
+    assert deadlines == [None]
