@@ -11,7 +11,7 @@ from tests.services.test_planning import at, create, run_times
 from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.models import Job, Run
-from tickwork.services.planning import Planner, PlannerConfig
+from tickwork.services.planning import COMMIT_GRACE, Planner, PlannerConfig
 
 JOBS = 60
 COMMIT_SECONDS = 0.5  # each transaction takes this long on the fake clock: a slow region
@@ -115,3 +115,31 @@ def test_commits_on_threads_plan_what_commits_in_order_plan_and_isolate_a_broken
     assert run_times(store, mine[3]) == []
     watermark = store.get_watermark(shard)
     assert watermark is not None and watermark < at("2026-12-02T12:05:00")  # held for the broken job's fire
+
+
+def test_no_commit_starts_past_the_deadlines_grace_even_inside_a_started_round(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """A round of 40 commits started before the deadline, each taking 0.5 s: the commits that would start
+    later than COMMIT_GRACE after the deadline are deferred (their messages went: they find no run), and
+    their fires stay behind the watermark for the next tick."""
+    dispatcher = RecordingDispatcher()
+    jobs = [create(store, clock, dispatcher, "*/5 * * * *") for _ in range(JOBS * 4)]
+    shard = jobs[0].shard
+    mine = [j for j in jobs if j.shard == shard]
+    slow = SlowCommits(store, clock)
+    tick = at("2026-12-02T12:03:10")
+    clock.set(tick)
+    deadline = tick + timedelta(seconds=5)
+
+    first = Planner(slow, dispatcher, clock, PlannerConfig(round_messages=40)).plan(shard, tick, deadline)
+
+    assert clock.now() <= deadline + COMMIT_GRACE + timedelta(seconds=COMMIT_SECONDS)
+    assert first.commits == (deadline + COMMIT_GRACE - tick) / timedelta(seconds=COMMIT_SECONDS)
+    assert first.deferred_jobs and not first.complete
+
+    second = Planner(slow, dispatcher, clock).plan(shard, clock.now())
+
+    assert second.complete
+    assert first.runs_planned + second.runs_planned == len(mine)
+    assert all(run_times(store, job) == [at("2026-12-02T12:05:00")] for job in mine)

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 BATCH_SIZE = 10
+# At most this many batches in flight at once per send (a ticker invocation plans up to 16 shards at once).
+SEND_THREADS_MAX = 8
 SEND_ATTEMPTS = 3
 
 
@@ -72,8 +74,9 @@ class SqsDispatcher:
             for url, queued in by_queue.items()
             for start in range(0, len(queued), BATCH_SIZE)
         ]
-        if self._send_threads > 1 and len(batches) > 1:
-            with ThreadPoolExecutor(max_workers=min(self._send_threads, len(batches))) as pool:
+        threads = min(self._send_threads, SEND_THREADS_MAX, len(batches))
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
                 results = list(pool.map(lambda batch: self._send_batch(batch[0], batch[1], now), batches))
         else:
             results = [self._send_batch(url, batch, now) for url, batch in batches]

@@ -12,9 +12,10 @@ from tickwork.domain.timekeys import parse_instant
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 
 MAX_THREADS = 16
-# What the invocation keeps after its last round may start: that round's commits (at most 25, each inside its
-# messages' 30 s window), every shard's watermark write and the metrics flush. A tick that runs out of time
-# leaves its unplanned jobs behind the watermark for the next tick instead of being cut off mid-round.
+# What the invocation keeps after its last round may start: that round's commits (none starts later than
+# planning.COMMIT_GRACE after the deadline), every shard's watermark write and the metrics flush. A tick that
+# runs out of time leaves its unplanned jobs behind the watermark for the next tick instead of being cut off
+# mid-round.
 TICK_RESERVE = timedelta(seconds=10)
 
 

@@ -32,6 +32,10 @@ MAX_COMMITS_PER_ROUND = 25
 # A shard's commits in flight at once on DynamoDB (the composition root's choice; the SQLite engine commits in
 # order). 16 shards a ticker invocation x 8 = 128 transactions at once, far under a table's limits.
 PLAN_COMMIT_THREADS = 8
+# No commit starts later than this after the tick's deadline: a round started just before it may hold a
+# hundred commits, and under throttling they would outlast what the invocation keeps. A step not committed
+# is deferred (its messages went: they find no run and are dropped), its fires behind the watermark.
+COMMIT_GRACE = timedelta(seconds=3)
 # After this many lost races on one job in one tick, leave it for the next tick (the watermark stays).
 MAX_CONFLICTS_PER_JOB = 3
 # A watermark held for an unplanned fire stops just before it (stored instants have millisecond precision).
@@ -442,6 +446,8 @@ class _Rounds:
     def _round(self) -> None:
         steps = self._take()
         commit_by, unsent = self._planner._send(steps, self._report)
+        if self._deadline is not None:
+            commit_by = min(commit_by, self._deadline + COMMIT_GRACE)
         sent: list[_Step] = []
         for step in steps:
             if any(RunMessage.for_run(r).dedupe_id in unsent for r in step.to_send):
