@@ -116,6 +116,7 @@ class TickworkStack(Stack):
             prefix=config.prefix,
             alarm_email=config.alarm_email,
             start_delay_objective_ms=config.start_delay_objective_ms,
+            burst_start_delay_objective_ms=config.burst_start_delay_objective_ms,
             oldest_message_age_seconds=config.oldest_message_age_seconds,
             production=config.production,
             metric_math=not config.emulator,

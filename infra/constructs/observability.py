@@ -98,6 +98,7 @@ class Observability(Construct):
         oldest_message_age_seconds: int,
         production: bool,
         metric_math: bool = True,
+        burst_start_delay_objective_ms: int = 10_000,
     ) -> None:
         super().__init__(scope, construct_id)
         self.m = monitored
@@ -139,6 +140,7 @@ class Observability(Construct):
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
         self.alarms: dict[str, cw.Alarm] = {}
         self._alarms(start_delay_objective_ms, oldest_message_age_seconds)
+        self._burst_alarms(burst_start_delay_objective_ms)
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.alarms.values():
             alarm.add_alarm_action(action)
@@ -309,6 +311,28 @@ class Observability(Construct):
             evaluation_periods=periods,
             datapoints_to_alarm=datapoints or periods,
             treat_missing_data=missing,
+        )
+
+    def _burst_alarms(self, objective_ms: int) -> None:
+        """The top of the hour lasts a minute: the 5-minute start-delay alarm, two periods in a row, cannot
+        see it. These look at single minutes."""
+        greater = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
+        self._alarm(
+            "StartDelayBurstP99",
+            self.metric("StartDelay", statistic="p99", period=MINUTE),
+            objective_ms,
+            f"Run start delay p99 of a single minute above {objective_ms} ms (a burst started late).",
+            periods=2,
+            datapoints=1,
+            comparison=greater,
+        )
+        self._alarm(
+            "ShardsOutOfTime",
+            self.metric("ShardsOutOfTime", period=MINUTE),
+            1,
+            "A tick ran out of time before planning every due job of its shards, in 2 of 3 minutes.",
+            periods=3,
+            datapoints=2,
         )
 
     def _alarms(self, objective_ms: int, oldest_age_s: int) -> None:

@@ -467,6 +467,8 @@ ALARMS = {
     "PlanFailures": ({"PlanFailures"}, 1, "GreaterThanOrEqualToThreshold"),
     "SweepFailures": ({"SweepFailures"}, 1, "GreaterThanOrEqualToThreshold"),
     "StartDelayP99": ({"StartDelay"}, 1000, "GreaterThanThreshold"),
+    "StartDelayBurstP99": ({"StartDelay"}, 10_000, "GreaterThanThreshold"),
+    "ShardsOutOfTime": ({"ShardsOutOfTime"}, 1, "GreaterThanOrEqualToThreshold"),
     "OldestMessageAge": ({"ApproximateAgeOfOldestMessage"}, 1200, "GreaterThanThreshold"),
     "LambdaThrottles": ({"Throttles"}, 1, "GreaterThanOrEqualToThreshold"),
     "DynamoDbThrottles": ({"ReadThrottleEvents", "WriteThrottleEvents"}, 1, "GreaterThanOrEqualToThreshold"),
