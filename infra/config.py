@@ -77,6 +77,15 @@ WARM_READ_MIN = 12_000
 WARM_WRITE_MIN = 4_000
 
 
+def burst_write_units(concurrency_cap: int) -> int:
+    """The write units per second a table takes at the top of the hour, at the cap: `cap` one-second runs
+    end every second, each with two writes on the runs table (claim, finish) and two on the slots table
+    (take, give back); the jobs table takes 4 per planned fire, and a tick plans its shards' share of the
+    burst (60,000 fires at a cap of 10,000) in about 9-12 s (benchmarks/bench_plan_latency.py): about
+    2 x cap as well. A new on-demand table starts at 4,000 and DynamoDB doubles it only over minutes."""
+    return max(WARM_WRITE_MIN, 2 * concurrency_cap)
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentConfig:
     """Everything a deployment can choose. The defaults are a development stack that fits a default account
@@ -139,6 +148,16 @@ class DeploymentConfig:
                 f"context executor_max_pollers={self.executor_max_pollers} is below "
                 f"executor_min_pollers={self.executor_min_pollers}"
             )
+
+    def warm(self) -> dict[str, tuple[int | None, int | None]]:
+        """Warm throughput per table, (reads, writes) a second. Production pre-warms the writes of the tables
+        the burst writes (jobs, runs, slots) to `burst_write_units(cap)` unless the context names them."""
+        burst = burst_write_units(self.concurrency_cap) if self.production else None
+        return {
+            "jobs": (self.jobs_warm_reads, self.jobs_warm_writes or burst),
+            "runs": (self.runs_warm_reads, self.runs_warm_writes or burst),
+            "slots": (None, burst),
+        }
 
     @property
     def environment(self) -> str:

@@ -128,6 +128,27 @@ def check_capacity(config: DeploymentConfig, lambda_client: Any, target_headroom
     ]
 
 
+def check_tables(config: DeploymentConfig, dynamodb: Any) -> list[str]:
+    """Refusals (empty: fits): a table's warm throughput above what the account lets one table have."""
+    limits = dynamodb.describe_limits()
+    most = {
+        "reads": int(limits["TableMaxReadCapacityUnits"]),
+        "writes": int(limits["TableMaxWriteCapacityUnits"]),
+    }
+    problems = []
+    for table, (reads, writes) in config.warm().items():
+        for kind, wanted in (("reads", reads), ("writes", writes)):
+            if wanted is not None and wanted > most[kind]:
+                lower = f"set {table}_warm_{kind} lower" if table != "slots" else "lower concurrency_cap"
+                problems.append(
+                    f"dynamodb: the {table} table is pre-warmed to {wanted} {kind}/s (concurrency_cap="
+                    f"{config.concurrency_cap}), above the account's per-table maximum of {most[kind]} "
+                    f"(DescribeLimits: TableMax{kind.title()[:-1]}CapacityUnits). Ask for a higher per-table "
+                    f"{kind[:-1]} throughput quota (Service Quotas, DynamoDB), or {lower}."
+                )
+    return problems
+
+
 def _stack_tables(cloudformation: Any, stack_name: str) -> set[str] | None:
     """Physical table names of the stack's resources; None if the stack does not exist."""
     try:
@@ -210,6 +231,7 @@ def run(
         lambda_client, dynamodb, cloudformation = make_clients(args.region)
         problems = [
             *check_capacity(config, lambda_client, args.target_headroom),
+            *check_tables(config, dynamodb),
             *check_prefix(config, dynamodb, cloudformation),
         ]
     except (ClientError, BotoCoreError) as error:

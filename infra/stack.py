@@ -42,10 +42,7 @@ class TickworkStack(Stack):
             "Storage",
             names=names,
             production=config.production,
-            warm={
-                "jobs": (config.jobs_warm_reads, config.jobs_warm_writes),
-                "runs": (config.runs_warm_reads, config.runs_warm_writes),
-            },
+            warm=config.warm(),
         )
         self.dispatch = Dispatch(self, "Dispatch", names=names, queue_count=config.queue_count)
         self.signing = SigningSecret(self, "Signing", prefix=config.prefix, production=config.production)
