@@ -1,0 +1,43 @@
+"""docs/design.md's rough numbers are what the load model prints (issue 29: every figure from one model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+MODEL = Path(__file__).resolve().parent.parent / "benchmarks" / "load_model.py"
+
+
+def _load_model() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("load_model", MODEL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["load_model"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_design_docs_rough_numbers_are_the_load_models() -> None:
+    model = _load_model()
+    text = model.DOC.read_text()
+    block = text[text.index(model.START) + len(model.START) : text.index(model.END)]
+    assert block.strip() == "\n".join(model.model()).strip(), (
+        "docs/design.md's rough numbers differ: `python benchmarks/load_model.py --write` rewrites them"
+    )
+
+
+def test_the_burst_is_derived_from_the_mix_not_stated() -> None:
+    model = _load_model()
+    per_minute = model.fires_per_minute(model.datetime(2026, 12, 2, tzinfo=model.UTC))
+    on_the_hour = sum(
+        s.jobs
+        for s in model.MIX
+        if s.expressions[0] in ("0 * * * *", "*/15 * * * *", "*/5 * * * *", "* * * * *")
+    )
+    assert max(per_minute.values()) == on_the_hour == 60_000
+    assert (
+        sum(per_minute.values())
+        == 40_000 * 24 + 10_000 * 96 + 5_000 * 288 + 5_000 * 1_440 + 30_000 * 24 + 10_000
+    )
