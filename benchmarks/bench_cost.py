@@ -39,6 +39,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from _common import NOW, CallCounter, client, concurrency_note, dummy_aws_env, machine, next_fire, seed_jobs
 from _meter import UnitMeter
+from load_model import mix_rows
 from tickwork.adapters.dynamodb.items import deserialize, serialize
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.adapters.dynamodb.slots import DynamoSlots, stripe_key, stripe_sizes
@@ -86,12 +87,9 @@ PRICE_GB_S = 0.0000133334
 PRICE_LAMBDA_REQ = 0.20 / 1e6
 PER_ITEM_OVERHEAD = 100  # bytes DynamoDB adds to every stored item for billing
 
-# Realistic mix for 100,000 jobs: (share, description, runs per day per job).
-MIX: tuple[tuple[float, str, float], ...] = (
-    (0.70, "hourly or slower (counted as hourly)", 24),
-    (0.25, "every 5-15 min (counted as every 10 min)", 144),
-    (0.05, "every minute", 1440),
-)
+# The load model's mix (benchmarks/load_model.py, the one mix every rough number comes from): (share of the
+# jobs, what they are, runs a day per job).
+MIX: tuple[tuple[float, str, float], ...] = tuple(mix_rows())
 TOTAL_JOBS = 100_000
 
 # In the planning phase these are per shard and tick (watermark read and write, due-index queries).

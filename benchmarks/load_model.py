@@ -64,11 +64,11 @@ LEAD_S = 50.0  # the least the two ticks before a fire have (docs/design.md, "Th
 RUN_SECONDS = (1, 30, 60)
 
 
-def fires_per_minute(day: datetime) -> Counter[datetime]:
+def fires_per_minute(day: datetime, mix: tuple[Share, ...] = MIX) -> Counter[datetime]:
     """How many runs fire in each minute of the 24 hours from `day`, over the whole mix."""
     per_minute: Counter[datetime] = Counter()
     end = day + timedelta(days=1)
-    for share in MIX:
+    for share in mix:
         count = Counter(share.expressions[i % len(share.expressions)] for i in range(share.jobs))
         for expression, jobs in count.items():
             schedule = parse_schedule(expression)
@@ -77,6 +77,16 @@ def fires_per_minute(day: datetime) -> Counter[datetime]:
                 per_minute[fire.replace(second=0)] += jobs
                 fire = next_fire_after(schedule, fire)
     return per_minute
+
+
+def mix_rows(day: datetime = datetime(2026, 12, 2, tzinfo=UTC)) -> list[tuple[float, str, float]]:
+    """The mix as the cost benchmarks take it: (share of the jobs, what they are, runs a day per job)."""
+    jobs = sum(s.jobs for s in MIX)
+    rows = []
+    for share in MIX:
+        alone = fires_per_minute(day, (share,))
+        rows.append((share.jobs / jobs, share.why, sum(alone.values()) / share.jobs))
+    return rows
 
 
 def model() -> list[str]:
