@@ -117,6 +117,12 @@ def model() -> list[str]:
         f"{TICK_BUDGET_S:.0f} s: {'fits' if plan_s <= TICK_BUDGET_S else 'does not fit'}, "
         f"{LEAD_S / plan_s:.1f}x inside the {LEAD_S:.0f} s lead |",
     ]
+    # The fewest shards whose share of the burst plans twice inside the lead time and within the budget.
+    needed = math.ceil(burst * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
+    lines.append(
+        f"| shards for the burst | at least {needed} ({SHARDS} deployed by default) | burst x "
+        f"{PLAN_SECONDS_PER_FIRE_PER_SHARD * 1000:.2f} ms / min(lead / 2, budget); `shard_count` only rises |"
+    )
     for seconds in RUN_SECONDS:
         waves = math.ceil(burst / CAP)
         lines.append(
