@@ -13,7 +13,7 @@ from infra.constructs.api import Api
 from infra.constructs.bundling import LAMBDA_TARGET, emulator_target, lambda_code
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.executor import ExecutorFunction, executor_sizing
-from infra.constructs.functions import FunctionFactory, retention
+from infra.constructs.functions import FunctionFactory, allow, retention
 from infra.constructs.observability import Monitored, Observability, dashboard_name
 from infra.constructs.scheduler import Scheduler
 from infra.constructs.signing import SigningSecret
@@ -94,6 +94,8 @@ class TickworkStack(Stack):
         # Callback runs report to the API: their calls carry URLs on it (the API exists after the executor).
         self.executor.function.add_environment("TICKWORK_CALLBACK_URL", self.api.url)
         self.signing.callback_key.grant_read(self.executor.function)
+        if not config.emulator:
+            self._start_warm()
         self.observability = Observability(
             self,
             "Observability",
@@ -124,6 +126,16 @@ class TickworkStack(Stack):
         CfnOutput(self, "SigningSecretArn", value=self.signing.secret.secret_arn)
         CfnOutput(self, "AlarmTopicArn", value=self.observability.topic.topic_arn)
         CfnOutput(self, "DashboardName", value=dashboard_name(config.prefix))
+
+    def _start_warm(self) -> None:
+        """The ticker raises the batched lane's warm pollers before a burst it planned (prescale.py)."""
+        ticker, mappings = self.scheduler.ticker, self.executor.batched_mappings
+        ids = ",".join(m.event_source_mapping_id for m in mappings)
+        ticker.add_environment("TICKWORK_EXECUTOR_MAPPING_IDS", ids)
+        ticker.add_environment("TICKWORK_EXECUTOR_MIN_POLLERS", str(self.sizing.min_pollers))
+        ticker.add_environment("TICKWORK_EXECUTOR_MAX_POLLERS", str(self.sizing.max_pollers))
+        ticker.add_environment("TICKWORK_EXECUTOR_BATCH_SIZE", str(self.sizing.batch_size))
+        allow(ticker, ("lambda:UpdateEventSourceMapping",), [m.event_source_mapping_arn for m in mappings])
 
     def _environment(self) -> dict[str, str]:
         """What `tickwork.settings.Settings.from_env` reads; validated by the functions at cold start."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
@@ -30,6 +31,7 @@ from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
 from tickwork.services.ports import Metrics, SlotStore
+from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
 from tickwork.settings import Settings, SettingsError
@@ -129,6 +131,24 @@ class Components:
             commit_threads=PLAN_COMMIT_THREADS if parallel else 1,
         )
         return Planner(self.store, self.dispatcher, self.clock, config)
+
+    @cached_property
+    def prescaler(self) -> Prescaler | None:
+        """Starting warm: one per process, so that it remembers what it last set (None: no mappings)."""
+        s = self.settings
+        if not s.executor_mapping_ids:
+            return None
+        control = LambdaPollerControl(
+            self.client_for("lambda"), s.executor_mapping_ids, s.executor_max_pollers
+        )
+        config = PrescaleConfig(
+            shard_count=s.shard_count,
+            queues=len(s.executor_mapping_ids),
+            batch_size=s.executor_batch_size,
+            min_pollers=s.executor_min_pollers,
+            max_pollers=s.executor_max_pollers,
+        )
+        return Prescaler(control, config)
 
     @cached_property
     def slots(self) -> SlotStore:

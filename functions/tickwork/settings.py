@@ -59,6 +59,12 @@ class Settings:
     mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
     dispatch_queue_urls: tuple[str, ...] = ()
     long_call_queue_url: str | None = None  # runs whose call may take minutes (domain/lanes.py); None: none
+    # Starting warm (domain/prescale.py): the executor's batched-lane mappings and their poller bounds;
+    # no ids, no pre-scaling (the local runtime, tests).
+    executor_mapping_ids: tuple[str, ...] = ()
+    executor_min_pollers: int = 2
+    executor_max_pollers: int = 2
+    executor_batch_size: int = 10
     dead_letter_queue_url: str = ""
     signing_secret: str = ""
     signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
@@ -137,6 +143,10 @@ class Settings:
             mode=mode,
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
             long_call_queue_url=env.get("TICKWORK_LONG_CALL_QUEUE_URL") or None,
+            executor_mapping_ids=_csv(env.get("TICKWORK_EXECUTOR_MAPPING_IDS", "")),
+            executor_min_pollers=_int(env, "TICKWORK_EXECUTOR_MIN_POLLERS", 2, 2, 2000),
+            executor_max_pollers=_int(env, "TICKWORK_EXECUTOR_MAX_POLLERS", 2, 2, 2000),
+            executor_batch_size=_int(env, "TICKWORK_EXECUTOR_BATCH_SIZE", 10, 1, 10),
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),

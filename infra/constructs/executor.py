@@ -175,6 +175,7 @@ class ExecutorFunction(Construct):
             )
             self.function.add_event_source(source)
             self.mappings.append(source)
+        self.batched_mappings = list(self.mappings)  # the ones the ticker pre-scales before a burst
         long_calls = sources.SqsEventSource(
             dispatch.long_call_queue,
             batch_size=1,  # a long call holds its invocation: nothing else rides in it

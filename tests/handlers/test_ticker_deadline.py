@@ -10,8 +10,10 @@ import pytest
 from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
 from tests.handlers.test_sweeper_budget import ContextWithTime
 from tickwork.composition import Components
+from tickwork.domain.errors import ScalingError
 from tickwork.handlers import ticker
 from tickwork.services.planning import Planner, TickSummary
+from tickwork.services.prescaling import PrescaleConfig, Prescaler
 
 __all__ = ["deployed", "receiver"]  # fixtures used here
 
@@ -60,3 +62,33 @@ def test_without_the_invocations_time_there_is_no_deadline(
     ticker.handler(load("ticker.json"), LambdaContext())  # type: ignore[arg-type]
 
     assert deadlines == [None]
+
+
+class Control:
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.set: list[int] = []
+
+    def set_min_pollers(self, pollers: int) -> None:
+        if self.fail:
+            raise ScalingError("injected: TooManyRequestsException")
+        self.set.append(pollers)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_ticker_starts_the_executor_warm_after_planning_and_a_failure_never_fails_the_tick(
+    deployed: Components, fail: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    control = Control(fail)
+    config = PrescaleConfig(
+        shard_count=deployed.settings.shard_count, queues=10, batch_size=10, min_pollers=2, max_pollers=10
+    )
+    deployed.__dict__["prescaler"] = Prescaler(control, config)  # the cached property, as AWS wires it
+
+    summary = ticker.handler(load("ticker.json"), ContextWithTime(48_000))
+
+    assert summary["incomplete_shards"] == [] and "failed_shards" in summary
+    if fail:
+        assert summary["min_pollers"] is None and "could not set the executor's warm pollers" in caplog.text
+    else:
+        assert summary["min_pollers"] == 2 and control.set == [2]  # nothing ahead: the floor, set once

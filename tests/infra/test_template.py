@@ -12,7 +12,7 @@ from infra.constructs.executor import INVOCATIONS_PER_POLLER, size_executor
 from infra.constructs.observability import NAMESPACE
 from infra.constructs.scheduler import shard_groups
 
-from tests.infra.conftest import PRODUCTION_CONTEXT, Synth
+from tests.infra.conftest import PRODUCTION_CONTEXT, Synth, as_list, policy_statements
 from tickwork.adapters.sqs_provision import dispatch_queue_name
 from tickwork.resources import (
     DISPATCH,
@@ -566,3 +566,24 @@ def test_cdk_nag_finds_nothing_unsuppressed(fixture: str, request: pytest.Fixtur
     # Nor any other CDK warning (e.g. metric periods silently overridden on the dashboard).
     warnings = annotations.find_warning("*", Match.any_value())
     assert not warnings, "\n".join(f"{w.id}: {w.entry.data}" for w in warnings)
+
+
+def test_the_ticker_may_set_the_batched_mappings_warm_pollers_and_knows_them(production: Synth) -> None:
+    """Starting warm (domain/prescale.py): the ticker's environment names the batched lane's mappings and
+    their bounds, and its role may update exactly those mappings."""
+    variables = _function(production, "ticker")["Properties"]["Environment"]["Variables"]
+    mappings = production.resources("AWS::Lambda::EventSourceMapping")
+    batched = {key for key, m in mappings.items() if m["Properties"]["BatchSize"] == 10}
+    ids = variables["TICKWORK_EXECUTOR_MAPPING_IDS"]["Fn::Join"][1]
+    assert {ref["Ref"] for ref in ids if isinstance(ref, dict)} == batched
+    sizing = production.stack.sizing
+    assert (variables["TICKWORK_EXECUTOR_MIN_POLLERS"], variables["TICKWORK_EXECUTOR_MAX_POLLERS"]) == (
+        str(sizing.min_pollers),
+        str(sizing.max_pollers),
+    )
+    granted = [
+        s
+        for s in policy_statements(production.resources("AWS::IAM::Policy"), "PolicyDocument")
+        if "lambda:UpdateEventSourceMapping" in as_list(s["Action"])
+    ]
+    assert len(granted) == 1 and len(as_list(granted[0]["Resource"])) == len(batched)

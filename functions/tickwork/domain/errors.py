@@ -87,3 +87,7 @@ class StaleRunError(ConflictError):
     def __init__(self, message: str, current: Run | None = None) -> None:
         super().__init__(message)
         self.current = current
+
+
+class ScalingError(TickworkError):
+    """The executor's pollers could not be set (starting warm): the burst starts from the mappings' ramp."""

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tickwork.domain.errors import ScalingError
 from tickwork.domain.timekeys import parse_instant
 from tickwork.handlers.runtime import components, logger, metrics, tracer
+from tickwork.services.planning import TickSummary
+from tickwork.services.prescaling import Prescaler
 
 MAX_THREADS = 16
 # What the invocation keeps after its last round may start: that round's commits (none starts later than
@@ -26,6 +29,22 @@ def _shards(event: dict[str, Any], shard_count: int) -> list[int]:
     if not isinstance(shards, list) or not all(isinstance(s, int) and 0 <= s < shard_count for s in shards):
         raise ValueError(f"event 'shards' must be a list of integers in 0..{shard_count - 1}")
     return shards
+
+
+def _start_warm(prescaler: Prescaler | None, tick: TickSummary, now: datetime) -> int | None:
+    """Raise (or lower) the executor's warm pollers for the bursts this tick planned; planning is done, so
+    a failure is counted (PrescaleFailures) and the next tick tries again."""
+    if prescaler is None:
+        return None
+    try:
+        pollers = prescaler.after_tick(tick, now)
+    except ScalingError as error:
+        metrics.add_metric(name="PrescaleFailures", unit=MetricUnit.Count, value=1)
+        logger.warning("could not set the executor's warm pollers", extra={"error": str(error)})
+        return None
+    if pollers is not None:
+        metrics.add_metric(name="ExecutorMinPollers", unit=MetricUnit.Count, value=pollers)
+    return pollers
 
 
 @metrics.log_metrics
@@ -59,5 +78,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "failed_jobs": [job for r in tick.reports for job in r.failed_jobs],
     }
     metrics.add_metric(name="TickerDuration", unit=MetricUnit.Seconds, value=elapsed)
+    summary["min_pollers"] = _start_warm(parts.prescaler, tick, now)
     logger.info("tick done", extra=summary)
     return summary

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -79,6 +79,8 @@ class TickReport:
     deferred_jobs: list[str] = field(default_factory=list)  # lost races or throttling: next tick
     failed_jobs: list[str] = field(default_factory=list)  # unexpected errors, isolated (PlanFailures)
     errors: list[str] = field(default_factory=list)
+    # Runs this tick planned, by the minute they are due in (what the next minutes' bursts are).
+    planned_by_minute: Counter[datetime] = field(default_factory=Counter)
 
     def add(self, part: TickReport) -> None:
         """Add what one commit did (on a report of its own, on another thread) to this shard's report."""
@@ -91,6 +93,7 @@ class TickReport:
         self.deferred_jobs.extend(part.deferred_jobs)
         self.failed_jobs.extend(part.failed_jobs)
         self.errors.extend(part.errors)
+        self.planned_by_minute.update(part.planned_by_minute)
 
 
 class _JobProgress:
@@ -322,6 +325,7 @@ class Planner:
         report.commits += 1
         planned = [r for r in runs if r.state is RunState.PLANNED]
         report.runs_planned += len(planned)
+        report.planned_by_minute.update(r.scheduled_for.replace(second=0, microsecond=0) for r in planned)
         report.runs_catch_up += sum(1 for r in planned if r.scheduled_for < now)
         report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
         return self._next_step(

@@ -255,6 +255,14 @@ class SlotStore(Protocol):
         ...
 
 
+class PollerControl(Protocol):
+    """The executor's event source mappings, as far as starting warm needs them."""
+
+    def set_min_pollers(self, pollers: int) -> None:
+        """Every mapping keeps at least `pollers` pollers provisioned (they scale up from there)."""
+        ...
+
+
 class Carrier(Protocol):
     """What carries one delivery (a Lambda invocation and the SQS message it received): when it must be
     done, and how to keep its message hidden while the claimed run's lease runs, so that a dead executor's
