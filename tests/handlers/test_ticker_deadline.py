@@ -13,7 +13,6 @@ from tickwork.composition import Components
 from tickwork.domain.errors import ScalingError
 from tickwork.handlers import ticker
 from tickwork.services.planning import Planner, TickSummary
-from tickwork.services.prescaling import PrescaleConfig, Prescaler
 
 __all__ = ["deployed", "receiver"]  # fixtures used here
 
@@ -64,31 +63,31 @@ def test_without_the_invocations_time_there_is_no_deadline(
     assert deadlines == [None]
 
 
-class Control:
+class FakePrescaler:
+    """What the handler asks of the prescaler (its logic: tests/services/test_prescaling.py)."""
+
     def __init__(self, fail: bool) -> None:
         self.fail = fail
-        self.set: list[int] = []
+        self.ticks: list[TickSummary] = []
 
-    def set_min_pollers(self, pollers: int) -> None:
+    def after_tick(self, tick: TickSummary, now: datetime) -> int | None:
+        self.ticks.append(tick)
         if self.fail:
             raise ScalingError("injected: TooManyRequestsException")
-        self.set.append(pollers)
+        return 7
 
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_ticker_starts_the_executor_warm_after_planning_and_a_failure_never_fails_the_tick(
     deployed: Components, fail: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    control = Control(fail)
-    config = PrescaleConfig(
-        shard_count=deployed.settings.shard_count, queues=10, batch_size=10, min_pollers=2, max_pollers=10
-    )
-    deployed.__dict__["prescaler"] = Prescaler(control, config)  # the cached property, as AWS wires it
+    prescaler = FakePrescaler(fail)
+    deployed.__dict__["prescaler"] = prescaler  # the cached property, as the stack wires it on AWS
 
     summary = ticker.handler(load("ticker.json"), ContextWithTime(48_000))
 
-    assert summary["incomplete_shards"] == [] and "failed_shards" in summary
+    assert summary["incomplete_shards"] == [] and len(prescaler.ticks) == 1
     if fail:
         assert summary["min_pollers"] is None and "could not set the executor's warm pollers" in caplog.text
     else:
-        assert summary["min_pollers"] == 2 and control.set == [2]  # nothing ahead: the floor, set once
+        assert summary["min_pollers"] == 7

@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.domain.errors import ScalingError
-from tickwork.domain.prescale import expected_burst, pollers_for
+from tickwork.domain.prescale import SETTLED_TICKS, burst_ahead, pollers_for, scaled_to_all_shards
 from tickwork.services.planning import TickReport, TickSummary
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 
@@ -44,8 +44,11 @@ def tick(planned: dict[datetime, int], shards: tuple[int, ...] = (0,)) -> TickSu
 
 def test_the_burst_ahead_is_scaled_from_the_shards_seen_to_every_shard() -> None:
     planned = {TOP: 3_750, TOP + timedelta(minutes=1): 100, TOP - timedelta(minutes=5): 9_999}
-    assert expected_burst(planned, NOW, shards_seen=1, shard_count=16) == 60_000  # the one 5 min ago is past
-    assert expected_burst({}, NOW, 1, 16) == 0
+    due = scaled_to_all_shards(planned, shards_seen=1, shard_count=16)
+    assert due[TOP] == 60_000
+    assert burst_ahead(due, NOW) == 60_000  # the minute 5 minutes ago is past
+    assert burst_ahead(due, TOP + timedelta(minutes=1, seconds=30)) == 1_600
+    assert burst_ahead({}, NOW) == 0 and scaled_to_all_shards(planned, 0, 16) == {}
 
 
 @pytest.mark.parametrize(
@@ -56,17 +59,28 @@ def test_pollers_carry_the_burst_within_the_mappings_bounds(runs: int, pollers: 
     assert pollers_for(runs, queues=10, batch_size=10, floor=2, ceiling=10) == pollers
 
 
-def test_a_planned_burst_raises_the_pollers_and_the_quiet_after_lowers_them_once() -> None:
+def test_a_planned_burst_raises_the_pollers_until_it_has_passed_then_the_floor_comes_back() -> None:
     control = Control()
     prescaler = Prescaler(control, CONFIG)
+    minute = timedelta(minutes=1)
 
-    assert prescaler.after_tick(tick({}), NOW) == 2  # the first tick of a process sets the floor once
+    # A fresh process raises at once, but does not lower (or set the floor) before it has seen enough ticks.
+    assert prescaler.after_tick(tick({TOP: 3_750}), NOW - minute) == 10  # 60,000 over 16 shards, planned
+    # The next ticks plan nothing more of it: the burst is remembered, the pollers stay up.
     assert prescaler.after_tick(tick({}), NOW) is None
-    assert prescaler.after_tick(tick({TOP: 3_750}), NOW) == 10  # 60,000 over 16 shards
-    assert prescaler.after_tick(tick({TOP: 3_750}), NOW + timedelta(seconds=60)) is None  # unchanged
-    assert prescaler.after_tick(tick({}), TOP + timedelta(minutes=2)) == 2
+    assert prescaler.after_tick(tick({}), TOP + timedelta(seconds=10)) is None
+    # It has passed: back to the floor.
+    assert prescaler.after_tick(tick({}), TOP + minute + timedelta(seconds=10)) == 2
+    assert prescaler.after_tick(tick({}), TOP + 2 * minute) is None
 
-    assert control.set == [2, 10, 2]
+    assert control.set == [10, 2]
+
+
+def test_a_fresh_process_sets_the_floor_once_it_has_seen_enough_ticks() -> None:
+    control = Control()
+    prescaler = Prescaler(control, CONFIG)
+    results = [prescaler.after_tick(tick({}), NOW + timedelta(minutes=i)) for i in range(SETTLED_TICKS + 1)]
+    assert results == [None] * (SETTLED_TICKS - 1) + [2, None] and control.set == [2]
 
 
 def test_only_the_invocation_planning_shard_0_decides() -> None:

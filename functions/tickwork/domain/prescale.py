@@ -10,27 +10,32 @@ lowers it back once no burst is ahead."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 INVOCATIONS_PER_POLLER = 10  # AWS: each poller drives up to 10 concurrent invocations
-# The minutes ahead whose planned runs count: what the ticker plans (its 120 s lookahead) and the minute now.
-AHEAD = timedelta(minutes=3)
+# Ticks a process must have seen before it lowers the pollers: a burst is planned by one tick (up to 120 s
+# ahead) and the ticks after it plan nothing more of it, so a process that has not seen the tick that
+# planned it cannot know it is still ahead. Raising never waits.
+SETTLED_TICKS = 3
 
 
-def expected_burst(
-    planned_by_minute: Mapping[datetime, int], now: datetime, shards_seen: int, shard_count: int
-) -> int:
-    """The most runs due in one minute from now on, over every shard: what the ticker planned in the
-    shards it saw, scaled to all of them (runs spread over shards by a hash of the job id)."""
+def scaled_to_all_shards(
+    planned_by_minute: Mapping[datetime, int], shards_seen: int, shard_count: int
+) -> Counter[datetime]:
+    """What a tick planned in the shards it saw, scaled to every shard (runs spread over shards by a hash
+    of the job id): the runs due in each minute over the whole deployment, as far as this tick added them."""
     if shards_seen < 1:
-        return 0
-    ahead = [
-        count
-        for minute, count in planned_by_minute.items()
-        if now - timedelta(minutes=1) < minute < now + AHEAD
-    ]
-    return math.ceil(max(ahead, default=0) * shard_count / shards_seen)
+        return Counter()
+    return Counter(
+        {minute: math.ceil(count * shard_count / shards_seen) for minute, count in planned_by_minute.items()}
+    )
+
+
+def burst_ahead(due_by_minute: Mapping[datetime, int], now: datetime) -> int:
+    """The most runs due in one minute from the current minute on (the planned ones: the lookahead)."""
+    return max((n for minute, n in due_by_minute.items() if minute > now - timedelta(minutes=1)), default=0)
 
 
 def pollers_for(runs: int, queues: int, batch_size: int, floor: int, ceiling: int) -> int:

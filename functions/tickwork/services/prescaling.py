@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from tickwork.domain.prescale import expected_burst, pollers_for
+from tickwork.domain.prescale import SETTLED_TICKS, burst_ahead, pollers_for, scaled_to_all_shards
 from tickwork.services.planning import TickSummary
 from tickwork.services.ports import PollerControl
 
@@ -30,8 +30,12 @@ class Prescaler:
     def __init__(self, control: PollerControl, config: PrescaleConfig) -> None:
         self._control = control
         self._config = config
-        # What this process last set. None after a cold start: the first tick sets it once, whatever it is,
-        # so a minimum left raised by a process that died is lowered again.
+        self._due: Counter[datetime] = (
+            Counter()
+        )  # runs due a minute, as the ticks this process saw planned them
+        self._ticks = 0
+        # What this process last set. None after a cold start: it sets the floor once it has seen enough
+        # ticks to know no burst is ahead, so a minimum left raised by a process that died is lowered.
         self._last: int | None = None
 
     def after_tick(self, tick: TickSummary, now: datetime) -> int | None:
@@ -42,9 +46,14 @@ class Prescaler:
         planned: Counter[datetime] = Counter()
         for report in tick.reports:
             planned.update(report.planned_by_minute)
-        burst = expected_burst(planned, now, len(tick.reports), c.shard_count)
+        self._due.update(scaled_to_all_shards(planned, len(tick.reports), c.shard_count))
+        for minute in [m for m in self._due if m < now - timedelta(minutes=2)]:
+            del self._due[minute]
+        self._ticks += 1
+        burst = burst_ahead(self._due, now)
         pollers = pollers_for(burst, c.queues, c.batch_size, c.min_pollers, c.max_pollers)
-        if pollers == self._last:
+        raising = pollers > (self._last if self._last is not None else c.min_pollers)
+        if pollers == self._last or (not raising and self._ticks < SETTLED_TICKS):
             return None
         self._control.set_min_pollers(pollers)  # ScalingError: the caller counts it; tried again next tick
         logger.info("executor minimum pollers: %d (burst ahead: %d runs)", pollers, burst)
