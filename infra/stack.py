@@ -135,7 +135,8 @@ class TickworkStack(Stack):
         ticker.add_environment("TICKWORK_EXECUTOR_MIN_POLLERS", str(self.sizing.min_pollers))
         ticker.add_environment("TICKWORK_EXECUTOR_MAX_POLLERS", str(self.sizing.max_pollers))
         ticker.add_environment("TICKWORK_EXECUTOR_BATCH_SIZE", str(self.sizing.batch_size))
-        allow(ticker, ("lambda:UpdateEventSourceMapping",), [m.event_source_mapping_arn for m in mappings])
+        arns = [m.event_source_mapping_arn for m in mappings]
+        allow(ticker, ("lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"), arns)
 
     def _environment(self) -> dict[str, str]:
         """What `tickwork.settings.Settings.from_env` reads; validated by the functions at cold start."""

@@ -134,13 +134,14 @@ class Components:
 
     @cached_property
     def prescaler(self) -> Prescaler | None:
-        """Starting warm: one per process, so that it remembers what it last set (None: no mappings)."""
+        """Starting warm (None: no mappings to scale: the local runtime, the emulator profile)."""
         s = self.settings
         if not s.executor_mapping_ids:
             return None
-        control = LambdaPollerControl(
-            self.client_for("lambda"), s.executor_mapping_ids, s.executor_max_pollers
-        )
+        # A short, retried client: the ticker must not wait on it (the targets' invoke client waits 910 s).
+        timed = getattr(self.client_for, "timed", None)
+        client = timed("lambda", 5.0) if timed is not None else self.client_for("lambda")
+        control = LambdaPollerControl(client, s.executor_mapping_ids, s.executor_max_pollers)
         config = PrescaleConfig(
             shard_count=s.shard_count,
             queues=len(s.executor_mapping_ids),

@@ -144,7 +144,7 @@ class Settings:
             dispatch_queue_urls=_csv(env.get("TICKWORK_DISPATCH_QUEUE_URLS", "")),
             long_call_queue_url=env.get("TICKWORK_LONG_CALL_QUEUE_URL") or None,
             executor_mapping_ids=_csv(env.get("TICKWORK_EXECUTOR_MAPPING_IDS", "")),
-            executor_min_pollers=_int(env, "TICKWORK_EXECUTOR_MIN_POLLERS", 2, 2, 2000),
+            executor_min_pollers=_int(env, "TICKWORK_EXECUTOR_MIN_POLLERS", 2, 2, 200),
             executor_max_pollers=_int(env, "TICKWORK_EXECUTOR_MAX_POLLERS", 2, 2, 2000),
             executor_batch_size=_int(env, "TICKWORK_EXECUTOR_BATCH_SIZE", 10, 1, 10),
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),

@@ -70,11 +70,11 @@ class FakePrescaler:
         self.fail = fail
         self.ticks: list[TickSummary] = []
 
-    def after_tick(self, tick: TickSummary, now: datetime) -> int | None:
+    def after_tick(self, tick: TickSummary, now: datetime) -> dict[str, int]:
         self.ticks.append(tick)
         if self.fail:
             raise ScalingError("injected: TooManyRequestsException")
-        return 7
+        return {"mapping-1": 7}
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -90,4 +90,4 @@ def test_the_ticker_starts_the_executor_warm_after_planning_and_a_failure_never_
     if fail:
         assert summary["min_pollers"] is None and "could not set the executor's warm pollers" in caplog.text
     else:
-        assert summary["min_pollers"] == 7
+        assert summary["min_pollers"] == {"mapping-1": 7}

@@ -587,3 +587,7 @@ def test_the_ticker_may_set_the_batched_mappings_warm_pollers_and_knows_them(pro
         if "lambda:UpdateEventSourceMapping" in as_list(s["Action"])
     ]
     assert len(granted) == 1 and len(as_list(granted[0]["Resource"])) == len(batched)
+    assert set(as_list(granted[0]["Action"])) == {
+        "lambda:GetEventSourceMapping",
+        "lambda:UpdateEventSourceMapping",
+    }

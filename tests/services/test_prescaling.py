@@ -1,5 +1,7 @@
-"""Starting warm (issue 29, part 4): the ticker raises the executor mappings' warm pollers for the bursts it
-has just planned, and lowers them after; one invocation decides; a failure is the caller's to count."""
+"""Starting warm (issue 29, part 4): the tick that plans a burst raises the executor mappings' warm pollers
+for it; a raised minimum comes down once its last change is older than HOLD. Nothing is remembered between
+ticks: what the mappings say is the state. A failure is the caller's to count, and the next tick catches
+up (a mapping a partial failure left behind included)."""
 
 from __future__ import annotations
 
@@ -13,24 +15,33 @@ from botocore.stub import Stubber
 
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.domain.errors import ScalingError
-from tickwork.domain.prescale import SETTLED_TICKS, burst_ahead, pollers_for, scaled_to_all_shards
+from tickwork.domain.prescale import HOLD, MappingState, burst_ahead, changes, pollers_for
 from tickwork.services.planning import TickReport, TickSummary
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 
 NOW = datetime(2026, 12, 2, 11, 58, 10, tzinfo=UTC)
 TOP = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-CONFIG = PrescaleConfig(shard_count=16, queues=10, batch_size=10, min_pollers=2, max_pollers=10)
+CONFIG = PrescaleConfig(shard_count=16, queues=3, batch_size=10, min_pollers=2, max_pollers=40)
+IDS = ("a", "b", "c")
 
 
-class Control:
-    def __init__(self, fail: bool = False) -> None:
-        self.set: list[int] = []
-        self.fail = fail
+class Mappings:
+    """The mappings as AWS keeps them: a minimum and when it last changed; `failing` refuses updates."""
 
-    def set_min_pollers(self, pollers: int) -> None:
-        if self.fail:
+    def __init__(self, clock: list[datetime]) -> None:
+        self.clock = clock
+        self.state = {m: MappingState(2, NOW - timedelta(days=1)) for m in IDS}
+        self.failing: set[str] = set()
+
+    def states(self) -> dict[str, MappingState]:
+        return dict(self.state)
+
+    def set_min_pollers(self, changes: dict[str, int]) -> None:
+        for mapping_id, pollers in changes.items():
+            if mapping_id not in self.failing:
+                self.state[mapping_id] = MappingState(pollers, self.clock[0])
+        if self.failing & set(changes):
             raise ScalingError("injected")
-        self.set.append(pollers)
 
 
 def tick(planned: dict[datetime, int], shards: tuple[int, ...] = (0,)) -> TickSummary:
@@ -42,80 +53,82 @@ def tick(planned: dict[datetime, int], shards: tuple[int, ...] = (0,)) -> TickSu
     return TickSummary(reports=reports)
 
 
-def test_the_burst_ahead_is_scaled_from_the_shards_seen_to_every_shard() -> None:
-    planned = {TOP: 3_750, TOP + timedelta(minutes=1): 100, TOP - timedelta(minutes=5): 9_999}
-    due = scaled_to_all_shards(planned, shards_seen=1, shard_count=16)
-    assert due[TOP] == 60_000
-    assert burst_ahead(due, NOW) == 60_000  # the minute 5 minutes ago is past
-    assert burst_ahead(due, TOP + timedelta(minutes=1, seconds=30)) == 1_600
-    assert burst_ahead({}, NOW) == 0 and scaled_to_all_shards(planned, 0, 16) == {}
+def test_a_ticks_burst_is_scaled_from_the_shards_it_saw_to_every_shard() -> None:
+    assert burst_ahead({TOP: 3_750, TOP + timedelta(minutes=1): 100}, shards_seen=1, shard_count=16) == 60_000
+    assert burst_ahead({}, 1, 16) == 0 and burst_ahead({TOP: 5}, 0, 16) == 0
 
 
 @pytest.mark.parametrize(
     ("runs", "pollers"),
-    [(0, 2), (2_000, 2), (2_001, 3), (60_000, 10), (10_000, 10)],  # 10 queues x 10 a batch x 10 a poller
+    [(0, 2), (2_000, 2), (2_001, 3), (60_000, 10), (10_000, 10), (10_000_000, 200)],
 )
-def test_pollers_carry_the_burst_within_the_mappings_bounds(runs: int, pollers: int) -> None:
-    assert pollers_for(runs, queues=10, batch_size=10, floor=2, ceiling=10) == pollers
+def test_pollers_carry_the_burst_within_the_mappings_bounds_and_awss_200(runs: int, pollers: int) -> None:
+    assert (
+        pollers_for(runs, queues=10, batch_size=10, floor=2, ceiling=2_000 if runs > 60_000 else 10)
+        == pollers
+    )
 
 
-def test_a_planned_burst_raises_the_pollers_until_it_has_passed_then_the_floor_comes_back() -> None:
-    control = Control()
-    prescaler = Prescaler(control, CONFIG)
-    minute = timedelta(minutes=1)
-
-    # A fresh process raises at once, but does not lower (or set the floor) before it has seen enough ticks.
-    assert prescaler.after_tick(tick({TOP: 3_750}), NOW - minute) == 10  # 60,000 over 16 shards, planned
-    # The next ticks plan nothing more of it: the burst is remembered, the pollers stay up.
-    assert prescaler.after_tick(tick({}), NOW) is None
-    assert prescaler.after_tick(tick({}), TOP + timedelta(seconds=10)) is None
-    # It has passed: back to the floor.
-    assert prescaler.after_tick(tick({}), TOP + minute + timedelta(seconds=10)) == 2
-    assert prescaler.after_tick(tick({}), TOP + 2 * minute) is None
-
-    assert control.set == [10, 2]
+def test_raised_at_once_lowered_only_after_the_hold_never_below_the_floor() -> None:
+    raised = {"a": MappingState(10, NOW)}
+    assert changes({"a": MappingState(2, NOW)}, 10, 2, NOW) == {"a": 10}
+    assert changes(raised, 2, 2, NOW + HOLD - timedelta(seconds=1)) == {}
+    assert changes(raised, 2, 2, NOW + HOLD) == {"a": 2}
+    assert changes(raised, 6, 2, NOW + HOLD) == {"a": 6}
+    assert changes({"a": MappingState(2, NOW)}, 1, 2, NOW + HOLD) == {}
 
 
-def test_a_fresh_process_sets_the_floor_once_it_has_seen_enough_ticks() -> None:
-    control = Control()
-    prescaler = Prescaler(control, CONFIG)
-    results = [prescaler.after_tick(tick({}), NOW + timedelta(minutes=i)) for i in range(SETTLED_TICKS + 1)]
-    assert results == [None] * (SETTLED_TICKS - 1) + [2, None] and control.set == [2]
+def test_the_tick_that_plans_a_burst_raises_and_later_ticks_anywhere_lower_after_it() -> None:
+    clock = [NOW - timedelta(seconds=50)]
+    mappings = Mappings(clock)
+    # Any environment may run any tick: a fresh Prescaler each time. 60,000 runs want 200 pollers a queue;
+    # the mappings' maximum (40) caps it.
+    assert Prescaler(mappings, CONFIG).after_tick(tick({TOP: 3_750}), clock[0]) == dict.fromkeys(IDS, 40)
+    for seconds in (10, 70, 130):  # the next ticks plan nothing of it: the minimum stays up
+        clock[0] = TOP + timedelta(seconds=seconds) - timedelta(minutes=1)
+        assert Prescaler(mappings, CONFIG).after_tick(tick({}), clock[0]) == {}
+    clock[0] = NOW - timedelta(seconds=50) + HOLD
+    assert Prescaler(mappings, CONFIG).after_tick(tick({}), clock[0]) == dict.fromkeys(IDS, 2)
 
 
-def test_only_the_invocation_planning_shard_0_decides() -> None:
-    control = Control()
-    assert Prescaler(control, CONFIG).after_tick(tick({TOP: 3_750}, shards=(5, 6)), NOW) is None
-    assert control.set == []
-
-
-def test_a_failure_is_raised_to_the_caller_and_the_next_tick_tries_again() -> None:
-    control = Control(fail=True)
-    prescaler = Prescaler(control, CONFIG)
+def test_a_mapping_a_failed_call_left_behind_is_caught_up_by_the_next_tick() -> None:
+    clock = [NOW]
+    mappings = Mappings(clock)
+    mappings.failing = {"b"}
     with pytest.raises(ScalingError):
-        prescaler.after_tick(tick({TOP: 3_750}), NOW)
-    control.fail = False
-    assert prescaler.after_tick(tick({TOP: 3_750}), NOW) == 10
+        Prescaler(mappings, CONFIG).after_tick(tick({TOP: 3_750}), NOW)
+    mappings.failing = set()
+    assert Prescaler(mappings, CONFIG).after_tick(tick({TOP: 3_750}), NOW) == {"b": 40}
 
 
 M1, M2 = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
 
 
-def test_the_adapter_sets_every_mapping_and_reports_the_ones_that_failed() -> None:
+def test_the_adapter_reads_and_sets_every_mapping_and_names_the_ones_that_failed() -> None:
     client: Any = boto3.client(
         "lambda", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     )
+    control = LambdaPollerControl(client, [M1, M2], max_pollers=10)
     with Stubber(client) as stub:
+        for mapping in (M1, M2):
+            stub.add_response(
+                "get_event_source_mapping",
+                {"UUID": mapping, "LastModified": NOW, "ProvisionedPollerConfig": {"MinimumPollers": 2}},
+                {"UUID": mapping},
+            )
+        assert control.states() == {M1: MappingState(2, NOW), M2: MappingState(2, NOW)}
         for mapping in (M1, M2):
             stub.add_response(
                 "update_event_source_mapping",
                 {"UUID": mapping},
                 {"UUID": mapping, "ProvisionedPollerConfig": {"MinimumPollers": 7, "MaximumPollers": 10}},
             )
-        LambdaPollerControl(client, [M1, M2], max_pollers=10).set_min_pollers(7)
-        stub.assert_no_pending_responses()
-
+        control.set_min_pollers({M1: 7, M2: 7})
         stub.add_response("update_event_source_mapping", {"UUID": M1})
         stub.add_client_error("update_event_source_mapping", "TooManyRequestsException", "slow down")
         with pytest.raises(ScalingError, match=f"1 of 2 mappings: {M2}: TooManyRequestsException"):
-            LambdaPollerControl(client, [M1, M2], max_pollers=10).set_min_pollers(3)
+            control.set_min_pollers({M1: 3, M2: 3})
+        stub.add_client_error("get_event_source_mapping", "ResourceNotFoundException", "gone")
+        with pytest.raises(ScalingError, match=f"{M1}: ResourceNotFoundException"):
+            control.states()
+        stub.assert_no_pending_responses()

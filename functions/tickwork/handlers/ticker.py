@@ -8,11 +8,12 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tickwork.domain.errors import ScalingError
+from tickwork.composition import Components
+from tickwork.domain.errors import TickworkError
 from tickwork.domain.timekeys import parse_instant
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 from tickwork.services.planning import TickSummary
-from tickwork.services.prescaling import Prescaler
+from tickwork.settings import SettingsError
 
 MAX_THREADS = 16
 # What the invocation keeps after its last round may start: that round's commits (none starts later than
@@ -31,20 +32,21 @@ def _shards(event: dict[str, Any], shard_count: int) -> list[int]:
     return shards
 
 
-def _start_warm(prescaler: Prescaler | None, tick: TickSummary, now: datetime) -> int | None:
-    """Raise (or lower) the executor's warm pollers for the bursts this tick planned; planning is done, so
-    a failure is counted (PrescaleFailures) and the next tick tries again."""
-    if prescaler is None:
-        return None
+def _start_warm(parts: Components, tick: TickSummary, now: datetime) -> dict[str, int] | None:
+    """Raise (or lower) the executor's warm pollers for the burst this tick planned. Planning is done: a
+    failure here is logged with its traceback and counted (PrescaleFailures), and the next tick catches up."""
     try:
-        pollers = prescaler.after_tick(tick, now)
-    except ScalingError as error:
+        prescaler = parts.prescaler
+        if prescaler is None:
+            return None
+        changed = prescaler.after_tick(tick, now)
+    except (TickworkError, SettingsError):  # a scaling call refused, or the settings for it wrong
+        logger.exception("could not set the executor's warm pollers")
         metrics.add_metric(name="PrescaleFailures", unit=MetricUnit.Count, value=1)
-        logger.warning("could not set the executor's warm pollers", extra={"error": str(error)})
         return None
-    if pollers is not None:
-        metrics.add_metric(name="ExecutorMinPollers", unit=MetricUnit.Count, value=pollers)
-    return pollers
+    if changed:
+        metrics.add_metric(name="ExecutorMinPollers", unit=MetricUnit.Count, value=max(changed.values()))
+    return changed
 
 
 @metrics.log_metrics
@@ -78,6 +80,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "failed_jobs": [job for r in tick.reports for job in r.failed_jobs],
     }
     metrics.add_metric(name="TickerDuration", unit=MetricUnit.Seconds, value=elapsed)
-    summary["min_pollers"] = _start_warm(parts.prescaler, tick, now)
+    # One invocation decides a minute: the one given shard 0 (whether or not shard 0 could be planned).
+    summary["min_pollers"] = _start_warm(parts, tick, now) if 0 in shards else None
     logger.info("tick done", extra=summary)
     return summary

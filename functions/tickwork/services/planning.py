@@ -325,7 +325,10 @@ class Planner:
         report.commits += 1
         planned = [r for r in runs if r.state is RunState.PLANNED]
         report.runs_planned += len(planned)
-        report.planned_by_minute.update(r.scheduled_for.replace(second=0, microsecond=0) for r in planned)
+        # By the minute it starts: a catch-up run is due now, not in its past minute.
+        report.planned_by_minute.update(
+            max(r.scheduled_for, now).replace(second=0, microsecond=0) for r in planned
+        )
         report.runs_catch_up += sum(1 for r in planned if r.scheduled_for < now)
         report.runs_missed += sum(1 for r in runs if r.state is RunState.MISSED)
         return self._next_step(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
+from tickwork.domain.prescale import MappingState
 from tickwork.domain.requests import RunRequest
 from tickwork.domain.slots import Pool, SlotHold
 
@@ -258,8 +259,12 @@ class SlotStore(Protocol):
 class PollerControl(Protocol):
     """The executor's event source mappings, as far as starting warm needs them."""
 
-    def set_min_pollers(self, pollers: int) -> None:
-        """Every mapping keeps at least `pollers` pollers provisioned (they scale up from there)."""
+    def states(self) -> dict[str, MappingState]:
+        """Each mapping's provisioned minimum pollers, and when it last changed."""
+        ...
+
+    def set_min_pollers(self, changes: Mapping[str, int]) -> None:
+        """These mappings keep at least so many pollers provisioned (they scale up from there)."""
         ...
 
 
