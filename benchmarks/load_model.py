@@ -5,6 +5,8 @@ that measured it. Everything else is derived: the fires come from the real sched
 
     python benchmarks/load_model.py             # print the model
     python benchmarks/load_model.py --write     # rewrite docs/design.md's "Rough numbers" block from it
+    tickwork -o json jobs list --all > jobs.json && python benchmarks/load_model.py --jobs jobs.json
+                                                # a running instance: the next 24 h, its peak, the jitter
 
 tests/test_load_model.py keeps the block equal to what this prints.
 """
@@ -12,12 +14,14 @@ tests/test_load_model.py keeps the block equal to what this prints.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
@@ -151,6 +155,71 @@ def model() -> list[str]:
     return lines
 
 
+def instance_per_minute(jobs: list[dict[str, Any]], start: datetime) -> Counter[datetime]:
+    """The fires of a running instance's active jobs (`tickwork -o json jobs list --all`) in each minute of
+    the 24 hours from `start`, from their own schedules (one computation per distinct schedule)."""
+    keys: Counter[tuple[Any, ...]] = Counter()
+    for job in jobs:
+        if job.get("state", "active") != "active":
+            continue
+        s = job["schedule"]
+        keys[(s["expression"], s.get("timezone", "UTC"), s.get("start_at"), s.get("end_at"))] += 1
+    per_minute: Counter[datetime] = Counter()
+    end = start + timedelta(days=1)
+    for (expression, timezone, start_at, end_at), count in keys.items():
+        schedule = parse_schedule(
+            expression,
+            timezone,
+            start_at=datetime.fromisoformat(start_at) if start_at else None,
+            end_at=datetime.fromisoformat(end_at) if end_at else None,
+        )
+        fire = next_fire_after(schedule, start - timedelta(seconds=1))
+        while fire is not None and fire < end:
+            per_minute[fire.replace(second=0)] += count
+            fire = next_fire_after(schedule, fire)
+    return per_minute
+
+
+def instance_report(jobs: list[dict[str, Any]], start: datetime, cap: int) -> list[str]:
+    """For a running instance: the next 24 hours' fires by hour, the peak minute, what the peak asks of the
+    account at `cap`, and the jitter that would flatten it."""
+    per_minute = instance_per_minute(jobs, start)
+    if not per_minute:
+        return [f"{len(jobs)} jobs, none active with a fire in the 24 h from {start.isoformat()}"]
+    peak_minute, peak = max(per_minute.items(), key=lambda item: (item[1], -item[0].timestamp()))
+    lines = [
+        f"{sum(1 for j in jobs if j.get('state', 'active') == 'active'):,} active jobs: "
+        f"{sum(per_minute.values()):,} runs in the 24 h from {start.isoformat()}",
+        f"peak minute {peak_minute.isoformat()}: {peak:,} runs; the busiest minutes: "
+        + ", ".join(f"{m.strftime('%H:%M')} {n:,}" for m, n in per_minute.most_common(5)),
+        "runs by hour (UTC):",
+    ]
+    by_hour: Counter[datetime] = Counter()
+    for minute, count in per_minute.items():
+        by_hour[minute.replace(minute=0)] += count
+    widest = max(by_hour.values())
+    for hour in sorted(by_hour):
+        bar = "#" * max(1, round(40 * by_hour[hour] / widest))
+        lines.append(f"  {hour.strftime('%H:00')} {by_hour[hour]:>10,} {bar}")
+    waves = math.ceil(peak / cap)
+    shards = math.ceil(peak * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
+    lines += [
+        f"at a cap of {cap:,}: the peak minute drains in {waves} waves of a run's length (1 s runs: "
+        f"{waves} s); shards for it: at least {shards}; "
+        f"DynamoDB warm writes: {burst_write_units(cap):,}/s on the runs and slots tables; Lambda "
+        f"concurrency: `python -m infra.preflight -c concurrency_cap={cap}` names the quota to ask for",
+        f"jitter: `jitter_seconds` J on the peak minute's jobs spreads its {peak:,} runs over J s: "
+        + ", ".join(f"J={j}: {math.ceil(peak / j):,} a second" for j in (10, 30, 60))
+        + f"; at most the cap ({cap:,}) a second needs J >= {math.ceil(peak / cap)}",
+    ]
+    return lines
+
+
+def burst_write_units(cap: int) -> int:
+    """infra/config.burst_write_units (kept apart: the model runs without the infra extra)."""
+    return max(4_000, 2 * cap)
+
+
 def write() -> None:
     text = DOC.read_text()
     begin, finish = text.index(START) + len(START), text.index(END)
@@ -162,7 +231,21 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--write", action="store_true", help="rewrite docs/design.md's rough numbers")
+    parser.add_argument(
+        "--jobs",
+        type=Path,
+        help="a running instance's jobs instead of the mix: `tickwork -o json jobs list --all`",
+    )
+    parser.add_argument("--start", help="the 24 hours from this UTC instant (ISO 8601; default: now)")
+    parser.add_argument("--cap", type=int, default=CAP, help="the deployment's concurrency_cap")
     args = parser.parse_args()
+    if args.jobs is not None:
+        start = datetime.fromisoformat(args.start) if args.start else datetime.now(UTC)
+        start = start.replace(second=0, microsecond=0)
+        listed = json.loads(args.jobs.read_text())
+        jobs = listed["items"] if isinstance(listed, dict) else listed
+        print("\n".join(instance_report(jobs, start, args.cap)))
+        return
     if args.write:
         write()
     print("\n".join(model()))

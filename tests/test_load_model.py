@@ -41,3 +41,32 @@ def test_the_burst_is_derived_from_the_mix_not_stated() -> None:
         sum(per_minute.values())
         == 40_000 * 24 + 10_000 * 96 + 5_000 * 288 + 5_000 * 1_440 + 30_000 * 24 + 10_000
     )
+
+
+def test_a_running_instances_jobs_give_its_next_24_hours_peak_and_the_jitter_to_flatten_it(
+    tmp_path: Path,
+) -> None:
+    model = _load_model()
+    jobs = [
+        *(
+            {"state": "active", "schedule": {"expression": "0 * * * *", "timezone": "UTC"}}
+            for _ in range(300)
+        ),
+        *(
+            {"state": "active", "schedule": {"expression": "30 9 * * *", "timezone": "Europe/Paris"}}
+            for _ in range(50)
+        ),
+        {"state": "paused", "schedule": {"expression": "* * * * *", "timezone": "UTC"}},
+    ]
+    start = model.datetime(2026, 12, 2, 0, 0, tzinfo=model.UTC)
+
+    per_minute = model.instance_per_minute(jobs, start)
+    report = "\n".join(model.instance_report(jobs, start, cap=100))
+
+    assert sum(per_minute.values()) == 300 * 24 + 50  # the paused job counts for nothing
+    assert per_minute[model.datetime(2026, 12, 2, 8, 30, tzinfo=model.UTC)] == 50  # 09:30 in Paris, winter
+    assert (
+        "350 active jobs: 7,250 runs" in report
+        and "peak minute 2026-12-02T00:00:00+00:00: 300 runs" in report
+    )
+    assert "J >= 3" in report and report.count("\n  ") == 24  # one bar an hour
