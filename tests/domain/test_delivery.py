@@ -942,6 +942,14 @@ ROWS: list[Row] = [
         {"then.outcome": Outcome.WAITING_FOR_SLOT},
     ),
     Row(
+        "slots_move_before_the_claim_throttled",
+        "moving the slots' lease before the claim throttled past the store's retries: no claim; what the move"
+        " may hold is freed, then it goes back",
+        lambda: then(_slots_taken_after(timedelta(seconds=5)), throttled=TransientStoreError("throttled")),
+        ReleaseSlots,
+        {"then.outcome": Outcome.DEFERRED, "then.unsent": Unsent.THROTTLED},
+    ),
+    Row(
         "bound_full_reads_the_run",
         "a pool has no free slot: is the message's run still waiting for a claim, or already running?",
         lambda: then(bounded(arrived()), busy=True),
@@ -983,6 +991,14 @@ ROWS: list[Row] = [
         lambda: then(then(bounded(arrived()), busy=True), run=None),
         SendBack,
         {"outcome": Outcome.WAITING_FOR_RUN},
+    ),
+    Row(
+        "bound_full_for_a_key_the_run_no_longer_names",
+        "a pool has no free slot, and a job write since gave the waiting run another concurrency key: the"
+        " message goes back with the view's key, to wait in that key's pool",
+        lambda: then(then(bounded(arrived()), busy=True), run=with_view(a_run(), concurrency=HOST_KEY)),
+        SendBack,
+        {"outcome": Outcome.DEFERRED, "message.concurrency": HOST_KEY, "counts": ("ConcurrencyKeyChanges",)},
     ),
     Row(
         "bound_full_exclusive_waits",

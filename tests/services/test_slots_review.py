@@ -1,6 +1,7 @@
 """Slots and accepted work, found by a review of the bound (each failed before its fix): the slot of work a
 target holds is never freed by our own throttled write, never ends before the run's lease (a heartbeat
-racing the accepted write), and a full pool of a key the run no longer names does not hold the run back."""
+racing the accepted write). The full pool of a key the run no longer names: the delivery table's
+`bound_full_for_a_key_the_run_no_longer_names`."""
 
 from __future__ import annotations
 
@@ -9,14 +10,8 @@ from typing import Any
 
 from tests.domain.test_delivery import (
     ACCEPTED,
-    HOST_KEY,
     _callback_answered,
     _holding_slot,
-    a_run,
-    arrived,
-    bounded,
-    then,
-    with_view,
 )
 from tests.services.test_callbacks import ACCEPTED as ACCEPTED_202
 from tests.services.test_callbacks import LINKS, SECRET, CallbackWorld
@@ -44,13 +39,6 @@ def test_a_throttled_accepted_write_never_frees_the_slot_of_work_the_target_hold
         known = known.after(step, known.now, throttled=throttled)
         assert len(steps) < 12
     assert isinstance(steps[-1], SendBack) and not any(isinstance(s, ReleaseSlots) for s in steps)
-
-
-def test_a_full_pool_of_a_key_the_run_no_longer_names_sends_it_back_with_the_views_key() -> None:
-    # The message names no key; a PATCH since gave the job (and the unclaimed run's view) HOST_KEY.
-    known = then(bounded(arrived()), busy=True)  # the message's pool is full: the run is read
-    step = next_step(then(known, run=with_view(a_run(), concurrency=HOST_KEY)))
-    assert isinstance(step, SendBack) and step.message.concurrency == HOST_KEY
 
 
 class _Store:
