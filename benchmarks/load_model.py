@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickwork.domain.schedule import next_fire_after, parse_schedule
+from infra.config import burst_write_units
+
+from tickwork.domain.schedule import Schedule, next_fire_after, parse_schedule
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "design.md"
 START = "<!-- rough numbers: written by `python benchmarks/load_model.py --write` -->"
@@ -68,18 +71,22 @@ LEAD_S = 50.0  # the least the two ticks before a fire have (docs/design.md, "Th
 RUN_SECONDS = (1, 30, 60)
 
 
+def _add_fires(per_minute: Counter[datetime], schedule: Schedule, jobs: int, start: datetime) -> None:
+    """Count `jobs` runs in each minute where `schedule` fires, over the 24 hours from `start`."""
+    end = start + timedelta(days=1)
+    fire = next_fire_after(schedule, start - timedelta(seconds=1))
+    while fire is not None and fire < end:
+        per_minute[fire.replace(second=0)] += jobs
+        fire = next_fire_after(schedule, fire)
+
+
 def fires_per_minute(day: datetime, mix: tuple[Share, ...] = MIX) -> Counter[datetime]:
     """How many runs fire in each minute of the 24 hours from `day`, over the whole mix."""
     per_minute: Counter[datetime] = Counter()
-    end = day + timedelta(days=1)
     for share in mix:
         count = Counter(share.expressions[i % len(share.expressions)] for i in range(share.jobs))
         for expression, jobs in count.items():
-            schedule = parse_schedule(expression)
-            fire = next_fire_after(schedule, day - timedelta(seconds=1))
-            while fire is not None and fire < end:
-                per_minute[fire.replace(second=0)] += jobs
-                fire = next_fire_after(schedule, fire)
+            _add_fires(per_minute, parse_schedule(expression), jobs, day)
     return per_minute
 
 
@@ -165,7 +172,6 @@ def instance_per_minute(jobs: list[dict[str, Any]], start: datetime) -> Counter[
         s = job["schedule"]
         keys[(s["expression"], s.get("timezone", "UTC"), s.get("start_at"), s.get("end_at"))] += 1
     per_minute: Counter[datetime] = Counter()
-    end = start + timedelta(days=1)
     for (expression, timezone, start_at, end_at), count in keys.items():
         schedule = parse_schedule(
             expression,
@@ -173,10 +179,7 @@ def instance_per_minute(jobs: list[dict[str, Any]], start: datetime) -> Counter[
             start_at=datetime.fromisoformat(start_at) if start_at else None,
             end_at=datetime.fromisoformat(end_at) if end_at else None,
         )
-        fire = next_fire_after(schedule, start - timedelta(seconds=1))
-        while fire is not None and fire < end:
-            per_minute[fire.replace(second=0)] += count
-            fire = next_fire_after(schedule, fire)
+        _add_fires(per_minute, schedule, count, start)
     return per_minute
 
 
@@ -213,11 +216,6 @@ def instance_report(jobs: list[dict[str, Any]], start: datetime, cap: int) -> li
         + f"; at most the cap ({cap:,}) a second needs J >= {math.ceil(peak / cap)}",
     ]
     return lines
-
-
-def burst_write_units(cap: int) -> int:
-    """infra/config.burst_write_units (kept apart: the model runs without the infra extra)."""
-    return max(4_000, 2 * cap)
 
 
 def write() -> None:
