@@ -12,6 +12,11 @@ from tickwork.domain.targets import TargetResult, validate_target
 INVALID_TARGET = "InvalidTarget"
 
 
+def invalid_target(detail: str) -> TargetResult:
+    """A target that can never be called as stored: the run fails for good, the executor does not crash."""
+    return TargetResult(ok=False, retryable=False, status=INVALID_TARGET, latency_ms=0, detail=detail)
+
+
 def checked_target(target: Target, kinds: frozenset[str]) -> Target | TargetResult:
     """The normalised target, or a non-retryable result when it cannot be called.
 
@@ -19,17 +24,11 @@ def checked_target(target: Target, kinds: frozenset[str]) -> Target | TargetResu
     under older rules (or written around the API) into a failed run instead of a crashed executor.
     """
     if target.kind not in kinds:
-        return TargetResult(
-            ok=False,
-            retryable=False,
-            status=INVALID_TARGET,
-            latency_ms=0,
-            detail=f"this invoker does not call {target.kind!r} targets",
-        )
+        return invalid_target(f"this invoker does not call {target.kind!r} targets")
     try:
         return validate_target(target.kind, target.config)
     except ValidationError as error:
-        return TargetResult(ok=False, retryable=False, status=INVALID_TARGET, latency_ms=0, detail=str(error))
+        return invalid_target(str(error))
 
 
 class Stopwatch:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickwork.adapters.targets._common import INVALID_TARGET
+from tickwork.adapters.targets._common import invalid_target
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.domain.models import Target
@@ -20,12 +20,8 @@ class TargetRegistry:
         if target.kind in AWS_TARGET_KINDS:
             return self._aws.invoke(target, invocation)
         # A stored job with a kind this version does not know: fail the run visibly, don't crash the executor.
-        return TargetResult(
-            ok=False,
-            retryable=False,
-            status=INVALID_TARGET,
-            latency_ms=0,
-            detail=f"unknown target kind {target.kind!r}; expected one of {', '.join(TARGET_KINDS)}",
+        return invalid_target(
+            f"unknown target kind {target.kind!r}; expected one of {', '.join(TARGET_KINDS)}"
         )
 
     def track(self, target: Target, handle: str) -> TargetResult | None:
@@ -34,10 +30,6 @@ class TargetRegistry:
         good rather than the executor crashing on a stored run it cannot follow."""
         if target.kind in TRACKED_KINDS:
             return self._aws.track(target, handle)
-        return TargetResult(
-            ok=False,
-            retryable=False,
-            status=INVALID_TARGET,
-            latency_ms=0,
-            detail=f"{target.kind!r} targets are not tracked; only {', '.join(sorted(TRACKED_KINDS))} are",
+        return invalid_target(
+            f"{target.kind!r} targets are not tracked; only {', '.join(sorted(TRACKED_KINDS))} are"
         )
