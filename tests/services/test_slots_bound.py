@@ -84,29 +84,14 @@ def test_a_full_bound_sends_the_run_back_to_wait_and_it_runs_once_a_slot_is_free
     assert world.metrics.counts["SlotWaits"] == 1 and world.in_flight() == 0
 
 
-def test_a_duplicate_delivery_never_frees_the_winners_slot(world: BoundWorld) -> None:
-    message = world.first_message()
-    during: list[tuple[Outcome, int]] = []
-
-    def duplicate_delivered_meanwhile() -> None:
-        outcome = world.executor("worker-b").execute(message)
-        during.append((outcome, world.in_flight()))
-
-    world.invoker.during_call = duplicate_delivered_meanwhile
-    assert world.executor().execute(message) is Outcome.SUCCEEDED
-
-    # The duplicate could not take a slot (the bound of 1 is the winner's); it read the run, found it
-    # running its attempt and watches the lease (never waits for the slot its own run holds). The
-    # winner's slot stayed taken until its run ended.
-    [(outcome, in_flight)] = during
-    assert outcome is Outcome.WATCHING_LEASE and in_flight == 1
-    assert world.run().state is RunState.SUCCEEDED and world.in_flight() == 0
-
-
-def test_a_duplicate_that_takes_a_slot_frees_its_own_when_its_claim_is_refused(
-    store: MemoryStore, clock: FakeClock
+@pytest.mark.parametrize("cap", [1, 2])
+def test_a_duplicate_delivery_during_the_call_watches_the_lease_and_never_frees_the_winners_slot(
+    store: MemoryStore, clock: FakeClock, cap: int
 ) -> None:
-    world = BoundWorld(store, clock, cap=2)
+    """Cap 1: the duplicate cannot take a slot; it reads the run, finds it running its attempt and watches
+    the lease (never waits for the slot its own run holds). Cap 2: it takes a second slot, loses the claim
+    and gives back its own. Either way the winner's slot stays taken until its run ends."""
+    world = BoundWorld(store, clock, cap=cap)
     world.clock.set(FIRE + timedelta(milliseconds=100))
     message = world.first_message()
     during: list[tuple[Outcome, int]] = []
@@ -118,10 +103,10 @@ def test_a_duplicate_that_takes_a_slot_frees_its_own_when_its_claim_is_refused(
     world.invoker.during_call = duplicate_delivered_meanwhile
     assert world.executor().execute(message) is Outcome.SUCCEEDED
 
-    # The duplicate took a second slot, lost the claim, and gave back its own: the winner's still counted.
     [(outcome, in_flight)] = during
     assert outcome is Outcome.WATCHING_LEASE and in_flight == 1
-    assert world.in_flight() == 0 and len(world.invoker.calls) == 1
+    assert world.run().state is RunState.SUCCEEDED and world.in_flight() == 0
+    assert len(world.invoker.calls) == 1
 
 
 def _callback_world(
