@@ -23,7 +23,7 @@ def suppress(stack: TickworkStack) -> None:
     )
     scheduled = [stack.scheduler.ticker, stack.scheduler.sweeper]
     NagSuppressions.add_resource_suppressions(
-        [*scheduled, *stack.scheduler.ticker_rules, stack.scheduler.sweeper_rule],
+        [*scheduled, *stack.scheduler.ticker_schedules, stack.scheduler.sweeper_schedule],
         [
             NagPackSuppression(
                 id=rule,
@@ -118,6 +118,23 @@ def suppress(stack: TickworkStack) -> None:
                 "(docs/deploy.md).",
             )
         ],
+    )
+    NagSuppressions.add_resource_suppressions(
+        stack.scheduler.invoke_role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="The schedules' role may invoke the ticker and the sweeper only; CDK's Scheduler "
+                "target adds `:*` for their versions and aliases. Only this deployment's schedule group may "
+                "assume it.",
+                applies_to=[
+                    RegexAppliesTo(
+                        regex=r"/^Resource::<Scheduler(Ticker|Sweeper)Function[0-9A-F]+\.Arn>:\*$/g"
+                    )
+                ],
+            )
+        ],
+        apply_to_children=True,
     )
     executor_role = stack.executor.function.role
     assert executor_role is not None  # the factory always gives a role

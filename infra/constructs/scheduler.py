@@ -1,10 +1,17 @@
-"""The ticker and the sweeper: minutely EventBridge rules.
+"""The ticker and the sweeper: minutely EventBridge Scheduler schedules.
 
-Ticker fan-out: the shards are split into groups of `shards_per_invocation`, and every group is its own rule
-target with a constant input `{"shards": [...], "time": <the event's time>}`. Each minute EventBridge starts
+The trigger. EventBridge Scheduler, not scheduled rules (documented as legacy): its schedules are
+`cron(* * * * ? *)` with the flexible time window off, so each tick is scheduled for second :00 of its minute
+(the phase is chosen, not whatever second a `rate(1 minute)` rule was created at), and the input carries that
+scheduled time (`<aws.scheduler.scheduled-time>`), so the ticker knows how late it started (TickerLag). A fire
+at F is first planned by the tick scheduled for F - 2 min (the planner looks 120 s ahead), which leaves
+120 s less that tick's lag for planning and queueing (docs/design.md, "The tick").
+
+Ticker fan-out: the shards are split into groups of `shards_per_invocation`, and every group is its own
+schedule with a constant input `{"shards": [...], "time": <scheduled time>}`. Each minute Scheduler starts
 one ticker invocation per group, all at once: a slow or stuck shard delays only its own group, each invocation
 plans a few shards in threads and stays far inside the minute, and the groups scale with `shard_count`
-without code changes. A rule takes at most 5 targets, so groups are spread over as many rules as needed.
+without code changes.
 
 Reservations. The ticker reserves one concurrent execution per shard group by default (the groups start
 together and end within the minute), the sweeper a small fixed number: neither shares the account's
@@ -13,10 +20,11 @@ unreserved pool with Lambda targets, and neither can take more than its share.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as targets
 
 from constructs import Construct
 from infra.constructs.dispatch import Dispatch
@@ -24,8 +32,7 @@ from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFa
 from infra.constructs.storage import Storage
 from tickwork.resources import JOBS, RUNS, SHARDS, SLOTS
 
-TARGETS_PER_RULE = 5  # EventBridge's limit
-EVERY_MINUTE = events.Schedule.rate(Duration.minutes(1))
+EVERY_MINUTE_AT_ZERO = "cron(* * * * ? *)"  # second :00 of every minute, UTC
 TICKER_TIMEOUT = Duration.seconds(50)  # a tick must end before the next one starts
 SWEEPER_TIMEOUT = Duration.seconds(55)
 
@@ -80,30 +87,58 @@ class Scheduler(Construct):
             ),
         )
         self._grant(storage, dispatch)
-        self.ticker_rules: list[events.Rule] = []
-        for number, start in enumerate(range(0, len(self.groups), TARGETS_PER_RULE)):
-            rule = events.Rule(
-                self,
-                f"TickerRule{number}",
-                description=f"Tickwork ticker, shard groups {start}..{start + TARGETS_PER_RULE - 1}",
-                schedule=EVERY_MINUTE,
-            )
-            for group in self.groups[start : start + TARGETS_PER_RULE]:
-                rule.add_target(self._target(self.ticker, {"shards": group, "time": events.EventField.time}))
-            self.ticker_rules.append(rule)
-        self.sweeper_rule = events.Rule(
-            self, "SweeperRule", description="Tickwork sweeper", schedule=EVERY_MINUTE
+        # A group per deployment: its schedules are listed (and could be paused) together, and the role that
+        # invokes the functions trusts only this group's schedules.
+        self.group = scheduler.ScheduleGroup(self, "Group", schedule_group_name=factory.prefix)
+        self.invoke_role = iam.Role(
+            self,
+            "InvokeRole",
+            description="Lets this deployment's schedules invoke the ticker and the sweeper",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com",
+                conditions={
+                    "StringEquals": {
+                        "aws:SourceAccount": Stack.of(self).account,
+                        "aws:SourceArn": self.group.schedule_group_arn,
+                    }
+                },
+            ),
         )
-        self.sweeper_rule.add_target(self._target(self.sweeper, None))
+        self.ticker_schedules = [
+            self._every_minute(
+                f"TickerSchedule{number}",
+                f"Tickwork ticker, shards {group[0]}..{group[-1]}",
+                self.ticker,
+                {"shards": group, "time": scheduler.ContextAttribute.scheduled_time},
+            )
+            for number, group in enumerate(self.groups)
+        ]
+        self.sweeper_schedule = self._every_minute(
+            "SweeperSchedule",
+            "Tickwork sweeper",
+            self.sweeper,
+            {"time": scheduler.ContextAttribute.scheduled_time},
+        )
 
-    @staticmethod
-    def _target(function: lambda_.Function, payload: dict[str, object] | None) -> targets.LambdaFunction:
-        return targets.LambdaFunction(
-            function,
-            event=events.RuleTargetInput.from_object(payload) if payload is not None else None,
-            # Delivery retries (throttling) only while the minute is still current.
-            retry_attempts=2,
-            max_event_age=Duration.minutes(1),
+    def _every_minute(
+        self, construct_id: str, description: str, function: lambda_.Function, payload: dict[str, object]
+    ) -> scheduler.Schedule:
+        return scheduler.Schedule(
+            self,
+            construct_id,
+            description=description,
+            schedule_group=self.group,
+            schedule=scheduler.ScheduleExpression.expression(EVERY_MINUTE_AT_ZERO),
+            time_window=scheduler.TimeWindow.off(),
+            target=targets.LambdaInvoke(
+                function,
+                role=self.invoke_role,
+                input=scheduler.ScheduleTargetInput.from_object(payload),
+                # Delivery retries (throttling) only while the minute is still current: 60 s is
+                # Scheduler's least event age.
+                retry_attempts=2,
+                max_event_age=Duration.minutes(1),
+            ),
         )
 
     def _grant(self, storage: Storage, dispatch: Dispatch) -> None:

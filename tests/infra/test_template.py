@@ -261,36 +261,57 @@ def test_default_sizing_is_a_small_development_stack(default: Synth) -> None:
 # scheduler -----------------------------------------------------------------------------------------------
 
 
+def _schedules_of(synth: Synth, function_name: str) -> list[dict[str, Any]]:
+    function_id = _logical_id(synth, "AWS::Lambda::Function", FunctionName=function_name)
+    return [
+        s["Properties"]
+        for s in synth.resources("AWS::Scheduler::Schedule").values()
+        if s["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    ]
+
+
+def _at_second_zero_each_minute(schedule: dict[str, Any], prefix: str) -> None:
+    # Scheduler, not a legacy rate rule: second :00 of every minute, no flexible window, its own group,
+    # and no delivery retry past the minute the tick was for.
+    assert schedule["ScheduleExpression"] == "cron(* * * * ? *)"
+    assert schedule["ScheduleExpressionTimezone"] == "Etc/UTC"
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    assert schedule["GroupName"] == prefix
+    assert schedule["Target"]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 60, "MaximumRetryAttempts": 2}
+
+
 @pytest.mark.parametrize("fixture", ["default", "production"])
-def test_ticker_rules_cover_every_shard_once_each_minute(
+def test_ticker_schedules_cover_every_shard_once_each_minute(
     fixture: str, request: pytest.FixtureRequest
 ) -> None:
     synth: Synth = request.getfixturevalue(fixture)
     config = synth.stack.config
-    ticker_id = _logical_id(synth, "AWS::Lambda::Function", FunctionName=f"{config.prefix}-ticker")
     groups: list[list[int]] = []
-    for rule in synth.resources("AWS::Events::Rule").values():
-        assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
-        for target in rule["Properties"]["Targets"]:
-            if target["Arn"] != {"Fn::GetAtt": [ticker_id, "Arn"]}:
-                continue
-            transformer = target["InputTransformer"]
-            assert transformer["InputPathsMap"] == {"time": "$.time"}  # keeps TickerLag measurable
-            template = transformer["InputTemplate"].replace("<time>", '"2026-12-02T12:03:00Z"')
-            groups.append(json.loads(template)["shards"])
-            assert len(rule["Properties"]["Targets"]) <= 5
-    assert groups == shard_groups(config.shard_count, config.ticker_shards_per_invocation)
+    for schedule in _schedules_of(synth, f"{config.prefix}-ticker"):
+        _at_second_zero_each_minute(schedule, config.prefix)
+        payload = json.loads(schedule["Target"]["Input"])
+        assert payload["time"] == "<aws.scheduler.scheduled-time>"  # keeps TickerLag measurable
+        groups.append(payload["shards"])
+    assert sorted(groups) == shard_groups(config.shard_count, config.ticker_shards_per_invocation)
     assert sorted(s for g in groups for s in g) == list(range(config.shard_count))
 
 
 def test_sweeper_runs_every_minute(default: Synth) -> None:
-    sweeper_id = _logical_id(default, "AWS::Lambda::Function", FunctionName="tickwork-sweeper")
-    rules = [
-        r
-        for r in default.resources("AWS::Events::Rule").values()
-        if any(t["Arn"] == {"Fn::GetAtt": [sweeper_id, "Arn"]} for t in r["Properties"]["Targets"])
-    ]
-    assert len(rules) == 1 and rules[0]["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    schedules = _schedules_of(default, "tickwork-sweeper")
+    assert len(schedules) == 1
+    _at_second_zero_each_minute(schedules[0], "tickwork")
+
+
+def test_only_the_deployments_schedules_may_invoke_its_functions(default: Synth) -> None:
+    groups = default.resources("AWS::Scheduler::ScheduleGroup")
+    assert [g["Properties"]["Name"] for g in groups.values()] == ["tickwork"]
+    (group_id,) = groups
+    for schedule in default.resources("AWS::Scheduler::Schedule").values():
+        role_id = schedule["Properties"]["Target"]["RoleArn"]["Fn::GetAtt"][0]
+        trust = default.resources("AWS::IAM::Role")[role_id]["Properties"]["AssumeRolePolicyDocument"]
+        (statement,) = trust["Statement"]
+        assert statement["Principal"] == {"Service": "scheduler.amazonaws.com"}
+        assert statement["Condition"]["StringEquals"]["aws:SourceArn"] == {"Fn::GetAtt": [group_id, "Arn"]}
 
 
 def test_scheduled_functions_do_not_retry_into_the_next_minute(default: Synth) -> None:

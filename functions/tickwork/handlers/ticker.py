@@ -1,4 +1,4 @@
-"""Ticker Lambda: a minutely EventBridge rule; plans its shards in parallel (I/O bound)."""
+"""Ticker Lambda: a minutely EventBridge Scheduler schedule; plans its shards in parallel (I/O bound)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,25 @@ def _shards(event: dict[str, Any], shard_count: int) -> list[int]:
     return shards
 
 
+UNFILLED_ATTRIBUTE = "<aws."  # a context attribute the trigger did not replace (emulators pass it through)
+
+
+def _scheduled_for(event: dict[str, Any]) -> datetime | None:
+    """The minute the trigger scheduled this tick for, when it says (the schedule's input carries
+    `<aws.scheduler.scheduled-time>`; a hand-started tick has none)."""
+    text = event.get("time")
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError("event 'time' must be an ISO 8601 instant")
+    if text.startswith(UNFILLED_ATTRIBUTE):
+        logger.warning(
+            "the trigger left its scheduled time unfilled; TickerLag not recorded", extra={"time": text}
+        )
+        return None
+    return parse_instant(text)
+
+
 def _start_warm(parts: Components, tick: TickSummary, now: datetime) -> dict[str, int] | None:
     """Raise (or lower) the executor's warm pollers for the burst this tick planned. Planning is done: a
     failure here is logged with its traceback and counted (PrescaleFailures), and the next tick catches up."""
@@ -57,12 +76,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     planner = parts.planner()
     now = parts.clock.now()
     shards = _shards(event, parts.settings.shard_count)
-    if "time" in event:
-        # How late this tick started after the minute it was scheduled for.
+    scheduled_for = _scheduled_for(event)
+    if scheduled_for is not None:
+        # How late this tick started after the second it was scheduled for: the lead the burst's planning
+        # has is 120 s less this (services/planning.py, DEFAULT_LOOKAHEAD).
         metrics.add_metric(
-            name="TickerLag",
-            unit=MetricUnit.Seconds,
-            value=(now - parse_instant(event["time"])).total_seconds(),
+            name="TickerLag", unit=MetricUnit.Seconds, value=(now - scheduled_for).total_seconds()
         )
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     deadline = None if remaining is None else now + timedelta(milliseconds=remaining()) - TICK_RESERVE
