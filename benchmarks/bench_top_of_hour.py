@@ -13,13 +13,16 @@ A discrete-event simulation of the executor side, in one run for every scenario 
 - Lambda creates at most 1,000 execution environments every 10 seconds per function (toolchain.md); a new
   environment takes a cold start (assumed 1.0 s: Python with boto3 and Powertools; --cold-start);
 - an invocation takes a batch of 10 messages and runs them side by side: each run starts after its claim
-  (assumed 15 ms), the invocation ends when its slowest run ends (plus its finish, 15 ms);
+  (42 ms: the p50 `bench_executor_latency.py` measures on the real executor at the same assumed AWS call
+  latencies; --claim-ms), the invocation ends when its runs end plus their finish (31 ms, the same
+  benchmark's p50; --finish-ms);
 - the bound (`cap`) counts runs: a batch starts only with slots for all its runs (the reservation sizes the
   invocations to cap / 10, so it never binds here).
 
-Scenarios: the defaults (2 warm pollers a queue, few warm environments); the same with the ramp per
-function; and pre-scaled before :00 (every mapping at its maximum pollers and the environments warm), what
-"start warm" (part 4) would buy.
+Scenarios: the defaults (2 warm pollers a queue, few warm environments), what the stack did before part 4;
+the same with the ramp per function; the pollers raised before :00 with the environments still cold, what
+the deployed stack does (the ticker's prescaler, "start warm", part 4); and pre-scaled in full (pollers and
+every environment warm), what provisioned concurrency on the executor would add on top.
 
     python benchmarks/bench_top_of_hour.py
     python benchmarks/bench_top_of_hour.py --burst 60000 --cap 10000 --queues 10 --run-seconds 1 30 60
@@ -95,7 +98,7 @@ def simulate(scenario: Scenario, args: argparse.Namespace, run_seconds: float) -
                 busy[queue] += 1
                 runs_in_flight += BATCH
                 starts.extend([begin + args.claim_ms / 1000] * batch)
-                heapq.heappush(ending, (begin + (args.claim_ms * 2) / 1000 + run_seconds, queue))
+                heapq.heappush(ending, (begin + (args.claim_ms + args.finish_ms) / 1000 + run_seconds, queue))
         t += step
     return {
         "p50": percentile(starts, 0.50),
@@ -114,7 +117,18 @@ def main() -> None:
     parser.add_argument("--run-seconds", type=float, nargs="+", default=[1, 30, 60])
     parser.add_argument("--ramp", type=float, default=1_000, help="invocations a mapping adds a minute")
     parser.add_argument("--cold-start", type=float, default=1.0, help="seconds to initialise an environment")
-    parser.add_argument("--claim-ms", type=float, default=15.0, help="a claim's (and a finish's) latency")
+    parser.add_argument(
+        "--claim-ms",
+        type=float,
+        default=42.0,
+        help="invocation start to the target call (bench_executor_latency.py)",
+    )
+    parser.add_argument(
+        "--finish-ms",
+        type=float,
+        default=31.0,
+        help="the target's answer to the run's end (bench_executor_latency.py)",
+    )
     parser.add_argument("--warm-environments", type=int, default=20, help="environments warm at :00")
     args = parser.parse_args()
 
@@ -123,6 +137,14 @@ def main() -> None:
     scenarios = [
         Scenario("defaults, ramp per mapping", args.ramp, True, 2, args.warm_environments),
         Scenario("defaults, ramp per function", args.ramp, False, 2, args.warm_environments),
+        Scenario(
+            f"pollers raised before :00 ({max_pollers} a queue: the ticker's prescaler, deployed), "
+            f"{args.warm_environments} environments warm",
+            args.ramp,
+            True,
+            max_pollers,
+            args.warm_environments,
+        ),
         Scenario(
             f"pre-scaled at :00 ({max_pollers} pollers a queue, {invocations} warm environments)",
             args.ramp,
@@ -133,7 +155,8 @@ def main() -> None:
     ]
     print(
         f"{args.burst:,} runs visible at :00, cap {args.cap:,}, {args.queues} queues; ramp {args.ramp:,.0f} "
-        f"invocations a minute, cold start {args.cold_start} s, claim {args.claim_ms} ms; "
+        f"invocations a minute, cold start {args.cold_start} s, claim {args.claim_ms:g} ms, "
+        f"finish {args.finish_ms:g} ms; "
         f"{args.warm_environments} environments warm at :00 unless pre-scaled"
     )
     for run_seconds in args.run_seconds:

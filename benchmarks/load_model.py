@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.config import burst_write_units
+from infra.config import DeploymentConfig, burst_write_units
 
 from tickwork.domain.schedule import Schedule, next_fire_after, parse_schedule
 
@@ -64,11 +64,19 @@ RETENTION_DAYS = 30  # a run's default retention (domain/models.py)
 # Planning at a region's latencies: one shard's 3,750 fires in 8.7 s with 8 commit threads
 # (`python benchmarks/bench_plan_latency.py`, commits 10-20 ms and sends 5-15 ms assumed).
 PLAN_SECONDS_PER_FIRE_PER_SHARD = 8.7 / 3_750
-SHARDS = 16  # the stack's default `shard_count`
+SHARDS = DeploymentConfig().shard_count  # the stack's default
 CAP = 10_000  # the product's runs in flight
 TICK_BUDGET_S = 40.0  # the ticker's 50 s timeout less its 10 s reserve (handlers/ticker.py)
-LEAD_S = 50.0  # the least the two ticks before a fire have (docs/design.md, "The tick")
+# The least lead a fire has: the planner looks 120 s ahead and the ticks come a minute apart, scheduled for
+# second :00 (infra/constructs/scheduler.py), so a fire is first planned 60-120 s before it (on-the-minute
+# fires, the burst's, 120 s less the tick's lag); 10 s of that is kept for the lag (TickerLag).
+LEAD_S = 60.0 - 10.0
 RUN_SECONDS = (1, 30, 60)
+
+
+def shards_for(burst: int) -> int:
+    """The fewest shards whose share of `burst` plans twice inside the lead and within a tick's budget."""
+    return math.ceil(burst * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
 
 
 def _add_fires(per_minute: Counter[datetime], schedule: Schedule, jobs: int, start: datetime) -> None:
@@ -128,8 +136,7 @@ def model() -> list[str]:
         f"{TICK_BUDGET_S:.0f} s: {'fits' if plan_s <= TICK_BUDGET_S else 'does not fit'}, "
         f"{LEAD_S / plan_s:.1f}x inside the {LEAD_S:.0f} s lead |",
     ]
-    # The fewest shards whose share of the burst plans twice inside the lead time and within the budget.
-    needed = math.ceil(burst * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
+    needed = shards_for(burst)
     lines.append(
         f"| shards for the burst | at least {needed} ({SHARDS} deployed by default) | burst x "
         f"{PLAN_SECONDS_PER_FIRE_PER_SHARD * 1000:.2f} ms / min(lead / 2, budget); `shard_count` only rises |"
@@ -205,7 +212,7 @@ def instance_report(jobs: list[dict[str, Any]], start: datetime, cap: int) -> li
         bar = "#" * max(1, round(40 * by_hour[hour] / widest))
         lines.append(f"  {hour.strftime('%H:00')} {by_hour[hour]:>10,} {bar}")
     waves = math.ceil(peak / cap)
-    shards = math.ceil(peak * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
+    shards = shards_for(peak)
     lines += [
         f"at a cap of {cap:,}: the peak minute drains in {waves} waves of a run's length (1 s runs: "
         f"{waves} s); shards for it: at least {shards}; "

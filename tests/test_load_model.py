@@ -43,6 +43,17 @@ def test_the_burst_is_derived_from_the_mix_not_stated() -> None:
     )
 
 
+def test_the_default_stack_has_the_shards_the_models_burst_needs() -> None:
+    # Issue 29: the shard count is sized by the load model. A deployment whose mix is busier reads its own
+    # figure from `load_model.py --jobs FILE` and sets `-c shard_count=N`.
+    model = _load_model()
+    burst = max(model.fires_per_minute(model.datetime(2026, 12, 2, tzinfo=model.UTC)).values())
+    needed = model.shards_for(burst)
+    assert needed == 6  # 60,000 x 2.32 ms / min(50 s / 2, 40 s)
+    assert model.DeploymentConfig().shard_count >= needed
+    assert model.DeploymentConfig(production=True).shard_count >= needed
+
+
 def test_a_running_instances_jobs_give_its_next_24_hours_peak_and_the_jitter_to_flatten_it(
     tmp_path: Path,
 ) -> None:
