@@ -74,6 +74,22 @@ LEAD_S = 60.0 - 10.0
 RUN_SECONDS = (1, 30, 60)
 
 
+# Write units by table (`bench_cost_modes.py`): planning writes the job (its advance and `due` index
+# moves) and the run; executing claims and finishes the run and takes and gives back a slot.
+PLAN_WCU = {"jobs": 4, "runs": 2}
+EXEC_WCU = {"runs": 2, "slots": 2}
+
+
+def warm_writes(burst: int, plan_s: float, cap: int = CAP) -> dict[str, tuple[int, int]]:
+    """Per table: (the write units a second the burst takes at its busiest, what production warms it to)."""
+    warmed = burst_write_units(cap)
+    need = {
+        table: max(round(burst / plan_s * PLAN_WCU.get(table, 0)), min(cap, burst) * EXEC_WCU.get(table, 0))
+        for table in warmed
+    }
+    return {table: (need[table], warmed[table]) for table in warmed}
+
+
 def shards_for(burst: int) -> int:
     """The fewest shards whose share of `burst` plans twice inside the lead and within a tick's budget."""
     return math.ceil(burst * PLAN_SECONDS_PER_FIRE_PER_SHARD / min(LEAD_S / 2, TICK_BUDGET_S))
@@ -158,6 +174,13 @@ def model() -> list[str]:
         f"{min(CAP, burst) * EXEC_WCU_PER_RUN:,.0f} while 1 s runs drain at the cap "
         f"| {WCU_PER_RUN:.0f} a run (`bench_cost_modes.py`): {PLAN_WCU_PER_RUN:.0f} planning, "
         f"{EXEC_WCU_PER_RUN:.0f} executing |",
+        "| warm writes a table, production at this cap | "
+        + "; ".join(
+            f"{table} needs {need:,}, warmed to {warmed:,}"
+            for table, (need, warmed) in warm_writes(burst, plan_s).items()
+        )
+        + " | the most units a second a table takes while the burst is planned or drains (4 a fire on jobs, "
+        "2 on runs; 2 a run on runs and slots) beside `infra/config.burst_write_units` |",
         f"| run history | {runs_per_day * RETENTION_DAYS / 1e6:,.0f} M runs, "
         f"{runs_per_day * RETENTION_DAYS * RUN_ITEM_BYTES / 1e9:,.0f} GB at most "
         f"| {RETENTION_DAYS} days' retention x <= {RUN_ITEM_BYTES:,} B a run item |",
@@ -216,7 +239,14 @@ def instance_report(jobs: list[dict[str, Any]], start: datetime, cap: int) -> li
     lines += [
         f"at a cap of {cap:,}: the peak minute drains in {waves} waves of a run's length (1 s runs: "
         f"{waves} s); shards for it: at least {shards}; "
-        f"DynamoDB warm writes: {burst_write_units(cap):,}/s on the runs and slots tables; Lambda "
+        "DynamoDB writes a second at the peak (what production warms; name `<table>_warm_writes` if less): "
+        + ", ".join(
+            f"{table} {need:,} ({warmed:,})"
+            for table, (need, warmed) in warm_writes(
+                peak, peak / max(SHARDS, shards) * PLAN_SECONDS_PER_FIRE_PER_SHARD, cap
+            ).items()
+        )
+        + "; Lambda "
         f"concurrency: `python -m infra.preflight -c concurrency_cap={cap}` names the quota to ask for",
         f"jitter: `jitter_seconds` J on the peak minute's jobs spreads its {peak:,} runs over J s: "
         + ", ".join(f"J={j}: {math.ceil(peak / j):,} a second" for j in (10, 30, 60))

@@ -77,13 +77,20 @@ WARM_READ_MIN = 12_000
 WARM_WRITE_MIN = 4_000
 
 
-def burst_write_units(concurrency_cap: int) -> int:
-    """The write units per second a table takes at the top of the hour, at the cap: `cap` one-second runs
-    end every second, each with two writes on the runs table (claim, finish) and two on the slots table
-    (take, give back); the jobs table takes 4 per planned fire, and a tick plans its shards' share of the
-    burst (60,000 fires at a cap of 10,000) in about 9-12 s (benchmarks/bench_plan_latency.py): about
-    2 x cap as well. A new on-demand table starts at 4,000 and DynamoDB doubles it only over minutes."""
-    return max(WARM_WRITE_MIN, 2 * concurrency_cap)
+def burst_write_units(concurrency_cap: int) -> dict[str, int]:
+    """The write units per second each table the top of the hour writes takes, at the cap. Draining:
+    `cap` one-second runs end every second, each with two writes on the runs table (claim, finish) and two
+    on the slots table (take, give back): 2 x cap each. Planning, a minute or two before: the jobs table
+    takes 4 units per fire (the advance and its `due` index moves) and the runs table 2, while every shard
+    plans its share of a burst of about 6 x cap (the load model's 60,000 at a cap of 10,000) in about 9 s
+    (benchmarks/bench_plan_latency.py): 4 x 6 / 9 = 2.7 x cap on the jobs table, 1.3 x cap on the runs
+    table. `python benchmarks/load_model.py` prints each table's need beside these. A new on-demand table
+    starts at 4,000 and DynamoDB doubles it only over minutes (AWS documentation)."""
+    return {
+        "jobs": max(WARM_WRITE_MIN, 3 * concurrency_cap),
+        "runs": max(WARM_WRITE_MIN, 2 * concurrency_cap),
+        "slots": max(WARM_WRITE_MIN, 2 * concurrency_cap),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +159,11 @@ class DeploymentConfig:
     def warm(self) -> dict[str, tuple[int | None, int | None]]:
         """Warm throughput per table, (reads, writes) a second. Production pre-warms the writes of the tables
         the burst writes (jobs, runs, slots) to `burst_write_units(cap)` unless the context names them."""
-        burst = burst_write_units(self.concurrency_cap) if self.production else None
+        burst = burst_write_units(self.concurrency_cap) if self.production else {}
         return {
-            "jobs": (self.jobs_warm_reads, self.jobs_warm_writes or burst),
-            "runs": (self.runs_warm_reads, self.runs_warm_writes or burst),
-            "slots": (None, burst),
+            "jobs": (self.jobs_warm_reads, self.jobs_warm_writes or burst.get("jobs")),
+            "runs": (self.runs_warm_reads, self.runs_warm_writes or burst.get("runs")),
+            "slots": (None, burst.get("slots")),
         }
 
     @property

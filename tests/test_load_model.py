@@ -54,6 +54,16 @@ def test_the_default_stack_has_the_shards_the_models_burst_needs() -> None:
     assert model.DeploymentConfig(production=True).shard_count >= needed
 
 
+def test_production_warms_every_table_to_what_the_models_burst_takes() -> None:
+    model = _load_model()
+    burst = max(model.fires_per_minute(model.datetime(2026, 12, 2, tzinfo=model.UTC)).values())
+    plan_s = burst / model.SHARDS * model.PLAN_SECONDS_PER_FIRE_PER_SHARD
+    writes = model.warm_writes(burst, plan_s)
+    assert set(writes) == {"jobs", "runs", "slots"}
+    for table, (need, warmed) in writes.items():
+        assert need <= warmed, f"{table}: the burst takes {need:,} units/s, production warms {warmed:,}"
+
+
 def test_a_running_instances_jobs_give_its_next_24_hours_peak_and_the_jitter_to_flatten_it(
     tmp_path: Path,
 ) -> None:

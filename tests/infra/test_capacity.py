@@ -153,21 +153,21 @@ def test_warm_throughput_comes_from_context() -> None:
 
 def test_production_pre_warms_the_tables_the_burst_writes_from_the_cap(production: Synth) -> None:
     """A new on-demand table starts at 4,000 write units/s; the top of the hour at a cap of N takes about
-    2 x N on the jobs, runs and slots tables (infra/config.burst_write_units)."""
+    3 x N on the jobs table and 2 x N on the runs and slots tables (infra/config.burst_write_units)."""
     cap = production.stack.config.concurrency_cap
     tables = {
         t["Properties"]["TableName"].removeprefix(f"{production.stack.config.prefix}-"): t["Properties"]
         for t in production.resources("AWS::DynamoDB::Table").values()
     }
-    for name in ("jobs", "runs", "slots"):
-        assert tables[name]["WarmThroughput"]["WriteUnitsPerSecond"] == max(4_000, 2 * cap), name
+    for name, per_run in (("jobs", 3), ("runs", 2), ("slots", 2)):
+        assert tables[name]["WarmThroughput"]["WriteUnitsPerSecond"] == max(4_000, per_run * cap), name
     assert "WarmThroughput" not in tables[SHARDS.logical_name]
 
 
 def test_a_named_warm_throughput_wins_over_the_cap() -> None:
     config = DeploymentConfig(production=True, concurrency_cap=10_000, runs_warm_writes=30_000)
     assert config.warm()["runs"] == (None, 30_000)
-    assert config.warm()["jobs"] == (None, 20_000) == config.warm()["slots"]
+    assert config.warm()["jobs"] == (None, 30_000) and config.warm()["slots"] == (None, 20_000)
     assert DeploymentConfig(concurrency_cap=10_000).warm()["runs"] == (None, None)  # development: not asked
 
 
