@@ -26,6 +26,7 @@ from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import SLOTS
+from tickwork.services.auditing import AuditConfig, Auditor
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
@@ -216,6 +217,15 @@ class Components:
         return Sweeper(
             self.store, self.dispatcher, dead_letters, self.clock, self.metrics, self.settings.shard_count
         )
+
+    def auditor(self) -> Auditor:
+        settings = self.settings
+        config = AuditConfig(
+            segments=settings.audit_segments,
+            grace=timedelta(seconds=settings.audit_grace_seconds),
+            reread=settings.reread,
+        )
+        return Auditor(self.store, self.sweeper(), self.dispatcher, self.clock, self.metrics, config)
 
     def job_service(self) -> JobService:
         config = JobServiceConfig(shard_count=self.settings.shard_count, lookahead=self.settings.lookahead)

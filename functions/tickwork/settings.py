@@ -54,6 +54,10 @@ class Settings:
     shard_count: int = 16
     lookahead_seconds: int = 120
     reread_seconds: int = 120
+    # The reconciliation audit (domain/audit.py): how long a queue-carried run may sit unmoved past its
+    # due time or lease before it counts as lost, and how many segments (minutes) a pass over the jobs takes.
+    audit_grace_seconds: int = 600
+    audit_segments: int = 10
     concurrency_cap: int = 10_000  # runs running at once, counted by the slots (domain/slots.py)
     owner_concurrency_cap: int | None = None  # and at most this many of any one owner (None: no limit)
     mode: str = "aws"  # "aws" or "local": local allows loopback targets (SSRF rule)
@@ -134,6 +138,8 @@ class Settings:
             # in 990 s): 600 s keeps both with room to spare.
             lookahead_seconds=_int(env, "TICKWORK_LOOKAHEAD_SECONDS", 120, 1, 600),
             reread_seconds=_reread(env),
+            audit_grace_seconds=_int(env, "TICKWORK_AUDIT_GRACE_SECONDS", 600, 60, 86_400),
+            audit_segments=_int(env, "TICKWORK_AUDIT_SEGMENTS", 10, 1, 1_000),
             concurrency_cap=_int(env, "TICKWORK_CONCURRENCY_CAP", 10_000, 1, 100_000),
             owner_concurrency_cap=(
                 _int(env, "TICKWORK_OWNER_CONCURRENCY_CAP", 1, 1, 100_000)

@@ -809,3 +809,38 @@ def test_re_sends_go_to_the_runs_own_queue_and_a_dead_letter_read_is_deleted(bac
         "0",
         "0",
     )
+
+
+def test_the_audits_segments_page_through_every_job_exactly_once(backend: Backend) -> None:
+    store = backend.store
+    ids = [f"job_audit_{i:02d}" for i in range(12)]
+    for job_id in ids:
+        store.create_job(a_job(job_id), [])
+    seen: list[str] = []
+    for segment in range(3):
+        after = None
+        for _ in range(20):  # a page of 2 at a time; far more pages than any segment needs
+            page, after = store.audit_jobs(segment, 3, after=after, limit=2)
+            assert len(page) <= 2
+            seen.extend(job.job_id for job in page)
+            if after is None:
+                break
+        assert after is None
+    assert sorted(seen) == ids
+
+
+def test_runs_between_reads_whole_runs_and_restore_runs_creates_only_the_missing(backend: Backend) -> None:
+    store, job = backend.store, a_job()
+    fires = [FIRE - timedelta(minutes=5), FIRE, FIRE + timedelta(minutes=5)]
+    store.create_job(job, [a_run(job, FIRE)])
+    claimed_run = store.claim(a_claim(job))
+
+    created = store.restore_runs([a_run(job, fire) for fire in fires])
+
+    assert [run.scheduled_for for run in created] == [fires[0], fires[2]]
+    runs = store.runs_between(job.job_id, fires[0], fires[2])
+    assert [run.scheduled_for for run in runs] == fires
+    assert runs[1] == claimed_run  # the existing run left exactly as it was
+    assert (
+        store.runs_between(job.job_id, fires[2] + timedelta(seconds=1), fires[2] + timedelta(hours=1)) == []
+    )

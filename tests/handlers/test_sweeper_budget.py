@@ -76,6 +76,13 @@ def test_the_local_sweeper_sweeps_within_its_interval(
         def expire_runs(self) -> int | None:
             return deployed.expire_runs()
 
+        def auditor(self) -> Any:
+            return deployed.auditor()
+
+        @property
+        def clock(self) -> Any:
+            return deployed.clock
+
     roles.run_sweeper(Parts(), stop)  # type: ignore[arg-type]
 
     assert budgets == [timedelta(seconds=1.6)]  # 80 % of the interval

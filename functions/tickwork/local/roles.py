@@ -76,8 +76,16 @@ def run_sweeper(parts: Components, stop: threading.Event) -> None:
     interval = _float_env("TICKWORK_SWEEP_INTERVAL", 60.0)
     budget = timedelta(seconds=max(1.0, 0.8 * interval))  # done before the next sweep is due
 
+    auditor = parts.auditor()
+
     def sweep() -> None:
+        started = parts.clock.now()
         logger.info("sweep: %s", sweeper.sweep(budget=budget))
+        # One segment of the jobs, in what is left of the budget (services/auditing.py).
+        left = budget - (parts.clock.now() - started)
+        audit = auditor.audit(parts.clock.now(), budget=max(left, timedelta(seconds=1)))
+        if audit.repairs or audit.failures or audit.cut_short:
+            logger.warning("audit: %s", audit)
         expired = parts.expire_runs()  # the SQLite engine's run TTL (DynamoDB's TTL needs no help)
         if expired:
             logger.info("deleted %d runs past their retention", expired)

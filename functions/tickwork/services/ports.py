@@ -213,6 +213,37 @@ class RunStore(Protocol):
         ...
 
 
+class AuditStore(Protocol):
+    """Storage as the reconciliation audit sees it (services/auditing.py)."""
+
+    def audit_jobs(
+        self, segment: int, segments: int, *, after: str | None, limit: int
+    ) -> tuple[list[Job], str | None]:
+        """One page of the jobs in `segment` of `segments` (every job is in exactly one, the same one every
+        pass), from after the position `after`; returns the jobs and the position to continue from (None:
+        the segment is done). Eventually consistent: a job may be a moment stale."""
+        ...
+
+    def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
+        """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
+        ...
+
+    def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
+        """Create each run whose record does not exist (each on its own; one that exists is left as it is);
+        returns the runs created."""
+        ...
+
+    def replace_job(
+        self,
+        expected: Job,
+        updated: Job,
+        runs: Sequence[Run],
+        refreshed: Sequence[tuple[Run, JobView]] = (),
+    ) -> None: ...
+
+    def get_watermark(self, shard: int) -> datetime | None: ...
+
+
 class Metrics(Protocol):
     def count(self, name: str, value: float = 1.0) -> None: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from random import Random
@@ -171,6 +172,21 @@ class Sweeper:
         ):
             if value:
                 self._metrics.count(name, value)
+        return report
+
+    def repair(self, runs: Iterable[Run], now: datetime) -> SweepReport:
+        """Repair these runs the way a sweep repairs its overdue ones (re-send, or end an expired attempt
+        by the job's retry policy), whatever listed them: the reconciliation audit's runs that no index
+        lists. One run that fails unexpectedly is logged, counted and skipped."""
+        report = SweepReport()
+        outbox = _RepairOutbox(self._dispatcher, self._clock, self._config.repair_batch, report)
+        for run in runs:
+            try:
+                self._repair(run, now, report, outbox)
+            except Exception as error:
+                logger.exception("repairing %s failed; the others go on", run.run_id)
+                self._isolated(report, run.run_id, error)
+        outbox.flush()
         return report
 
     def _sweep_shard(

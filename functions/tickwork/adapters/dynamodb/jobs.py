@@ -71,6 +71,26 @@ class JobRecords(StoreBase):
         ids = [str(deserialize(item)["job_id"]) for item in page.get("Items", [])]
         return ids, bool(page.get("LastEvaluatedKey"))
 
+    def audit_jobs(
+        self, segment: int, segments: int, *, after: str | None, limit: int
+    ) -> tuple[list[Job], str | None]:
+        """One page of a parallel Scan's segment (eventually consistent: half the read units)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.jobs,
+            "Segment": segment,
+            "TotalSegments": segments,
+            "Limit": limit,
+        }
+        if after is not None:
+            request["ExclusiveStartKey"] = serialize({"job_id": after})
+        try:
+            page = self._client.scan(**request)
+        except ClientError as error:
+            raise self._translate(error) from error
+        jobs = [job_from_item(deserialize(item)) for item in page.get("Items", [])]
+        last = page.get("LastEvaluatedKey")
+        return jobs, None if not last else str(deserialize(last)["job_id"])
+
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         """The jobs that exist among `job_ids` (BatchGetItem, strongly consistent), by id."""
         keys = [{"job_id": job_id} for job_id in dict.fromkeys(job_ids)]

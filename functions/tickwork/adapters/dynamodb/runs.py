@@ -156,6 +156,32 @@ class RunRecords(StoreBase):
             for item in self._query_items(request)
         }
 
+    def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
+        """The job's runs in [first, last], whole (strongly consistent)."""
+        request: dict[str, Any] = {
+            "TableName": self.tables.runs,
+            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
+            "ExpressionAttributeValues": serialize(
+                {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
+            ),
+            "ConsistentRead": True,
+        }
+        return [run_from_item(item) for item in self._query_items(request)]
+
+    def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
+        """One conditional PutItem per run (it must not exist): a run found meanwhile is left as it is."""
+        created: list[Run] = []
+        for run in runs:
+            put = self._put_new_run(run)["Put"]
+            try:
+                self._client.put_item(**put)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                    continue
+                raise self._translate(error) from error
+            created.append(run)
+        return created
+
     def transition_run(self, expected: Run, updated: Run) -> None:
         """One conditional UpdateItem of the attributes that change (never a whole-item put)."""
         condition, values = self._run_condition(expected)

@@ -10,6 +10,7 @@ from typing import Any
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
 from tickwork.adapters.memory.base import MemoryBase, copied
 from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.domain.audit import audit_segment
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -51,6 +52,18 @@ class MemoryJobRecords(MemoryBase):
                 if item.get("owner") == owner and job_id > (after_job_id or "")
             )
         return ids[:limit], len(ids) > limit
+
+    def audit_jobs(
+        self, segment: int, segments: int, *, after: str | None, limit: int
+    ) -> tuple[list[Job], str | None]:
+        with self.tables.lock:
+            ids = sorted(
+                job_id
+                for job_id in self.tables.jobs
+                if (after is None or job_id > after) and audit_segment(job_id, segments) == segment
+            )
+            page = [copied(self.tables.jobs[job_id]) for job_id in ids[:limit]]
+        return [job_from_item(item) for item in page], (ids[limit - 1] if len(ids) > limit else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         with self.tables.lock:

@@ -85,6 +85,25 @@ class MemoryRunRecords(MemoryBase):
     def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]:
         return set(self.run_states_between(job_id, first, last))
 
+    def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
+        low, high = format_instant(first), format_instant(last)
+        with self.tables.lock:
+            items = [
+                copied(item)
+                for item in self._job_runs(job_id, newest_first=False)
+                if low <= str(item["scheduled_for"]) <= high
+            ]
+        return [run_from_item(item) for item in items]
+
+    def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
+        created: list[Run] = []
+        with self.tables.lock:
+            for run in runs:
+                if not self._run_exists(run):
+                    self._put_run(run_to_item(run))
+                    created.append(run)
+        return created
+
     def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
         low, high = format_instant(first), format_instant(last)
         with self.tables.lock:

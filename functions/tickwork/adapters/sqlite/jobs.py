@@ -11,6 +11,7 @@ from typing import Any
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
 from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.adapters.sqlite.base import SqliteBase, put
+from tickwork.domain.audit import audit_segment
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -49,6 +50,28 @@ class SqliteJobRecords(SqliteBase):
             ).fetchall()
         ids = [str(row[0]) for row in rows]
         return ids[:limit], len(ids) > limit
+
+    def audit_jobs(
+        self, segment: int, segments: int, *, after: str | None, limit: int
+    ) -> tuple[list[Job], str | None]:
+        """Keys first (cheap), then the segment's items: SQLite has no segments of its own, so a job's is
+        the hash of its id (domain/audit.audit_segment), as in the in-memory engine."""
+        page: list[str] = []
+        more = False
+        with self.db.read() as connection:
+            rows = connection.execute(
+                "SELECT job_id FROM jobs WHERE job_id > ? ORDER BY job_id", (after or "",)
+            )
+            for (job_id,) in rows:
+                if audit_segment(str(job_id), segments) != segment:
+                    continue
+                if len(page) == limit:
+                    more = True
+                    break
+                page.append(str(job_id))
+        found = self.get_jobs(page)
+        jobs = [found[job_id] for job_id in page if job_id in found]
+        return jobs, (page[-1] if more else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         wanted = list(dict.fromkeys(job_ids))

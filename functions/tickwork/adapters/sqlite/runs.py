@@ -92,6 +92,22 @@ class SqliteRunRecords(SqliteBase):
             ).fetchall()
         return {parse_instant(str(row[0])) for row in rows}
 
+    def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
+        items = self._select_items(
+            "SELECT item FROM runs WHERE job_id = ? AND scheduled_for BETWEEN ? AND ? ORDER BY scheduled_for",
+            (job_id, format_instant(first), format_instant(last)),
+        )
+        return [run_from_item(item) for item in items]
+
+    def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
+        created: list[Run] = []
+        with self.db.write() as connection:
+            for run in runs:
+                if self._run_item(connection, run.job_id, format_instant(run.scheduled_for)) is None:
+                    put(connection, RUNS, run_to_item(run))
+                    created.append(run)
+        return created
+
     def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
         items = self._select_items(
             "SELECT item FROM runs WHERE job_id = ? AND scheduled_for BETWEEN ? AND ?",

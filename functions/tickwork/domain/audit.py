@@ -1,0 +1,127 @@
+"""The reconciliation audit's rules (pure): what counts as lost around the code, and how it is put back.
+
+The at-least-once argument holds for every failure the code can see. A ticker-planned run's only pointer
+is its queue message, though, and a job's only pointer is its `due` entry: a purged queue, a restored
+table or an index that lags past the ticker's re-read window lose them without an error anywhere. The
+audit walks every job once a pass (a segment of them each minute) and checks three things against the
+job itself, the one record those losses leave intact:
+
+- a queue-carried run still `planned`, or `running` past its lease, long after it should have moved on
+  (its message is gone): sent again, or its attempt ended by the job's retry policy, as the sweeper does;
+- a fire of the job's schedule before its stored next fire with no run record (the runs table lost it):
+  recorded again, under the job's missed-fire policy, and sent;
+- an active job filed under a `due` minute the ticker no longer reads: filed again where it will.
+
+Never twice for an attempt that is progressing: a run is only touched `AUDIT_GRACE` after it should have
+moved on (a live lease, a heartbeat, a queue that is merely slow never get there), a re-send backs off
+the way the sweeper's does, and a claim is fenced by the run's attempt, so a duplicate message calls the
+target once.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from tickwork.domain.models import Job, JobState, Run, RunState, Trigger
+from tickwork.domain.planning import classify_fire
+from tickwork.domain.schedule import next_fire_after
+from tickwork.domain.timekeys import floor_minute
+
+# How long past the moment a queue-carried run should have moved on (its due time, or its lease's end)
+# before the audit acts on it. Longer than any drain the load model plans for (the top of the hour's
+# 60 s runs start within 300 s: `benchmarks/bench_top_of_hour.py`), so a backlog is never mistaken for a
+# loss.
+AUDIT_GRACE = timedelta(minutes=10)
+# How far back a pass looks at a job's runs: a pass (AUDIT_SEGMENTS minutes) plus the grace plus slack,
+# so every run is seen at least once after its grace; a runs table restored from up to this long ago is
+# filled in. A restore from further back needs a wider audit (docs/deploy.md, "Restoring the runs table").
+AUDIT_LOOKBACK = timedelta(minutes=30)
+# The jobs are split into this many segments, one audited a minute: every job once every 10 minutes.
+AUDIT_SEGMENTS = 10
+# A job filed under a minute this far behind the ticker's watermark, beyond its re-read window, is never
+# read again by the ticker.
+STRANDED_SLACK = timedelta(seconds=60)
+RECOVERED_REASON = "its run record was lost (restored table or lost write); recorded again by the audit"
+
+
+def audit_segment(job_id: str, segments: int) -> int:
+    """Stable segment of a job for the engines that have no parallel scan of their own."""
+    return zlib.crc32(job_id.encode()) % segments
+
+
+def segment_at(now: datetime, segments: int) -> int:
+    """The segment the audit takes at `now`: the minute goes round them all."""
+    return int(now.timestamp() // 60) % segments
+
+
+def lookback_start(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> datetime:
+    """The earliest fire whose run record the audit may expect: within the lookback, and not before the job
+    (or its last user write, which may have changed its schedule) existed."""
+    return max(now - lookback, job.created_at, job.updated_at)
+
+
+def fires_owed_records(job: Job, start: datetime, now: datetime) -> list[datetime]:
+    """The job's fires from `start` that must already have a run record: planning moves the job's next fire
+    past a fire only in the commit that records it, so every fire before the stored next fire has one. A
+    paused job is not moved on while paused, so its owed fires stop where the pause began."""
+    if job.next_fire_at is None or job.state not in (JobState.ACTIVE, JobState.PAUSED):
+        return []
+    end = min(job.next_fire_at, now)
+    fires: list[datetime] = []
+    fire = next_fire_after(job.schedule, start - timedelta(microseconds=1))
+    while fire is not None and fire < end:
+        fires.append(fire)
+        fire = next_fire_after(job.schedule, fire)
+    return fires
+
+
+def recovered_runs(job: Job, missing: list[datetime], now: datetime) -> list[Run]:
+    """Run records for fires that lost theirs, by the job's missed-fire policy as a late tick would plan
+    them (run late, or recorded `missed`): never silently absent. Not queue-carried, so the sweeper
+    follows them too."""
+    runs: list[Run] = []
+    for fire in sorted(missing):
+        following = next_fire_after(job.schedule, fire)
+        state = classify_fire(job, fire, following, now)
+        runs.append(
+            Run.for_fire(job, fire, now=now, trigger=Trigger.CATCH_UP, state=state, reason=RECOVERED_REASON)
+        )
+    return runs
+
+
+def audit_check_at(run: Run, grace: timedelta = AUDIT_GRACE) -> datetime | None:
+    """When the audit acts on a run nothing moved: a queue-carried run (no sweeper entry) `grace` after its
+    due time, or its lease's end while running; later after each re-send, backing off as the sweeper does.
+    None for a run the audit leaves alone: finished, or followed by the sweeper's index."""
+    if run.state.is_terminal or not run.queue_carried:
+        return None
+    if run.state is RunState.RUNNING:
+        return None if run.lease_expires_at is None else run.lease_expires_at + grace
+    if run.state is not RunState.PLANNED:
+        return None
+    expected = max(run.due_at, run.planned_at)
+    if run.redispatched_at is not None and run.redispatched_at >= expected:
+        return run.redispatched_at + max(grace, run.redispatched_at - expected)
+    return expected + grace
+
+
+def lost(run: Run, now: datetime, grace: timedelta = AUDIT_GRACE) -> bool:
+    check = audit_check_at(run, grace)
+    return check is not None and check <= now
+
+
+def stranded(job: Job, watermark: datetime | None, reread: timedelta) -> bool:
+    """An active job filed under a `due` minute behind every tick's read (its watermark less the re-read
+    window): no tick will plan it again."""
+    if job.state is not JobState.ACTIVE or job.next_fire_at is None or watermark is None:
+        return False
+    filed_at = max(job.next_fire_at, job.due_floor or job.next_fire_at)
+    return floor_minute(filed_at) < watermark - reread - STRANDED_SLACK
+
+
+def refiled(job: Job, watermark: datetime, now: datetime) -> Job:
+    """The job filed under a minute the ticker reads next (a minute past the later of its watermark and
+    now); its next fire stays, so the ticker plans what it owes by its missed-fire policy."""
+    return replace(job, due_floor=floor_minute(max(watermark, now)) + timedelta(minutes=1))

@@ -1,0 +1,170 @@
+"""The reconciliation audit's use case (minutely, one segment of the jobs a minute): finds what was lost
+around the code (a purged queue, a restored runs table, a job filed where no tick reads) and puts it back
+(domain/audit.py has the rules)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tickwork.domain.audit import (
+    AUDIT_GRACE,
+    AUDIT_LOOKBACK,
+    AUDIT_SEGMENTS,
+    fires_owed_records,
+    lookback_start,
+    lost,
+    recovered_runs,
+    refiled,
+    segment_at,
+    stranded,
+)
+from tickwork.domain.clock import Clock
+from tickwork.domain.errors import (
+    ConflictError,
+    DispatchError,
+    NotFoundError,
+    StoreError,
+    TransientStoreError,
+)
+from tickwork.domain.models import Job, RunState
+from tickwork.services.planning import DEFAULT_REREAD
+from tickwork.services.ports import AuditStore, Dispatcher, Metrics
+from tickwork.services.sweeping import Sweeper
+
+logger = logging.getLogger(__name__)
+
+AUDIT_PAGE = 200  # jobs read a page
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    segments: int = AUDIT_SEGMENTS
+    lookback: timedelta = AUDIT_LOOKBACK
+    grace: timedelta = AUDIT_GRACE
+    reread: timedelta = DEFAULT_REREAD  # the ticker's re-read window (PlannerConfig.reread)
+    page: int = AUDIT_PAGE
+
+
+@dataclass(slots=True)
+class AuditReport:
+    segment: int = 0
+    jobs: int = 0
+    runs_resent: int = 0  # queue-carried runs whose message was gone: sent again
+    attempts_ended: int = 0  # running past their lease with nothing to bring them back: ended by policy
+    runs_recovered: int = 0  # fires whose run record was gone: recorded again (and sent, if to run)
+    jobs_refiled: int = 0  # active jobs filed where no tick reads: filed again
+    lost_races: int = 0  # something else moved the run or job meanwhile
+    cut_short: bool = False  # the budget ran out before the segment's end: the rest next pass
+    failures: int = 0  # unexpected errors, isolated per job (AuditFailures)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def repairs(self) -> int:
+        return self.runs_resent + self.attempts_ended + self.runs_recovered + self.jobs_refiled
+
+
+class Auditor:
+    def __init__(
+        self,
+        store: AuditStore,
+        sweeper: Sweeper,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        metrics: Metrics,
+        config: AuditConfig | None = None,
+    ) -> None:
+        self._store = store
+        self._sweeper = sweeper
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._metrics = metrics
+        self._config = config or AuditConfig()
+
+    def audit(self, now: datetime, budget: timedelta, segment: int | None = None) -> AuditReport:
+        """Audit one segment of the jobs (by default the one whose turn `now` is), within `budget`."""
+        config = self._config
+        report = AuditReport(segment=segment_at(now, config.segments) if segment is None else segment)
+        deadline = self._clock.now() + budget
+        watermarks: dict[int, datetime | None] = {}
+        after: str | None = None
+        while True:
+            if self._clock.now() >= deadline:
+                report.cut_short = True
+                break
+            jobs, after = self._store.audit_jobs(
+                report.segment, config.segments, after=after, limit=config.page
+            )
+            for job in jobs:
+                report.jobs += 1
+                try:
+                    self._audit_job(job, now, watermarks, report)
+                except (StoreError, TransientStoreError, DispatchError) as error:
+                    report.errors.append(f"{job.job_id}: {error}")
+                    logger.error(
+                        "audit could not check job %s (the next pass retries): %s", job.job_id, error
+                    )
+                except Exception as error:
+                    logger.exception("audit of job %s failed; the others go on", job.job_id)
+                    report.failures += 1
+                    report.errors.append(f"{job.job_id}: {type(error).__name__}: {error}")
+            if after is None:
+                break
+        for name, value in (
+            ("AuditJobs", report.jobs),
+            ("AuditRunsResent", report.runs_resent),
+            ("AuditAttemptsEnded", report.attempts_ended),
+            ("AuditRunsRecovered", report.runs_recovered),
+            ("AuditJobsRefiled", report.jobs_refiled),
+            ("AuditRepairs", report.repairs),
+            ("AuditCutShort", int(report.cut_short)),
+            ("AuditFailures", report.failures),
+        ):
+            self._metrics.count(name, value)
+        return report
+
+    def _audit_job(
+        self, job: Job, now: datetime, watermarks: dict[int, datetime | None], report: AuditReport
+    ) -> None:
+        if job.shard not in watermarks:
+            watermarks[job.shard] = self._store.get_watermark(job.shard)
+        watermark = watermarks[job.shard]
+        if watermark is not None and stranded(job, watermark, self._config.reread):
+            self._refile(job, watermark, now, report)
+        start = lookback_start(job, now, self._config.lookback)
+        owed = fires_owed_records(job, start, now)
+        if not owed:
+            return  # no fire of the job in the window: no scheduled run of it to check
+        runs = self._store.runs_between(job.job_id, owed[0], now)
+        recorded = {run.scheduled_for for run in runs}
+        missing = [fire for fire in owed if fire not in recorded]
+        if missing:
+            created = self._store.restore_runs(recovered_runs(job, missing, now))
+            report.runs_recovered += len(created)
+            planned = [run for run in created if run.state is RunState.PLANNED]
+            if planned:
+                self._dispatcher.dispatch(planned, now)
+            for run in created:
+                logger.warning("audit recorded lost run %s again as %s", run.run_id, run.state)
+        stuck = [run for run in runs if lost(run, now, self._config.grace)]
+        if stuck:
+            repaired = self._sweeper.repair(stuck, now)
+            report.runs_resent += repaired.redispatched
+            report.attempts_ended += repaired.expired_leases
+            report.lost_races += repaired.lost_races
+            report.failures += repaired.failures
+            report.errors.extend(repaired.errors)
+            for run in stuck:
+                logger.warning(
+                    "audit repaired %s, %s with no progress since its grace", run.run_id, run.state
+                )
+
+    def _refile(self, job: Job, watermark: datetime, now: datetime, report: AuditReport) -> None:
+        try:
+            self._store.replace_job(job, refiled(job, watermark, now), ())
+        except (ConflictError, NotFoundError):
+            report.lost_races += 1  # written meanwhile: that write filed it afresh
+            return
+        report.jobs_refiled += 1
+        logger.warning("audit filed stranded job %s again (next fire %s)", job.job_id, job.next_fire_at)

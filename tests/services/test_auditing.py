@@ -1,0 +1,224 @@
+"""The reconciliation audit (issue 30) on the in-memory store, single-threaded: what it repairs (a lost
+message, a lost run record, a stranded job), and what it must leave alone (anything still progressing)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from random import Random
+from typing import Any
+
+import pytest
+
+from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker
+from tests.services.test_executing import NoDeadLetters
+from tests.services.test_queue_carried import a_job
+from tickwork.adapters.memory.store import MemoryStore
+from tickwork.domain.audit import AUDIT_GRACE, RECOVERED_REASON, audit_segment
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.models import Job, MissedFirePolicy, Policies, RunState, Trigger
+from tickwork.domain.timekeys import format_instant
+from tickwork.services.auditing import AuditConfig, Auditor, AuditReport
+from tickwork.services.executing import Executor, ExecutorConfig
+from tickwork.services.planning import Planner
+from tickwork.services.sweeping import Sweeper
+
+FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+TICK = FIRE - timedelta(seconds=110)
+ONE_SEGMENT = AuditConfig(segments=1)
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+def auditor(store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher) -> Auditor:
+    metrics = RecordingMetrics()
+    sweeper = Sweeper(store, dispatcher, NoDeadLetters(), clock, metrics, shard_count=2, rng=Random(3))
+    return Auditor(store, sweeper, dispatcher, clock, metrics, ONE_SEGMENT)
+
+
+def audit_at(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher, now: datetime
+) -> AuditReport:
+    clock.set(now)
+    return auditor(store, clock, dispatcher).audit(now, budget=timedelta(seconds=30), segment=0)
+
+
+def planned_job(store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher, **spec: Any) -> Job:
+    """A */5 job whose 12:05 fire the ticker planned (queue-carried), its message since lost."""
+    clock.set(TICK - timedelta(minutes=1))  # created just before the tick that plans its first fire
+    job = a_job(store, clock, dispatcher, **spec)
+    Planner(store, dispatcher, clock).plan(job.shard, TICK)
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None and run.queue_carried and run.state is RunState.PLANNED
+    dispatcher.sent.clear()  # the messages the ticker sent are gone (a purged queue)
+    return job
+
+
+def test_a_planned_run_whose_message_is_gone_is_sent_again_after_the_grace_and_then_backs_off(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+
+    early = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE - timedelta(seconds=1))
+    assert early.repairs == 0 and dispatcher.messages == []  # a slow queue is not a lost one
+
+    due = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE)
+    assert due.runs_resent == 1 and due.repairs == 1
+    assert [m.run_id for m in dispatcher.messages] == [f"{job.job_id}:{FIRE:%Y%m%dT%H%M%SZ}"]
+    assert dispatcher.messages[0].attempt == 0  # the same attempt: a duplicate is fenced at the claim
+
+    again = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE + timedelta(minutes=5))
+    assert again.repairs == 0 and len(dispatcher.messages) == 1  # backs off like the sweeper's re-sends
+
+
+def test_a_resent_message_runs_the_target_once_even_when_the_original_turns_up(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE)
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None
+    invoker = ScriptedInvoker()
+    executor = Executor(
+        store, invoker, dispatcher, clock, RecordingMetrics(), ExecutorConfig(worker_id="w"), Random(7)
+    )
+
+    executor.execute(dispatcher.messages[0])  # the audit's re-send
+    executor.execute(RunMessage.for_run(replace(run, redispatched_at=None)))  # the original, late
+
+    stored = store.get_run(job.job_id, FIRE)
+    assert stored is not None and stored.state is RunState.SUCCEEDED
+    assert len(invoker.calls) == 1
+
+
+def test_a_run_that_is_progressing_is_left_alone(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None
+    # Claimed, its lease (a heartbeat's, say) running far beyond the grace.
+    running = replace(
+        run, state=RunState.RUNNING, attempt=1, lease_owner="w", lease_expires_at=FIRE + timedelta(hours=2)
+    )
+    store.transition_run(run, running)
+
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(hours=1))
+
+    assert report.repairs == 0 and dispatcher.messages == []
+    assert store.get_run(job.job_id, FIRE) == running
+
+
+def test_a_running_attempt_silent_past_its_lease_and_the_grace_is_ended_by_its_retry_policy(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None
+    lease = FIRE + timedelta(seconds=90)
+    store.transition_run(
+        run, replace(run, state=RunState.RUNNING, attempt=1, lease_owner="w", lease_expires_at=lease)
+    )
+
+    assert audit_at(store, clock, dispatcher, lease + AUDIT_GRACE - timedelta(seconds=1)).repairs == 0
+    report = audit_at(store, clock, dispatcher, lease + AUDIT_GRACE)
+
+    ended = store.get_run(job.job_id, FIRE)
+    assert report.attempts_ended == 1 and ended is not None
+    assert ended.state is RunState.RETRY_WAIT  # the job's default retry policy: another attempt
+    assert [m.attempt for m in dispatcher.messages] == [1]
+
+
+def test_fires_whose_run_records_were_lost_are_recorded_again_and_sent(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    for minutes in (5, 10):  # two more ticks: the 12:10 and 12:15 fires
+        Planner(store, dispatcher, clock).plan(job.shard, TICK + timedelta(minutes=minutes))
+    with store.tables.lock:  # the runs table restored from before them
+        for fire in (FIRE, FIRE + timedelta(minutes=5)):
+            del store.tables.runs[job.job_id][format_instant(fire)]
+    dispatcher.sent.clear()
+
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=7))
+
+    assert report.runs_recovered == 2
+    recovered = [store.get_run(job.job_id, FIRE), store.get_run(job.job_id, FIRE + timedelta(minutes=5))]
+    assert all(r is not None and r.reason == RECOVERED_REASON for r in recovered)
+    assert [(r.state, r.trigger) for r in recovered if r is not None] == [
+        (RunState.PLANNED, Trigger.CATCH_UP)
+    ] * 2  # run late, by the job's missed-fire policy (run_all)
+    assert sorted(r.run_id for r in dispatcher.sent) == sorted(r.run_id for r in recovered if r is not None)
+    assert audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=8)).runs_recovered == 0  # once
+
+
+def test_a_lost_record_under_a_skip_policy_is_recorded_missed_not_silently_absent(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher, policies=Policies(missed_fire=MissedFirePolicy.SKIP))
+    with store.tables.lock:
+        del store.tables.runs[job.job_id][format_instant(FIRE)]
+
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=3))
+
+    run = store.get_run(job.job_id, FIRE)
+    assert report.runs_recovered == 1 and run is not None and run.state is RunState.MISSED
+    assert dispatcher.sent == []
+
+
+def test_a_job_filed_behind_every_ticks_read_is_filed_again_and_planned(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    planner = Planner(store, dispatcher, clock)
+    with store.tables.lock:  # its due entry points at a minute long gone (lag, or a write from outside)
+        item = store.tables.jobs[job.job_id]
+        item["due_key"] = f"{job.shard}#2026-12-02T11:00"
+    for minutes in range(5, 40, 1):
+        planner.plan(job.shard, TICK + timedelta(minutes=minutes))
+    stuck = store.get_job(job.job_id)
+    assert stuck is not None and stuck.next_fire_at == FIRE + timedelta(minutes=5)  # never planned again
+
+    now = TICK + timedelta(minutes=40)
+    report = audit_at(store, clock, dispatcher, now)
+    assert report.jobs_refiled == 1
+    planner.plan(job.shard, now + timedelta(minutes=1))
+
+    after = store.get_job(job.job_id)
+    assert after is not None and after.next_fire_at is not None and after.next_fire_at > now
+    owed = [FIRE + timedelta(minutes=m) for m in range(5, 40, 5)]
+    assert all(store.get_run(job.job_id, fire) is not None for fire in owed)  # every fire has its record
+
+
+def test_a_healthy_instance_gets_no_repairs(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    run = store.get_run(job.job_id, FIRE)
+    assert run is not None
+    store.transition_run(run, replace(run, state=RunState.SUCCEEDED, finished_at=FIRE))
+
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=20))
+
+    assert (report.jobs, report.repairs, report.failures) == (1, 0, 0)
+
+
+def test_the_segments_cover_every_job_exactly_once(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    clock.set(TICK)
+    jobs = [a_job(store, clock, dispatcher, name=f"j{i}") for i in range(40)]
+    seen: list[str] = []
+    for segment in range(4):
+        after = None
+        while True:
+            page, after = store.audit_jobs(segment, 4, after=after, limit=3)
+            assert all(audit_segment(j.job_id, 4) == segment for j in page)
+            seen.extend(j.job_id for j in page)
+            if after is None:
+                break
+    assert sorted(seen) == sorted(j.job_id for j in jobs)
