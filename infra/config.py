@@ -125,6 +125,7 @@ class DeploymentConfig:
     # invocation (1,024 MB = 0.58 vCPU), 1.5x inside the 50 s timeout; at 1 it is ~9 s (bench_planner.py).
     ticker_shards_per_invocation: int = 1
     lookahead_seconds: int = 120
+    audit_segments: int = 10  # the reconciliation audit: a pass over the jobs takes this many minutes
     production: bool = False
     alarm_email: str | None = None
     jwt_issuer: str | None = None
@@ -195,6 +196,7 @@ class DeploymentConfig:
             "runs_warm_writes": _int(WARM_WRITE_MIN, 10_000_000),
             "ticker_shards_per_invocation": _int(1, 64),
             "lookahead_seconds": _int(1, 600),
+            "audit_segments": _int(1, 1_000),
             "production": _bool,
             "alarm_email": _optional_str,
             "jwt_issuer": _optional_str,

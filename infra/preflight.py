@@ -36,6 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from infra.config import ConfigError, DeploymentConfig
 from infra.constructs.executor import executor_sizing
 from infra.constructs.scheduler import shard_groups
+from tickwork.domain.layout import Layout, shrinking
 from tickwork.resources import TABLES, ResourceNames
 
 EXIT_OK = 0
@@ -192,6 +193,27 @@ def check_prefix(config: DeploymentConfig, dynamodb: Any, cloudformation: Any) -
     ]
 
 
+def deployed_layout(config: DeploymentConfig, cloudformation: Any) -> Layout | None:
+    """The shard and dispatch-queue counts of the deployed stack `Tickwork-<prefix>` (its outputs
+    ShardCount and QueueCount); None if there is no such stack, or it predates those outputs."""
+    try:
+        answer = cloudformation.describe_stacks(StackName=f"Tickwork-{config.prefix}")
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "ValidationError":  # "Stack with id ... does not exist"
+            return None
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for s in answer["Stacks"] for o in s.get("Outputs", [])}
+    if "ShardCount" not in outputs or "QueueCount" not in outputs:
+        return None
+    return Layout(shard_count=int(outputs["ShardCount"]), queue_count=int(outputs["QueueCount"]))
+
+
+def check_layout(config: DeploymentConfig, cloudformation: Any) -> list[str]:
+    """Refusals for a deploy that would lower the deployed shard or queue count (domain/layout.py)."""
+    wanted = Layout(shard_count=config.shard_count, queue_count=config.queue_count)
+    return [f"layout: {problem}" for problem in shrinking(deployed_layout(config, cloudformation), wanted)]
+
+
 def clients(region: str | None = None) -> tuple[Any, Any, Any]:
     """Lambda, DynamoDB and CloudFormation clients; the endpoint follows AWS_ENDPOINT_URL when set."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
@@ -233,6 +255,7 @@ def run(
             *check_capacity(config, lambda_client, args.target_headroom),
             *check_tables(config, dynamodb),
             *check_prefix(config, dynamodb, cloudformation),
+            *check_layout(config, cloudformation),
         ]
     except (ClientError, BotoCoreError) as error:
         out(f"preflight: could not check the account: {error}")

@@ -44,7 +44,9 @@ class TickworkStack(Stack):
             production=config.production,
             warm=config.warm(),
         )
-        self.dispatch = Dispatch(self, "Dispatch", names=names, queue_count=config.queue_count)
+        self.dispatch = Dispatch(
+            self, "Dispatch", names=names, queue_count=config.queue_count, production=config.production
+        )
         self.signing = SigningSecret(self, "Signing", prefix=config.prefix, production=config.production)
         self.factory = FunctionFactory(
             self,
@@ -126,6 +128,9 @@ class TickworkStack(Stack):
         CfnOutput(self, "SigningSecretArn", value=self.signing.secret.secret_arn)
         CfnOutput(self, "AlarmTopicArn", value=self.observability.topic.topic_arn)
         CfnOutput(self, "DashboardName", value=dashboard_name(config.prefix))
+        # The layout, read back by preflight before the next deploy: shards and queues only ever grow.
+        CfnOutput(self, "ShardCount", value=str(config.shard_count))
+        CfnOutput(self, "QueueCount", value=str(config.queue_count))
 
     def _start_warm(self) -> None:
         """The ticker raises the batched lane's warm pollers before a burst it planned (prescale.py)."""
@@ -146,6 +151,7 @@ class TickworkStack(Stack):
             "TICKWORK_TABLE_PREFIX": c.prefix,
             "TICKWORK_SHARD_COUNT": str(c.shard_count),
             "TICKWORK_LOOKAHEAD_SECONDS": str(c.lookahead_seconds),
+            "TICKWORK_AUDIT_SEGMENTS": str(c.audit_segments),
             "TICKWORK_CONCURRENCY_CAP": str(c.concurrency_cap),
             "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(self.dispatch.queue_urls),
             "TICKWORK_LONG_CALL_QUEUE_URL": self.dispatch.long_call_queue.queue_url,

@@ -27,6 +27,7 @@ from tickwork.local.runtime import (
     ENGINES,
     ROLE_ORDER,
     EmulatorDiedError,
+    LayoutShrinkError,
     LocalConfig,
     LocalRuntime,
 )
@@ -173,6 +174,9 @@ def run_local(args: argparse.Namespace) -> int:
         code = 1
     except SchemaTooNewError as error:
         print(f"tickwork: {error}", file=sys.stderr)
+        code = 2
+    except LayoutShrinkError as error:
+        print(f"tickwork: refused: {error}", file=sys.stderr)
         code = 2
     finally:
         started = time.monotonic()

@@ -108,6 +108,9 @@ DISPATCH = QueueDef(
     visibility_timeout_seconds=960,  # above the executor's 900 s maximum timeout
     dead_letter=DISPATCH_DLQ,
     max_receive_count=5,
+    # SQS's longest: a run's message outlives an executor outage of up to two weeks (the reconciliation
+    # audit re-sends it after that, from the run record).
+    retention_seconds=14 * 24 * 3600,
     purpose="one small message per run attempt (run key + attempt), delayed to its fire time",
 )
 
@@ -116,6 +119,7 @@ DISPATCH_LONG_CALL = QueueDef(
     visibility_timeout_seconds=DISPATCH.visibility_timeout_seconds,
     dead_letter=DISPATCH_DLQ,
     max_receive_count=DISPATCH.max_receive_count,
+    retention_seconds=DISPATCH.retention_seconds,
     purpose="messages of runs whose call may take minutes (domain/lanes.py): one per executor invocation",
 )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
@@ -19,12 +19,21 @@ def _dead_letter_definition() -> QueueDef:
 class Dispatch(Construct):
     """`queue_count` dispatch queues `<prefix>-dispatch-<i>` (runs are spread by run id; one event source
     mapping tops out at 1,000 concurrent invocations) and the long-call queue `<prefix>-dispatch-long-call`
-    (domain/lanes.py), redriving to one `<prefix>-dispatch-dlq`."""
+    (domain/lanes.py), redriving to one `<prefix>-dispatch-dlq`. In production every queue is retained when
+    the stack is deleted or a queue replaced, as the tables are: a planned run's message is its only
+    pointer until it runs (the reconciliation audit finds it again, but only after its grace)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, names: ResourceNames, queue_count: int
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ResourceNames,
+        queue_count: int,
+        production: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._removal = RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY
         dead_letter = _dead_letter_definition()
         self.dead_letter_queue = sqs.Queue(
             self,
@@ -34,6 +43,7 @@ class Dispatch(Construct):
             visibility_timeout=Duration.seconds(dead_letter.visibility_timeout_seconds),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
+            removal_policy=self._removal,
         )
         self.queues: list[sqs.Queue] = [
             self._redriving(f"Queue{index}", dispatch_queue_name(names, index), DISPATCH)
@@ -53,6 +63,7 @@ class Dispatch(Construct):
             retention_period=Duration.seconds(definition.retention_seconds),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
+            removal_policy=self._removal,
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue, max_receive_count=definition.max_receive_count
             ),

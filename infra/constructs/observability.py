@@ -350,6 +350,7 @@ class Observability(Construct):
         for name, what in (
             ("PlanFailures", "Jobs or shards could not be planned"),
             ("SweepFailures", "Runs or shards could not be repaired"),
+            ("AuditFailures", "Jobs could not be audited"),
         ):
             self._alarm(
                 name,
@@ -406,6 +407,23 @@ class Observability(Construct):
             "A global secondary index of Tickwork's tables throttled (this also slows its table's writes).",
         )
         self._function_alarms()
+        # The reconciliation audit (services/auditing.py): any repair means a run or a job was lost around
+        # the code (a purged queue, a restored table, an index that lagged): someone should know why.
+        self._alarm(
+            "AuditRepairs",
+            self.metric("AuditRepairs", period=FIVE_MINUTES),
+            1,
+            "The audit found and repaired runs or jobs lost around the code (a purged queue, a restored "
+            "table, a stranded job).",
+        )
+        self._alarm(
+            "AuditIncomplete",
+            self.metric("AuditCutShort", period=MINUTE),
+            1,
+            "The audit ran out of time before the end of its segment in 2 of 3 minutes: jobs go unchecked.",
+            periods=3,
+            datapoints=2,
+        )
         self._alarm(
             "OldestOverdueRun",
             self.metric("OldestOverdueRunAge", statistic="Maximum"),

@@ -155,6 +155,9 @@ class Scheduler(Construct):
         # The runs in batches, and the runs in flight from the slots' stripes (the bound's own count).
         allow(self.sweeper, ("dynamodb:BatchGetItem",), [runs.table_arn, storage.table(SLOTS).table_arn])
         allow(self.sweeper, DYNAMODB_WRITE, [jobs.table_arn, runs.table_arn])
+        # The reconciliation audit: a segment of the jobs a minute (parallel Scan), the shards' watermarks.
+        allow(self.sweeper, ("dynamodb:Scan",), [jobs.table_arn])
+        allow(self.sweeper, ("dynamodb:GetItem",), [shards.table_arn])
         allow(self.sweeper, ("sqs:SendMessage",), dispatch.queue_arns)
         allow(
             self.sweeper,

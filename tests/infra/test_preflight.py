@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from infra.config import DeploymentConfig
 from infra.preflight import (
@@ -69,39 +70,54 @@ def _lambda(quota: int, unreserved: int, own: dict[str, int] | None = None) -> I
         yield client
 
 
-def _stack(tables: list[str] | None) -> Any:
-    """A CloudFormation client whose `Tickwork-tickwork` holds `tables` (None: no such stack)."""
-    client = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(client)
-    if tables is None:
-        stub.add_client_error(
-            "describe_stack_resources", "ValidationError", "Stack with id Tickwork-tickwork does not exist"
-        )
-    else:
+class _CloudFormation:
+    """CloudFormation as an account answers for `Tickwork-tickwork`: holding `tables` and reporting
+    `layout` in its outputs (None: no such stack). Records what it was asked."""
+
+    def __init__(self, tables: list[str] | None, layout: tuple[int, int] | None = None) -> None:
+        self.tables = tables
+        self.layout = layout
+        self.asked: list[str] = []
+
+    def _stack(self, operation: str, name: str) -> None:
+        self.asked.append(operation)
+        if self.tables is None or name != "Tickwork-tickwork":
+            raise ClientError(
+                {"Error": {"Code": "ValidationError", "Message": f"Stack with id {name} does not exist"}},
+                operation,
+            )
+
+    def describe_stack_resources(self, StackName: str) -> dict[str, Any]:
+        self._stack("DescribeStackResources", StackName)
         resources = [
-            {
-                "LogicalResourceId": f"T{i}",
-                "PhysicalResourceId": name,
-                "ResourceType": "AWS::DynamoDB::Table",
-                "Timestamp": "2026-12-02T12:00:00Z",
-                "ResourceStatus": "CREATE_COMPLETE",
-            }
-            for i, name in enumerate(tables)
+            {"LogicalResourceId": f"T{i}", "PhysicalResourceId": name, "ResourceType": "AWS::DynamoDB::Table"}
+            for i, name in enumerate(self.tables or [])
         ]
-        stub.add_response(
-            "describe_stack_resources", {"StackResources": resources}, {"StackName": "Tickwork-tickwork"}
-        )
-    stub.activate()
-    return client
+        return {"StackResources": resources}
+
+    def describe_stacks(self, StackName: str) -> dict[str, Any]:
+        self._stack("DescribeStacks", StackName)
+        outputs = []
+        if self.layout is not None:
+            outputs = [
+                {"OutputKey": "ShardCount", "OutputValue": str(self.layout[0])},
+                {"OutputKey": "QueueCount", "OutputValue": str(self.layout[1])},
+            ]
+        return {"Stacks": [{"StackName": StackName, "Outputs": outputs}]}
 
 
 def _run(
-    argv: list[str], cdk_json: Path, lambda_client: Any, stack_tables: list[str] | None = None
+    argv: list[str],
+    cdk_json: Path,
+    lambda_client: Any,
+    stack_tables: list[str] | None = None,
+    cloudformation: _CloudFormation | None = None,
 ) -> tuple[int, str]:
     lines: list[str] = []
+    stack = cloudformation or _CloudFormation(stack_tables)
 
     def make(_region: str | None) -> tuple[Any, Any, Any]:
-        return lambda_client, boto3.client("dynamodb", region_name=REGION), _stack(stack_tables)
+        return lambda_client, boto3.client("dynamodb", region_name=REGION), stack
 
     code = run(argv, cdk_json=cdk_json, make_clients=make, out=lines.append)
     return code, "\n".join(lines)
@@ -217,9 +233,42 @@ def test_tables_of_the_prefix_in_another_stack_are_refused(moto: None, cdk_json:
     assert "tickwork-jobs" in output and "not resources of Tickwork-tickwork" in output
 
 
-def test_no_tables_no_question_to_cloudformation(moto: None, cdk_json: Path) -> None:
+def test_no_tables_no_question_to_cloudformation_about_them(moto: None, cdk_json: Path) -> None:
+    stack = _CloudFormation(None)
     for client in _lambda(quota=1000, unreserved=1000):
-        code, output = _run([], cdk_json, client)  # the stub would answer "no such stack": never asked
+        code, output = _run([], cdk_json, client, cloudformation=stack)
+    assert code == EXIT_OK, output
+    assert stack.asked == ["DescribeStacks"]  # the layout's question only
+
+
+# layout ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("context", "deployed", "refused"),
+    [
+        ([], (16, 10), []),  # the same layout
+        (["-c", "shard_count=32", "-c", "queue_count=12"], (16, 10), []),  # grown
+        (["-c", "shard_count=8"], (16, 10), ["shard_count 8 is below the deployed 16", "shards 8..15"]),
+        (["-c", "queue_count=4"], (16, 10), ["queue_count 4 is below the deployed 10", "queues 4..9"]),
+    ],
+)
+def test_a_deploy_may_add_shards_and_queues_but_never_remove_them(
+    moto: None, cdk_json: Path, context: list[str], deployed: tuple[int, int], refused: list[str]
+) -> None:
+    stack = _CloudFormation([], layout=deployed)
+    for client in _lambda(quota=1000, unreserved=1000):
+        code, output = _run(context, cdk_json, client, cloudformation=stack)
+    assert code == (EXIT_REFUSED if refused else EXIT_OK), output
+    for words in refused:
+        assert words in output
+    assert ("only be added" in output) == bool(refused)
+
+
+def test_a_stack_without_the_layout_outputs_is_not_refused(moto: None, cdk_json: Path) -> None:
+    # Deployed before the outputs existed: nothing to compare with (this deploy adds them).
+    for client in _lambda(quota=1000, unreserved=1000):
+        code, output = _run(["-c", "shard_count=4"], cdk_json, client, cloudformation=_CloudFormation([]))
     assert code == EXIT_OK, output
 
 

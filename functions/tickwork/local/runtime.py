@@ -39,6 +39,7 @@ from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.errors import TickworkError
+from tickwork.domain.layout import Layout, shrinking
 from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
 from tickwork.local.status import WINDOW_SECONDS, read_snapshots, summarize, write_json_atomically
@@ -63,6 +64,13 @@ ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is kill
 
 class EmulatorDiedError(RuntimeError):
     """The embedded emulator exited, or stopped answering, while the runtime ran."""
+
+
+class LayoutShrinkError(ValueError):
+    """`--shards` or `--queues` below what this state directory was started with (domain/layout.py)."""
+
+
+LAYOUT_FILE = "layout.json"  # the largest shard and queue counts this state directory has run with
 
 
 @dataclass
@@ -113,6 +121,7 @@ class LocalRuntime:
 
     def start(self) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._keep_layout()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in [*self.run_dir.glob("metrics-*.json"), *self.run_dir.glob(HEALTH_FILE)]:
             stale.unlink()
@@ -252,6 +261,24 @@ class LocalRuntime:
         if self._db is None:
             self._db = Database(self.database_path).open()
         return self._db
+
+    def _keep_layout(self) -> None:
+        """Refuse fewer shards or queues than this state has run with (their jobs and messages would be
+        stranded); remember the layout otherwise."""
+        path = self.config.state_dir / LAYOUT_FILE
+        wanted = Layout(shard_count=self.config.shard_count, queue_count=self.config.dispatch_queues)
+        before = None
+        if path.exists():
+            recorded = json.loads(path.read_text())
+            before = Layout(
+                shard_count=int(recorded["shard_count"]), queue_count=int(recorded["queue_count"])
+            )
+        problems = shrinking(before, wanted)
+        if problems:
+            raise LayoutShrinkError(
+                " ".join(problems).replace("shard_count", "--shards").replace("queue_count", "--queues")
+            )
+        path.write_text(json.dumps({"shard_count": wanted.shard_count, "queue_count": wanted.queue_count}))
 
     def _engine_environment(self, names: ResourceNames) -> dict[str, str]:
         """Create (or migrate) the engine's tables and queues; the settings the roles need to reach them."""
