@@ -26,7 +26,7 @@ from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import SLOTS
-from tickwork.services.auditing import AuditConfig, Auditor
+from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
@@ -224,6 +224,7 @@ class Components:
             segments=settings.audit_segments,
             grace=timedelta(seconds=settings.audit_grace_seconds),
             reread=settings.reread,
+            threads=1 if settings.engine == "sqlite" else AUDIT_THREADS,  # SQLite: one writer, as planning
         )
         return Auditor(self.store, self.sweeper(), self.dispatcher, self.clock, self.metrics, config)
 

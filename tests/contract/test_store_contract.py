@@ -822,7 +822,8 @@ def test_the_audits_segments_page_through_every_job_exactly_once(backend: Backen
         for _ in range(20):  # a page of 2 at a time; far more pages than any segment needs
             page, after = store.audit_jobs(segment, 3, after=after, limit=2)
             assert len(page) <= 2
-            seen.extend(job.job_id for job in page)
+            assert all(audited.filed_under == audited.job.due_key for audited in page)
+            seen.extend(audited.job.job_id for audited in page)
             if after is None:
                 break
         assert after is None

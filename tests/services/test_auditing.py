@@ -17,10 +17,13 @@ from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.audit import AUDIT_GRACE, RECOVERED_REASON, audit_segment
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.jobs import JobPatch
 from tickwork.domain.models import Job, MissedFirePolicy, Policies, RunState, Trigger
+from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.timekeys import format_instant
 from tickwork.services.auditing import AuditConfig, Auditor, AuditReport
 from tickwork.services.executing import Executor, ExecutorConfig
+from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
 
@@ -144,7 +147,7 @@ def test_fires_whose_run_records_were_lost_are_recorded_again_and_sent(
             del store.tables.runs[job.job_id][format_instant(fire)]
     dispatcher.sent.clear()
 
-    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=7))
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=8))
 
     assert report.runs_recovered == 2
     recovered = [store.get_run(job.job_id, FIRE), store.get_run(job.job_id, FIRE + timedelta(minutes=5))]
@@ -153,7 +156,7 @@ def test_fires_whose_run_records_were_lost_are_recorded_again_and_sent(
         (RunState.PLANNED, Trigger.CATCH_UP)
     ] * 2  # run late, by the job's missed-fire policy (run_all)
     assert sorted(r.run_id for r in dispatcher.sent) == sorted(r.run_id for r in recovered if r is not None)
-    assert audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=8)).runs_recovered == 0  # once
+    assert audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=9)).runs_recovered == 0  # once
 
 
 def test_a_lost_record_under_a_skip_policy_is_recorded_missed_not_silently_absent(
@@ -217,8 +220,51 @@ def test_the_segments_cover_every_job_exactly_once(
         after = None
         while True:
             page, after = store.audit_jobs(segment, 4, after=after, limit=3)
-            assert all(audit_segment(j.job_id, 4) == segment for j in page)
-            seen.extend(j.job_id for j in page)
+            assert all(audit_segment(a.job.job_id, 4) == segment for a in page)
+            assert all(a.filed_under == a.job.due_key for a in page)
+            seen.extend(a.job.job_id for a in page)
             if after is None:
                 break
     assert sorted(seen) == sorted(j.job_id for j in jobs)
+
+
+def test_a_stuck_run_is_repaired_even_after_its_job_was_edited(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)
+    clock.set(FIRE + timedelta(minutes=1))
+    JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2)).update(
+        "alice", job.job_id, JobPatch(name="renamed"), if_match=job.version
+    )
+
+    report = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE)
+
+    assert report.runs_resent == 1 and report.runs_recovered == 0
+
+
+def test_a_job_created_in_a_fires_own_millisecond_owes_no_record_of_it(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    created_at = FIRE + timedelta(microseconds=400)  # stored to the millisecond: 12:05:00.000
+    clock.set(created_at)
+    job = a_job(store, clock, dispatcher, schedule=parse_schedule("* * * * *"))
+    assert job.next_fire_at is not None and job.next_fire_at > FIRE  # 12:05 was not its fire
+
+    report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=5))
+
+    assert report.runs_recovered == 0 and store.get_run(job.job_id, FIRE) is None
+
+
+def test_a_job_whose_due_entry_was_removed_is_filed_again_before_its_next_fire(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    job = planned_job(store, clock, dispatcher)  # next fire 12:10, the 12:05 fire planned
+    with store.tables.lock:
+        store.tables.jobs[job.job_id].pop("due_key")
+
+    report = audit_at(store, clock, dispatcher, FIRE)
+    assert report.jobs_refiled == 1
+    Planner(store, dispatcher, clock).plan(job.shard, FIRE + timedelta(minutes=4))
+
+    run = store.get_run(job.job_id, FIRE + timedelta(minutes=5))
+    assert run is not None and run.trigger is Trigger.SCHEDULE  # planned ahead, on time

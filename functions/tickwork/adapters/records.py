@@ -375,3 +375,9 @@ def request_from_item(item: Mapping[str, Any]) -> RunRequest:
         expires_at=datetime.fromtimestamp(int(item["expires_at"]), tz=UTC),
         answer=dict(item.get("answer", {})),
     )
+
+
+def filed_under(item: Mapping[str, Any]) -> str | None:
+    """The `due` key a stored job record is filed under (None: in no `due` minute)."""
+    due = item.get("due_key")
+    return None if due is None else str(due)

@@ -21,9 +21,10 @@ target once.
 from __future__ import annotations
 
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.models import Job, JobState, Run, RunState, Trigger
 from tickwork.domain.planning import classify_fire
 from tickwork.domain.schedule import next_fire_after
@@ -43,6 +44,8 @@ AUDIT_SEGMENTS = 10
 # A job filed under a minute this far behind the ticker's watermark, beyond its re-read window, is never
 # read again by the ticker.
 STRANDED_SLACK = timedelta(seconds=60)
+# A fire this recent may have its commit in flight: the audit does not expect its record yet.
+RECORD_SETTLE = timedelta(minutes=2)
 RECOVERED_REASON = "its run record was lost (restored table or lost write); recorded again by the audit"
 
 
@@ -56,25 +59,41 @@ def segment_at(now: datetime, segments: int) -> int:
     return int(now.timestamp() // 60) % segments
 
 
-def lookback_start(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> datetime:
-    """The earliest fire whose run record the audit may expect: within the lookback, and not before the job
-    (or its last user write, which may have changed its schedule) existed."""
-    return max(now - lookback, job.created_at, job.updated_at)
+def owed_window(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> tuple[datetime, bool]:
+    """Where the fires that must have a run record start, and whether that start counts itself: within the
+    lookback (inclusive), and strictly after the job's creation or its last user write (a write may have
+    changed its schedule; a fire at the write's own millisecond was the old schedule's)."""
+    written = max(job.created_at, job.updated_at)
+    earliest = now - lookback
+    return (earliest, True) if earliest > written else (written, False)
 
 
-def fires_owed_records(job: Job, start: datetime, now: datetime) -> list[datetime]:
-    """The job's fires from `start` that must already have a run record: planning moves the job's next fire
-    past a fire only in the commit that records it, so every fire before the stored next fire has one. A
-    paused job is not moved on while paused, so its owed fires stop where the pause began."""
+def fires_owed_records(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> list[datetime]:
+    """The job's fires that must already have a run record: planning moves the job's next fire past a fire
+    only in the commit that records it, so every fire before the stored next fire has one. Only fires at
+    least RECORD_SETTLE old (a commit in flight, a clock a little apart). A paused job is not moved on while
+    paused, so its owed fires stop where the pause began."""
     if job.next_fire_at is None or job.state not in (JobState.ACTIVE, JobState.PAUSED):
         return []
-    end = min(job.next_fire_at, now)
+    start, inclusive = owed_window(job, now, lookback)
+    end = min(job.next_fire_at, now - RECORD_SETTLE)
     fires: list[datetime] = []
-    fire = next_fire_after(job.schedule, start - timedelta(microseconds=1))
+    fire = next_fire_after(job.schedule, start - timedelta(microseconds=1) if inclusive else start)
     while fire is not None and fire < end:
         fires.append(fire)
         fire = next_fire_after(job.schedule, fire)
     return fires
+
+
+def stuck_window_start(
+    job: Job, now: datetime, grace: timedelta = AUDIT_GRACE, segments: int = AUDIT_SEGMENTS
+) -> datetime:
+    """How far back the job's unfinished queue-carried runs are looked for: long enough that a run whose
+    attempt holds the job's whole timeout (plus the lease margin) is seen at least once after its grace
+    (a pass takes `segments` minutes), and never less than the lookback. Independent of the job's writes:
+    a run planned before an edit can still be stuck after it."""
+    holds = timedelta(seconds=job.timeout_seconds) + LEASE_MARGIN + grace + timedelta(minutes=2 * segments)
+    return now - max(AUDIT_LOOKBACK, holds)
 
 
 def recovered_runs(job: Job, missing: list[datetime], now: datetime) -> list[Run]:
@@ -112,16 +131,32 @@ def lost(run: Run, now: datetime, grace: timedelta = AUDIT_GRACE) -> bool:
     return check is not None and check <= now
 
 
-def stranded(job: Job, watermark: datetime | None, reread: timedelta) -> bool:
-    """An active job filed under a `due` minute behind every tick's read (its watermark less the re-read
-    window): no tick will plan it again."""
-    if job.state is not JobState.ACTIVE or job.next_fire_at is None or watermark is None:
+def stranded(job: Job, filed_under: str | None, watermark: datetime | None, reread: timedelta) -> bool:
+    """An active job no tick will plan: filed under no `due` minute or another one than its own (its entry
+    was removed, or written from outside the API), or under one behind every tick's read (the watermark less
+    the re-read window: an entry that became visible too late)."""
+    if job.state is not JobState.ACTIVE or job.next_fire_at is None:
+        return False
+    if filed_under != job.due_key:
+        return True
+    if watermark is None:
         return False
     filed_at = max(job.next_fire_at, job.due_floor or job.next_fire_at)
     return floor_minute(filed_at) < watermark - reread - STRANDED_SLACK
 
 
-def refiled(job: Job, watermark: datetime, now: datetime) -> Job:
-    """The job filed under a minute the ticker reads next (a minute past the later of its watermark and
-    now); its next fire stays, so the ticker plans what it owes by its missed-fire policy."""
-    return replace(job, due_floor=floor_minute(max(watermark, now)) + timedelta(minutes=1))
+def refiled(job: Job, watermark: datetime | None, now: datetime) -> Job:
+    """The job filed where the ticker reads next: under its next fire's minute, or a minute past the later
+    of its shard's watermark and now if that one is older; its next fire stays, so the ticker plans what it
+    owes by its missed-fire policy."""
+    floor = floor_minute(max(watermark or now, now)) + timedelta(minutes=1)
+    return replace(job, due_floor=floor)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedJob:
+    """A job as the audit reads it: the job, and the `due` minute its stored record is filed under (None:
+    none), which the job model itself does not carry."""
+
+    job: Job
+    filed_under: str | None

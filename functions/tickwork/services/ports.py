@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from tickwork.domain.audit import AuditedJob
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
@@ -218,15 +219,18 @@ class AuditStore(Protocol):
 
     def audit_jobs(
         self, segment: int, segments: int, *, after: str | None, limit: int
-    ) -> tuple[list[Job], str | None]:
+    ) -> tuple[list[AuditedJob], str | None]:
         """One page of the jobs in `segment` of `segments` (every job is in exactly one, the same one every
-        pass), from after the position `after`; returns the jobs and the position to continue from (None:
-        the segment is done). Eventually consistent: a job may be a moment stale."""
+        pass), from after the position `after`, each with the `due` key its record is filed under; returns
+        them and the position to continue from (None: the segment is done). Eventually consistent: a job
+        may be a moment stale."""
         ...
 
     def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
         """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
         ...
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """Create each run whose record does not exist (each on its own; one that exists is left as it is);

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
-from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, job_from_item, job_to_item
+from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, filed_under, job_from_item, job_to_item
+from tickwork.domain.audit import AuditedJob
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -73,7 +74,7 @@ class JobRecords(StoreBase):
 
     def audit_jobs(
         self, segment: int, segments: int, *, after: str | None, limit: int
-    ) -> tuple[list[Job], str | None]:
+    ) -> tuple[list[AuditedJob], str | None]:
         """One page of a parallel Scan's segment (eventually consistent: half the read units)."""
         request: dict[str, Any] = {
             "TableName": self.tables.jobs,
@@ -87,7 +88,8 @@ class JobRecords(StoreBase):
             page = self._client.scan(**request)
         except ClientError as error:
             raise self._translate(error) from error
-        jobs = [job_from_item(deserialize(item)) for item in page.get("Items", [])]
+        items = [deserialize(item) for item in page.get("Items", [])]
+        jobs = [AuditedJob(job_from_item(item), filed_under(item)) for item in items]
         last = page.get("LastEvaluatedKey")
         return jobs, None if not last else str(deserialize(last)["job_id"])
 

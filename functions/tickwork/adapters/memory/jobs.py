@@ -9,8 +9,8 @@ from typing import Any
 
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
 from tickwork.adapters.memory.base import MemoryBase, copied
-from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
-from tickwork.domain.audit import audit_segment
+from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -55,7 +55,7 @@ class MemoryJobRecords(MemoryBase):
 
     def audit_jobs(
         self, segment: int, segments: int, *, after: str | None, limit: int
-    ) -> tuple[list[Job], str | None]:
+    ) -> tuple[list[AuditedJob], str | None]:
         with self.tables.lock:
             ids = sorted(
                 job_id
@@ -63,7 +63,8 @@ class MemoryJobRecords(MemoryBase):
                 if (after is None or job_id > after) and audit_segment(job_id, segments) == segment
             )
             page = [copied(self.tables.jobs[job_id]) for job_id in ids[:limit]]
-        return [job_from_item(item) for item in page], (ids[limit - 1] if len(ids) > limit else None)
+        audited = [AuditedJob(job_from_item(item), filed_under(item)) for item in page]
+        return audited, (ids[limit - 1] if len(ids) > limit else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
         with self.tables.lock:

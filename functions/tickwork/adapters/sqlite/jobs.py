@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
-from tickwork.adapters.records import job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.adapters.sqlite.base import SqliteBase, put
-from tickwork.domain.audit import audit_segment
+from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
@@ -53,7 +53,7 @@ class SqliteJobRecords(SqliteBase):
 
     def audit_jobs(
         self, segment: int, segments: int, *, after: str | None, limit: int
-    ) -> tuple[list[Job], str | None]:
+    ) -> tuple[list[AuditedJob], str | None]:
         """Keys first (cheap), then the segment's items: SQLite has no segments of its own, so a job's is
         the hash of its id (domain/audit.audit_segment), as in the in-memory engine."""
         page: list[str] = []
@@ -69,8 +69,16 @@ class SqliteJobRecords(SqliteBase):
                     more = True
                     break
                 page.append(str(job_id))
-        found = self.get_jobs(page)
-        jobs = [found[job_id] for job_id in page if job_id in found]
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(page), 500):  # below SQLite's host-parameter limit
+            chunk = page[start : start + 500]
+            items.extend(
+                self._select_items(
+                    f"SELECT item FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))}) ORDER BY job_id",
+                    chunk,
+                )
+            )
+        jobs = [AuditedJob(job_from_item(item), filed_under(item)) for item in items]
         return jobs, (page[-1] if more else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
