@@ -80,6 +80,20 @@ PLAN_WCU = {"jobs": 4, "runs": 2}
 EXEC_WCU = {"runs": 2, "slots": 2}
 
 
+def audit_row() -> str:
+    scan, queries = audit_read_units_a_pass()
+    an_hour = (scan + queries) * AUDIT_PASSES_AN_HOUR
+    dollars = an_hour * 24 * 30 * PRICE_RRU
+    return (
+        f"| reconciliation audit | {an_hour / 1e6:.2f} M read units an hour "
+        f"({scan:,.0f} Scan + {queries:,.0f} Query a pass, {AUDIT_PASSES_AN_HOUR:.0f} passes), "
+        f"${dollars:,.0f} a month; "
+        "writes only to repair "
+        f"| every job once a pass: its item scanned, its runs of the last {AUDIT_WINDOW_MINUTES} min read "
+        "(strongly consistent, >= 1 unit); `audit_segments` sets the passes |"
+    )
+
+
 def warm_writes(burst: int, plan_s: float, cap: int = CAP) -> dict[str, tuple[int, int]]:
     """Per table: (the write units a second the burst takes at its busiest, what production warms it to)."""
     warmed = burst_write_units(cap)
@@ -88,6 +102,29 @@ def warm_writes(burst: int, plan_s: float, cap: int = CAP) -> dict[str, tuple[in
         for table in warmed
     }
     return {table: (need[table], warmed[table]) for table in warmed}
+
+
+# The reconciliation audit (domain/audit.py), per pass over every job (`audit_segments` minutes): the jobs'
+# Scan (eventually consistent: 0.5 read units per 4 KB) and one strongly consistent Query of each job's runs
+# over its window (1 unit per 4 KB, at least 1). Item sizes from `python benchmarks/write_units.py` (job
+# 619 B, finished run 756 B) plus DynamoDB's 100 B per item.
+JOB_ITEM_BYTES = 619 + 100
+FINISHED_RUN_BYTES = 756 + 100
+PRICE_RRU = 0.125 / 1e6  # on-demand read request units (bench_cost.py's prices)
+AUDIT_WINDOW_MINUTES = 31.5  # a 60 s timeout + 30 s lease margin + 10 min grace + 2 passes of 10 minutes
+AUDIT_PASSES_AN_HOUR = 60 / 10
+
+
+def audit_read_units_a_pass(day: datetime = datetime(2026, 12, 2, tzinfo=UTC)) -> tuple[float, float]:
+    """(the Scan's read units, the Queries' read units) of one audit pass over the mix."""
+    jobs = sum(share.jobs for share in MIX)
+    scan = jobs * JOB_ITEM_BYTES / 4096 * 0.5
+    queries = 0.0
+    for share in MIX:
+        runs_a_day = sum(fires_per_minute(day, (share,)).values()) / share.jobs
+        in_window = runs_a_day * AUDIT_WINDOW_MINUTES / 1440
+        queries += share.jobs * max(1.0, math.ceil(in_window * FINISHED_RUN_BYTES / 4096))
+    return scan, queries
 
 
 def shards_for(burst: int) -> int:
@@ -181,6 +218,7 @@ def model() -> list[str]:
         )
         + " | the most units a second a table takes while the burst is planned or drains (4 a fire on jobs, "
         "2 on runs; 2 a run on runs and slots) beside `infra/config.burst_write_units` |",
+        audit_row(),
         f"| run history | {runs_per_day * RETENTION_DAYS / 1e6:,.0f} M runs, "
         f"{runs_per_day * RETENTION_DAYS * RUN_ITEM_BYTES / 1e9:,.0f} GB at most "
         f"| {RETENTION_DAYS} days' retention x <= {RUN_ITEM_BYTES:,} B a run item |",

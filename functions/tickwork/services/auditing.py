@@ -30,7 +30,7 @@ from tickwork.domain.errors import (
     StoreError,
     TransientStoreError,
 )
-from tickwork.domain.models import Job, RunState
+from tickwork.domain.models import Job, Run, RunState
 from tickwork.services.planning import DEFAULT_REREAD
 from tickwork.services.ports import AuditStore, Dispatcher, Metrics
 from tickwork.services.sweeping import Sweeper
@@ -153,8 +153,12 @@ class Auditor:
             watermark = watermarks.get(job.shard)
             if stranded(job, audited.filed_under, watermark, self._config.reread):
                 self._refile(job, watermark, now, found)
-            self._recover_records(job, now, found)
-            self._repair_stuck(job, now, found)
+            # One strongly consistent read of the job's runs serves both checks: the stuck runs' window
+            # (the job's timeout plus grace plus two passes, at least the lookback) holds the owed fires'.
+            start = stuck_window_start(job, now, self._config.grace, self._config.segments)
+            runs = self._store.runs_between(job.job_id, start, now)
+            self._recover_records(job, now, {run.scheduled_for for run in runs}, found)
+            self._repair_stuck([run for run in runs if lost(run, now, self._config.grace)], now, found)
         except (StoreError, TransientStoreError, DispatchError) as error:
             found.errors.append(f"{job.job_id}: {error}")
             logger.error("audit could not check job %s (the next pass retries): %s", job.job_id, error)
@@ -164,13 +168,11 @@ class Auditor:
             found.errors.append(f"{job.job_id}: {type(error).__name__}: {error}")
         return found
 
-    def _recover_records(self, job: Job, now: datetime, found: AuditReport) -> None:
+    def _recover_records(self, job: Job, now: datetime, recorded: set[datetime], found: AuditReport) -> None:
         """Fires before the job's next fire whose run record is gone: recorded again, and sent if to run."""
-        owed = fires_owed_records(job, now, self._config.lookback)
-        if not owed:
-            return
-        recorded = self._store.run_times_between(job.job_id, owed[0], owed[-1])
-        missing = [fire for fire in owed if fire not in recorded]
+        missing = [
+            fire for fire in fires_owed_records(job, now, self._config.lookback) if fire not in recorded
+        ]
         if not missing:
             return
         created = self._store.restore_runs(recovered_runs(job, missing, now))
@@ -181,14 +183,8 @@ class Auditor:
         for run in created:
             logger.warning("audit recorded lost run %s again as %s", run.run_id, run.state)
 
-    def _repair_stuck(self, job: Job, now: datetime, found: AuditReport) -> None:
+    def _repair_stuck(self, stuck: list[Run], now: datetime, found: AuditReport) -> None:
         """Queue-carried runs unmoved past their grace (their message gone): the sweeper's repair."""
-        start = stuck_window_start(job, now, self._config.grace, self._config.segments)
-        stuck = [
-            run
-            for run in self._store.runs_between(job.job_id, start, now)
-            if lost(run, now, self._config.grace)
-        ]
         if not stuck:
             return
         repaired = self._sweeper.repair(stuck, now)

@@ -230,8 +230,6 @@ class AuditStore(Protocol):
         """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
         ...
 
-    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]: ...
-
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """Create each run whose record does not exist (each on its own; one that exists is left as it is);
         returns the runs created."""
