@@ -126,6 +126,7 @@ class DeploymentConfig:
     ticker_shards_per_invocation: int = 1
     lookahead_seconds: int = 120
     audit_segments: int = 10  # the reconciliation audit: a pass over the jobs takes this many minutes
+    audit_grace_seconds: int = 600  # and a queue-carried run unmoved this long past due counts as lost
     production: bool = False
     alarm_email: str | None = None
     jwt_issuer: str | None = None
@@ -197,6 +198,7 @@ class DeploymentConfig:
             "ticker_shards_per_invocation": _int(1, 64),
             "lookahead_seconds": _int(1, 600),
             "audit_segments": _int(1, 1_000),
+            "audit_grace_seconds": _int(60, 86_400),
             "production": _bool,
             "alarm_email": _optional_str,
             "jwt_issuer": _optional_str,

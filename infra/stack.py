@@ -152,6 +152,7 @@ class TickworkStack(Stack):
             "TICKWORK_SHARD_COUNT": str(c.shard_count),
             "TICKWORK_LOOKAHEAD_SECONDS": str(c.lookahead_seconds),
             "TICKWORK_AUDIT_SEGMENTS": str(c.audit_segments),
+            "TICKWORK_AUDIT_GRACE_SECONDS": str(c.audit_grace_seconds),
             "TICKWORK_CONCURRENCY_CAP": str(c.concurrency_cap),
             "TICKWORK_DISPATCH_QUEUE_URLS": ",".join(self.dispatch.queue_urls),
             "TICKWORK_LONG_CALL_QUEUE_URL": self.dispatch.long_call_queue.queue_url,

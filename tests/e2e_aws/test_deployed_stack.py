@@ -55,6 +55,8 @@ LOOKAHEAD_SECONDS = 60
 FIRE_AFTER_SECONDS = 95  # beyond the lookahead, so the ticker must plan it
 ACCOUNT = "000000000000"  # MiniStack's account
 RUN_DEADLINE_SECONDS = 150
+AUDIT_GRACE_SECONDS = 60
+PURGED_JOBS = 5
 # The executor Lambda runs inside MiniStack (a subprocess on this machine) in AWS mode, where loopback is
 # refused by the SSRF rule: the stack opens it for this test's HTTP target, as an operator opens a VPC peer.
 ALLOWED_NETWORKS = "127.0.0.1/32"
@@ -121,6 +123,9 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             "lookahead_seconds": str(LOOKAHEAD_SECONDS),
             "concurrency_cap": "20",
             "allowed_networks": ALLOWED_NETWORKS,
+            # The audit at its shortest, so a purged queue's runs come back within the test's minutes.
+            "audit_grace_seconds": str(AUDIT_GRACE_SECONDS),
+            "audit_segments": "1",
         }
         phase = time.monotonic()
         _cdk(
@@ -592,3 +597,77 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
         assert executions[0]["status"] == expected, executions
         status, _ = api.call("DELETE", f"/jobs/{jobs[outcome]}")
         assert status == 204
+
+
+def test_a_purged_dispatch_queue_loses_no_run(deployed: Deployed) -> None:
+    """Issue 30 on the deployed stack: the ticker plans five fires (their messages sent ahead, delayed),
+    every dispatch queue is purged, and the sweeper's audit sends them again (grace 60 s, one segment)."""
+    api = SignedApi(deployed)
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=deployed.endpoint,
+        region_name=DEFAULT_REGION,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    target_url = sqs.create_queue(QueueName=f"{PREFIX}-target-purge")["QueueUrl"]
+    target_queue_url = f"https://sqs.{DEFAULT_REGION}.amazonaws.com/{ACCOUNT}/{PREFIX}-target-purge"
+    fire = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=FIRE_AFTER_SECONDS)
+    job_ids = []
+    for index in range(PURGED_JOBS):
+        status, job = api.call(
+            "POST",
+            "/jobs",
+            {
+                "name": f"e2e purge {index}",
+                "schedule": {"expression": _daily_at(fire), "timezone": "UTC"},
+                "target": {
+                    "kind": "sqs",
+                    "config": {"queue_url": target_queue_url, "message": f"purge {index}"},
+                },
+                "timeout_seconds": 60,
+            },
+        )
+        assert status == 201, job
+        job_ids.append(job["id"])
+
+    def runs(state: str) -> list[dict[str, Any]]:
+        found = []
+        for job_id in job_ids:
+            code, page = api.call("GET", f"/jobs/{job_id}/runs")
+            assert code == 200, page
+            found.extend(r for r in page["items"] if r["state"] == state)
+        return found
+
+    planned = _wait_for(lambda: len(runs("planned")) == PURGED_JOBS, FIRE_AFTER_SECONDS)
+    assert planned, "the ticker did not plan the fires before they were due"
+    queues = sqs.list_queues(QueueNamePrefix=f"{PREFIX}-dispatch-")["QueueUrls"]
+    purged = [url for url in queues if not url.endswith(("-dlq", "-long-call"))]
+    assert purged, queues
+    for url in purged:  # the incident reflex the runbook forbids
+        sqs.purge_queue(QueueUrl=url)
+    for url in purged:
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert attributes["ApproximateNumberOfMessagesDelayed"] == "0", attributes
+        assert attributes["ApproximateNumberOfMessages"] == "0", attributes
+
+    phase = time.monotonic()
+    # Due, then the grace, then the sweeper's next minute, then the executor: well inside 4 minutes.
+    deadline = (fire - datetime.now(UTC)).total_seconds() + AUDIT_GRACE_SECONDS + 180
+    done = _wait_for(lambda: len(runs("succeeded")) == PURGED_JOBS, deadline, every_s=5.0)
+    deployed.timings["purged_to_succeeded_s"] = time.monotonic() - phase
+    assert done, f"runs after the purge: {[(r['id'], r['state']) for r in runs('planned') + runs('running')]}"
+    received: list[str] = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=target_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+            "Messages", []
+        )
+        if not batch:
+            break
+        received.extend(m["Body"] for m in batch)
+        for message in batch:
+            sqs.delete_message(QueueUrl=target_url, ReceiptHandle=message["ReceiptHandle"])
+    assert sorted(received) == sorted(f"purge {i}" for i in range(PURGED_JOBS))  # each once
+    print(f"\n{PURGED_JOBS} fires planned, every dispatch queue purged, {len(received)} executed")
+    for job_id in job_ids:
+        assert api.call("DELETE", f"/jobs/{job_id}")[0] == 204
