@@ -44,6 +44,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tickwork.domain.timekeys import format_instant
 from tickwork.local.emulator import DEFAULT_REGION, Emulator, EmulatorConfig, client_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -599,48 +600,70 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
         assert status == 204
 
 
-def test_a_purged_dispatch_queue_loses_no_run(deployed: Deployed) -> None:
-    """Issue 30 on the deployed stack: the ticker plans five fires (their messages sent ahead, delayed),
-    every dispatch queue is purged, and the sweeper's audit sends them again (grace 60 s, one segment)."""
+def test_losses_around_the_code_lose_no_run(deployed: Deployed) -> None:
+    """Issue 30 on the deployed stack, all on one fire time: five jobs whose planned messages are purged
+    from every dispatch queue, two whose `due` entry is removed as they are created, and two whose planned
+    run records are deleted (as a restore of the runs table would) and their messages purged too. The
+    sweeper's audit (grace 60 s, one segment) puts every one back, and each target message arrives once."""
     api = SignedApi(deployed)
-    sqs = boto3.client(
-        "sqs",
-        endpoint_url=deployed.endpoint,
-        region_name=DEFAULT_REGION,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    target_url = sqs.create_queue(QueueName=f"{PREFIX}-target-purge")["QueueUrl"]
-    target_queue_url = f"https://sqs.{DEFAULT_REGION}.amazonaws.com/{ACCOUNT}/{PREFIX}-target-purge"
-    fire = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=FIRE_AFTER_SECONDS)
-    job_ids = []
-    for index in range(PURGED_JOBS):
-        status, job = api.call(
-            "POST",
-            "/jobs",
-            {
-                "name": f"e2e purge {index}",
-                "schedule": {"expression": _daily_at(fire), "timezone": "UTC"},
-                "target": {
-                    "kind": "sqs",
-                    "config": {"queue_url": target_queue_url, "message": f"purge {index}"},
-                },
-                "timeout_seconds": 60,
-            },
+    clients: dict[str, Any] = {
+        name: boto3.client(
+            name,
+            endpoint_url=deployed.endpoint,
+            region_name=DEFAULT_REGION,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
         )
-        assert status == 201, job
-        job_ids.append(job["id"])
+        for name in ("sqs", "dynamodb")
+    }
+    sqs, dynamodb = clients["sqs"], clients["dynamodb"]
+    target_url = sqs.create_queue(QueueName=f"{PREFIX}-target-losses")["QueueUrl"]
+    target_queue_url = f"https://sqs.{DEFAULT_REGION}.amazonaws.com/{ACCOUNT}/{PREFIX}-target-losses"
+    fire = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=FIRE_AFTER_SECONDS)
+    groups = {"purged": PURGED_JOBS, "stranded": 2, "restored": 2}
+    jobs: dict[str, list[str]] = {group: [] for group in groups}
+    for group, count in groups.items():
+        for index in range(count):
+            status, job = api.call(
+                "POST",
+                "/jobs",
+                {
+                    "name": f"e2e {group} {index}",
+                    "schedule": {"expression": _daily_at(fire), "timezone": "UTC"},
+                    "target": {
+                        "kind": "sqs",
+                        "config": {"queue_url": target_queue_url, "message": f"{group} {index}"},
+                    },
+                    "timeout_seconds": 60,
+                },
+            )
+            assert status == 201, job
+            jobs[group].append(job["id"])
+            if group == "stranded":  # its due entry gone: no tick would ever read it
+                dynamodb.update_item(
+                    TableName=f"{PREFIX}-jobs",
+                    Key={"job_id": {"S": job["id"]}},
+                    UpdateExpression="REMOVE due_key",
+                )
+    every = [job_id for ids in jobs.values() for job_id in ids]
 
-    def runs(state: str) -> list[dict[str, Any]]:
-        found = []
+    def runs(job_ids: list[str], state: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
         for job_id in job_ids:
             code, page = api.call("GET", f"/jobs/{job_id}/runs")
             assert code == 200, page
             found.extend(r for r in page["items"] if r["state"] == state)
         return found
 
-    planned = _wait_for(lambda: len(runs("planned")) == PURGED_JOBS, FIRE_AFTER_SECONDS)
+    ticked = jobs["purged"] + jobs["restored"]
+    planned = _wait_for(lambda: len(runs(ticked, "planned")) == len(ticked), FIRE_AFTER_SECONDS)
     assert planned, "the ticker did not plan the fires before they were due"
+    for job_id in jobs["restored"]:  # the runs table restored to before they were planned
+        dynamodb.delete_item(
+            TableName=f"{PREFIX}-runs",
+            Key={"job_id": {"S": job_id}, "scheduled_for": {"S": format_instant(fire)}},
+        )
+    assert runs(jobs["restored"], "planned") == []
     queues = sqs.list_queues(QueueNamePrefix=f"{PREFIX}-dispatch-")["QueueUrls"]
     purged = [url for url in queues if not url.endswith(("-dlq", "-long-call"))]
     assert purged, queues
@@ -652,11 +675,15 @@ def test_a_purged_dispatch_queue_loses_no_run(deployed: Deployed) -> None:
         assert attributes["ApproximateNumberOfMessages"] == "0", attributes
 
     phase = time.monotonic()
-    # Due, then the grace, then the sweeper's next minute, then the executor: well inside 4 minutes.
+    # Due, then the grace (or the 2 minutes a lost record must be old), the sweeper's next minute, the
+    # executor: well inside 4 minutes of the fire.
     deadline = (fire - datetime.now(UTC)).total_seconds() + AUDIT_GRACE_SECONDS + 180
-    done = _wait_for(lambda: len(runs("succeeded")) == PURGED_JOBS, deadline, every_s=5.0)
-    deployed.timings["purged_to_succeeded_s"] = time.monotonic() - phase
-    assert done, f"runs after the purge: {[(r['id'], r['state']) for r in runs('planned') + runs('running')]}"
+    done = _wait_for(lambda: len(runs(every, "succeeded")) == len(every), deadline, every_s=5.0)
+    deployed.timings["losses_to_succeeded_s"] = time.monotonic() - phase
+    left = [
+        (r["id"], r["state"]) for state in ("planned", "running", "retry_wait") for r in runs(every, state)
+    ]
+    assert done, f"runs not back after the losses: {left}"
     received: list[str] = []
     while True:
         batch = sqs.receive_message(QueueUrl=target_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
@@ -667,7 +694,11 @@ def test_a_purged_dispatch_queue_loses_no_run(deployed: Deployed) -> None:
         received.extend(m["Body"] for m in batch)
         for message in batch:
             sqs.delete_message(QueueUrl=target_url, ReceiptHandle=message["ReceiptHandle"])
-    assert sorted(received) == sorted(f"purge {i}" for i in range(PURGED_JOBS))  # each once
-    print(f"\n{PURGED_JOBS} fires planned, every dispatch queue purged, {len(received)} executed")
-    for job_id in job_ids:
+    expected = [f"{group} {i}" for group, count in groups.items() for i in range(count)]
+    assert sorted(received) == sorted(expected)  # each once
+    print(
+        f"\n{len(every)} fires ({', '.join(f'{n} {g}' for g, n in groups.items())}), "
+        f"{len(received)} executed, the last {time.monotonic() - phase:.0f} s after the queues were purged"
+    )
+    for job_id in every:
         assert api.call("DELETE", f"/jobs/{job_id}")[0] == 204
