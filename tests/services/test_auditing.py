@@ -268,3 +268,23 @@ def test_a_job_whose_due_entry_was_removed_is_filed_again_before_its_next_fire(
 
     run = store.get_run(job.job_id, FIRE + timedelta(minutes=5))
     assert run is not None and run.trigger is Trigger.SCHEDULE  # planned ahead, on time
+
+
+def test_a_segment_the_store_cannot_read_is_counted_and_left_for_the_next_pass(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    planned_job(store, clock, dispatcher)
+
+    class Unreadable(MemoryStore):
+        def audit_jobs(self, segment: int, segments: int, *, after: str | None, limit: int) -> Any:
+            raise KeyError("schedule")  # an item the code cannot read
+
+    broken = Unreadable(store.tables)
+    metrics = RecordingMetrics()
+    sweeper = Sweeper(broken, dispatcher, NoDeadLetters(), clock, metrics, shard_count=2, rng=Random(3))
+    report = Auditor(broken, sweeper, dispatcher, clock, metrics, ONE_SEGMENT).audit(
+        FIRE, budget=timedelta(seconds=30), segment=0
+    )
+
+    assert (report.failures, report.cut_short, report.jobs) == (1, True, 0)
+    assert metrics.counts["AuditFailures"] == 1 and metrics.counts["AuditCutShort"] == 1

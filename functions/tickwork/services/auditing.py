@@ -115,12 +115,25 @@ class Auditor:
                 if self._clock.now() >= deadline:
                     report.cut_short = True
                     break
-                page, after = self._store.audit_jobs(
-                    report.segment, config.segments, after=after, limit=config.page
-                )
-                for audited in page:
-                    if audited.job.shard not in watermarks:
-                        watermarks[audited.job.shard] = self._store.get_watermark(audited.job.shard)
+                try:
+                    page, after = self._store.audit_jobs(
+                        report.segment, config.segments, after=after, limit=config.page
+                    )
+                    for audited in page:
+                        if audited.job.shard not in watermarks:
+                            watermarks[audited.job.shard] = self._store.get_watermark(audited.job.shard)
+                except (StoreError, TransientStoreError) as error:
+                    # The rest of the segment waits for the next pass; the sweep that ran first stands.
+                    report.errors.append(f"segment {report.segment}: {error}")
+                    logger.error("audit could not read segment %d (next pass): %s", report.segment, error)
+                    report.cut_short = True
+                    break
+                except Exception as error:  # an item the code cannot read, say: counted, and alarmed on
+                    logger.exception("audit of segment %d failed; the next pass retries", report.segment)
+                    report.failures += 1
+                    report.errors.append(f"segment {report.segment}: {type(error).__name__}: {error}")
+                    report.cut_short = True
+                    break
                 for found in pool.map(lambda a: self._audit_job(a, now, watermarks, deadline), page):
                     report.add(found)
                 if after is None:
