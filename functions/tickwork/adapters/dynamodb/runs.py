@@ -126,47 +126,41 @@ class RunRecords(StoreBase):
         last = page.get("LastEvaluatedKey")
         return runs, None if not last else parse_instant(str(deserialize(last)["scheduled_for"]))
 
-    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]:
-        """Fire times of the job's existing runs in [first, last] (strongly consistent, keys only)."""
+    def _between(
+        self, job_id: str, first: datetime, last: datetime, **projection: Any
+    ) -> Iterator[dict[str, Any]]:
+        """The job's runs in [first, last], strongly consistent, page after page (with `projection`: only
+        the attributes it names)."""
         request: dict[str, Any] = {
             "TableName": self.tables.runs,
             "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
             "ExpressionAttributeValues": serialize(
                 {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
             ),
-            "ProjectionExpression": "scheduled_for",
             "ConsistentRead": True,
+            **projection,
         }
-        return {parse_instant(str(item["scheduled_for"])) for item in self._query_items(request)}
+        return self._query_items(request)
+
+    def run_times_between(self, job_id: str, first: datetime, last: datetime) -> set[datetime]:
+        """Fire times of the job's existing runs in [first, last] (keys only)."""
+        items = self._between(job_id, first, last, ProjectionExpression="scheduled_for")
+        return {parse_instant(str(item["scheduled_for"])) for item in items}
 
     def run_states_between(self, job_id: str, first: datetime, last: datetime) -> dict[datetime, RunState]:
-        """The state of each of the job's runs in [first, last] (strongly consistent, two attributes)."""
-        request: dict[str, Any] = {
-            "TableName": self.tables.runs,
-            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
-            "ExpressionAttributeValues": serialize(
-                {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
-            ),
-            "ProjectionExpression": "scheduled_for, #s",
-            "ExpressionAttributeNames": {"#s": "state"},
-            "ConsistentRead": True,
-        }
-        return {
-            parse_instant(str(item["scheduled_for"])): RunState(str(item["state"]))
-            for item in self._query_items(request)
-        }
+        """The state of each of the job's runs in [first, last] (two attributes)."""
+        items = self._between(
+            job_id,
+            first,
+            last,
+            ProjectionExpression="scheduled_for, #s",
+            ExpressionAttributeNames={"#s": "state"},
+        )
+        return {parse_instant(str(item["scheduled_for"])): RunState(str(item["state"])) for item in items}
 
     def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
-        """The job's runs in [first, last], whole (strongly consistent)."""
-        request: dict[str, Any] = {
-            "TableName": self.tables.runs,
-            "KeyConditionExpression": "job_id = :j AND scheduled_for BETWEEN :a AND :b",
-            "ExpressionAttributeValues": serialize(
-                {":j": job_id, ":a": format_instant(first), ":b": format_instant(last)}
-            ),
-            "ConsistentRead": True,
-        }
-        return [run_from_item(item) for item in self._query_items(request)]
+        """The job's runs in [first, last], whole."""
+        return [run_from_item(item) for item in self._between(job_id, first, last)]
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """One conditional PutItem per run (it must not exist): a run found meanwhile is left as it is."""
