@@ -113,9 +113,9 @@ def suppress(stack: TickworkStack) -> None:
         [
             NagPackSuppression(
                 id="AwsSolutions-SMG4",
-                reason="The HMAC signing key is shared with every HTTP receiver, which must accept the new "
-                "key first; automatic rotation would break verification. Rotation is a manual runbook step "
-                "(docs/deploy.md).",
+                reason="Every owner's signing key derives from this secret, and receivers hold their key: "
+                "a rotation must be announced (a day's overlap signs with both, docs/deploy.md), so it is "
+                "a manual runbook step, not an automatic schedule.",
             )
         ],
     )

@@ -14,6 +14,7 @@ from typing import Any
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
+from tickwork.adapters.secrets import signing_secrets
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
@@ -99,15 +100,24 @@ class Components:
         )
 
     @cached_property
+    def signing_secrets(self) -> tuple[bytes, ...]:
+        """The deployment's signing secret, then the previous one while a rotation's overlap lasts
+        (signing.ROTATION_OVERLAP_SECONDS after the current one was made); every owner's key derives from
+        them (signing.owner_key)."""
+        settings = self.settings
+        if settings.signing_secret:
+            previous = settings.signing_secret_previous.encode()
+            return (settings.signing_secret.encode(), *((previous,) if previous else ()))
+        if not settings.signing_secret_arn:
+            raise SettingsError("TICKWORK_SIGNING_SECRET or TICKWORK_SIGNING_SECRET_ARN must be set")
+        return signing_secrets(
+            self.client_for("secretsmanager"), settings.signing_secret_arn, self.clock.now()
+        )
+
+    @property
     def signing_secret(self) -> bytes:
-        if self.settings.signing_secret:
-            return self.settings.signing_secret.encode()
-        if self.settings.signing_secret_arn:
-            secret = self.client_for("secretsmanager").get_secret_value(
-                SecretId=self.settings.signing_secret_arn
-            )
-            return str(secret["SecretString"]).encode()
-        raise SettingsError("TICKWORK_SIGNING_SECRET or TICKWORK_SIGNING_SECRET_ARN must be set")
+        """The current secret (what the callback key derives from)."""
+        return self.signing_secrets[0]
 
     @cached_property
     def targets(self) -> TargetRegistry:
@@ -116,6 +126,7 @@ class Components:
             lambda: self.clock.now().timestamp(),
             allow_loopback=self.settings.mode == "local",
             allowed_networks=self.settings.allowed_networks,
+            previous_secrets=self.signing_secrets[1:],
         )
         return TargetRegistry(http=http, aws=AwsInvoker(self.client_for))
 

@@ -72,6 +72,8 @@ class Settings:
     dead_letter_queue_url: str = ""
     signing_secret: str = ""
     signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
+    # A rotation's overlap, locally: the previous secret, still signing (tickwork local sets it for a day).
+    signing_secret_previous: str = ""
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
     lease_margin_seconds: int = 30  # beyond a job's timeout before a silent worker counts as dead
@@ -156,6 +158,7 @@ class Settings:
             dead_letter_queue_url=env.get("TICKWORK_DLQ_URL", ""),
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),
+            signing_secret_previous=env.get("TICKWORK_SIGNING_SECRET_PREVIOUS", ""),
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
             lease_margin_seconds=_int(env, "TICKWORK_LEASE_MARGIN_SECONDS", 30, 1, 600),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",

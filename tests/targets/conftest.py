@@ -32,6 +32,7 @@ def invocation(
         scheduled_for=scheduled_for,
         attempt=attempt,
         timeout_seconds=timeout,
+        owner="alice",
     )
 
 

@@ -13,7 +13,7 @@ from tickwork.adapters.targets.http import HttpInvoker, Resolver, resolve
 from tickwork.adapters.targets.ssrf import IPAddress
 from tickwork.domain.models import Target
 from tickwork.domain.targets import MAX_DETAIL_BYTES
-from tickwork.signing import SIGNATURE_HEADER, verify
+from tickwork.signing import SIGNATURE_HEADER, key_id, owner_key, verify
 
 from .conftest import EPOCH, SECRET, RecordingServer, invocation
 
@@ -48,9 +48,13 @@ def test_request_carries_run_identity_and_a_valid_signature(server: RecordingSer
     assert headers["x-custom"] == "yes"
     assert headers["host"] == f"127.0.0.1:{server.port}"
     signature = headers[SIGNATURE_HEADER.lower()]
-    assert signature.startswith(f"t={EPOCH},v1=")
-    assert verify(SECRET, signature, request.body, now=EPOCH + 10)
-    assert not verify(SECRET, signature, request.body + b" ", now=EPOCH)
+    key = owner_key(SECRET, "alice")  # the run's owner's own key
+    assert signature.startswith(f"t={EPOCH},n=") and f"kid={key_id(key)},v2=" in signature
+    signed = {"method": "PUT", "url": server.url("/status/200?x=1"), "run_id": "job-1:20261202T120500Z"}
+    assert verify({key_id(key): key}, signature, attempt=2, body=request.body, now=EPOCH + 10, **signed)
+    assert not verify({key_id(key): key}, signature, attempt=2, body=request.body + b" ", now=EPOCH, **signed)
+    bob = owner_key(SECRET, "bob")
+    assert not verify({key_id(bob): bob}, signature, attempt=2, body=request.body, now=EPOCH, **signed)
 
 
 def test_default_method_is_post_with_an_empty_signed_body(server: RecordingServer) -> None:
@@ -60,7 +64,17 @@ def test_default_method_is_post_with_an_empty_signed_body(server: RecordingServe
     [request] = server.requests
     assert request.method == "POST" and request.body == b""
     assert request.headers["content-length"] == "0"
-    assert verify(SECRET, request.headers["x-tickwork-signature"], b"", now=EPOCH)
+    key = owner_key(SECRET, "alice")
+    assert verify(
+        {key_id(key): key},
+        request.headers["x-tickwork-signature"],
+        method="POST",
+        url=server.url(),
+        run_id="job-1:20261202T120500Z",
+        attempt=1,
+        body=b"",
+        now=EPOCH,
+    )
 
 
 @pytest.mark.parametrize(

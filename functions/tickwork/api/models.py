@@ -928,3 +928,16 @@ class PreviewOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: Literal["ok"] = "ok"
+
+
+class SigningKeyOut(BaseModel):
+    key_id: str = Field(description="Names the key in the signature header's `kid`.")
+    key: str = Field(description="The key, hex: HMAC-SHA256 over the signed string (docs/targets.md).")
+    current: bool = Field(description="False: the previous key, still signing during a rotation's overlap.")
+
+
+class SigningKeysOut(BaseModel):
+    """The keys that sign the caller's HTTP calls: only the caller's (another owner's calls never verify
+    with them)."""
+
+    items: list[SigningKeyOut]

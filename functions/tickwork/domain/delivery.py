@@ -230,6 +230,7 @@ class StartTarget(Step):
             timeout_seconds=float(call_seconds(view.timeout_seconds)),
             callback=None if token is None or links is None else links.urls(token),
             track=view.completion is Completion.TRACKED,
+            owner=run.owner,
         )
 
 

@@ -135,6 +135,8 @@ class Invocation:
     # returns accepted=True with the execution's or task's ARN as its `handle`. False: the start is the
     # outcome (delivered).
     track: bool = False
+    # Whose run it is: an HTTP call is signed with this owner's own key (tickwork/signing.py).
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)

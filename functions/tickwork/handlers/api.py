@@ -29,7 +29,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
-from tickwork import ui
+from tickwork import signing, ui
 from tickwork.api import problems
 from tickwork.api.models import (
     INSTANT_PATTERN,
@@ -47,6 +47,8 @@ from tickwork.api.models import (
     RunListOut,
     RunOut,
     SchedulePreviewIn,
+    SigningKeyOut,
+    SigningKeysOut,
 )
 from tickwork.api.problems import ApiProblem
 from tickwork.domain.errors import ValidationError
@@ -740,6 +742,26 @@ def list_failed_runs(
 )
 def health() -> Response[HealthOut]:
     return json_response(HealthOut())
+
+
+@router.get(
+    "/signing-keys",
+    operation_id="listSigningKeys",
+    summary="Your signing keys",
+    description="The keys that sign the caller's HTTP target calls (`X-Tickwork-Signature`, scheme v2), "
+    "the current one first; during a rotation's overlap the previous one too. Each owner has its own: a "
+    "receiver that verifies with them rejects calls made for any other owner.",
+    tags=["service"],
+    responses={**ok(SigningKeysOut, "The caller's keys."), **problems.problem_responses(422)},
+)
+def list_signing_keys(request: Request) -> Response[SigningKeysOut]:
+    owner = current_owner(request)
+    keys = [signing.owner_key(secret, owner) for secret in components().signing_secrets]
+    items = [
+        SigningKeyOut(key_id=signing.key_id(key), key=key.hex(), current=index == 0)
+        for index, key in enumerate(keys)
+    ]
+    return json_response(SigningKeysOut(items=items))
 
 
 @router.get("/ui", include_in_schema=False)

@@ -45,6 +45,7 @@ from tickwork.local.emulator import Emulator, EmulatorConfig, client_env
 from tickwork.local.status import WINDOW_SECONDS, read_snapshots, summarize, write_json_atomically
 from tickwork.resources import JOBS, ResourceNames
 from tickwork.settings import LOCAL_API_FILE
+from tickwork.signing import ROTATION_OVERLAP_SECONDS
 
 logger = logging.getLogger("tickwork.local")
 
@@ -317,6 +318,7 @@ class LocalRuntime:
                 "TICKWORK_CONCURRENCY_CAP": str(self.config.concurrency_cap),
                 "TICKWORK_LEASE_MARGIN_SECONDS": str(self.config.lease_margin_seconds),
                 "TICKWORK_SIGNING_SECRET": self._signing_secret(),
+                "TICKWORK_SIGNING_SECRET_PREVIOUS": self._previous_signing_secret(),
                 "TICKWORK_TICK_INTERVAL": str(self.config.tick_interval),
                 "TICKWORK_SWEEP_INTERVAL": str(self.config.sweep_interval),
                 "TICKWORK_API_PORT": str(self.config.api_port),
@@ -348,6 +350,18 @@ class LocalRuntime:
         if not path.exists():
             path.write_text(secrets.token_urlsafe(32))
             path.chmod(0o600)
+        return path.read_text().strip()
+
+    def _previous_signing_secret(self) -> str:
+        """A rotation, locally: move `signing-secret` to `signing-secret.previous` and start again. The old
+        secret keeps signing beside the new one for a day after the new one was made
+        (signing.ROTATION_OVERLAP_SECONDS), so receivers have time to fetch their new keys."""
+        path = self.config.state_dir / "signing-secret.previous"
+        current = self.config.state_dir / "signing-secret"
+        if not path.exists() or not current.exists():
+            return ""
+        if time.time() - current.stat().st_mtime >= ROTATION_OVERLAP_SECONDS:
+            return ""
         return path.read_text().strip()
 
     def _spawn(self, role: str, restarts: int = 0) -> None:

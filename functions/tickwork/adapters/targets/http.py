@@ -12,6 +12,7 @@ import contextlib
 import heapq
 import http.client
 import ipaddress
+import secrets
 import socket
 import ssl
 import threading
@@ -182,7 +183,8 @@ def _connect(family: int, address: IPAddress, port: int, timeout: float) -> sock
 
 
 class HttpInvoker:
-    """Calls `http` targets. Every request carries the run identity headers and an HMAC signature."""
+    """Calls `http` targets. Every request carries the run identity headers and an HMAC signature with the
+    run owner's own key over the whole request (tickwork/signing.py)."""
 
     def __init__(
         self,
@@ -191,13 +193,18 @@ class HttpInvoker:
         allow_loopback: bool,
         allowed_networks: Sequence[str] = (),
         *,
+        previous_secrets: Sequence[bytes] = (),
         resolver: Resolver = resolve,
         tls_context: ssl.SSLContext | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        nonce: Callable[[], str] = lambda: secrets.token_hex(12),
     ) -> None:
         if not signing_secret:
             raise ValueError("HttpInvoker needs a non-empty signing secret")
-        self._secret = signing_secret
+        # The current secret first; a previous one (a rotation's overlap) signs too, so receivers that still
+        # hold the owner's old key keep verifying until they fetch the new one.
+        self._secrets = (signing_secret, *(p for p in previous_secrets if p))
+        self._nonce = nonce
         self._clock_epoch = clock_epoch
         self._allow_loopback = allow_loopback
         # Parsed here so a bad CIDR fails at start-up, not on every call.
@@ -218,7 +225,16 @@ class HttpInvoker:
             "User-Agent": USER_AGENT,
             **config["headers"],
             **invocation_headers(invocation),
-            signing.SIGNATURE_HEADER: signing.sign(self._secret, int(self._clock_epoch()), body),
+            signing.SIGNATURE_HEADER: signing.sign(
+                [signing.owner_key(secret, invocation.owner) for secret in self._secrets],
+                timestamp=int(self._clock_epoch()),
+                nonce=self._nonce(),
+                method=method,
+                url=config["url"],
+                run_id=invocation.run_id,
+                attempt=invocation.attempt,
+                body=body,
+            ),
         }
         watch = Stopwatch(self._monotonic)
         deadline = _Deadline(invocation.timeout_seconds, self._monotonic)
