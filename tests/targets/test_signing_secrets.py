@@ -1,0 +1,41 @@
+"""The deployment's signing secret from Secrets Manager (moto): the previous version signs too only while
+the current one is less than a day old (issue 31: rotation with an overlap window)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tickwork.adapters.secrets import signing_secrets
+from tickwork.domain.errors import StoreError
+from tickwork.signing import ROTATION_OVERLAP_SECONDS
+
+MISSING = "arn:aws:secretsmanager:us-east-1:123456789012:secret:tickwork-missing"
+
+
+def test_a_fresh_rotation_signs_with_both_and_an_old_one_with_the_current_only(aws_env: None) -> None:
+    with mock_aws():
+        client = boto3.client("secretsmanager", region_name="us-east-1")
+        arn = client.create_secret(Name="tickwork-signing", SecretString="first")["ARN"]
+        made = client.get_secret_value(SecretId=arn)["CreatedDate"]
+
+        assert signing_secrets(client, arn, made + timedelta(minutes=1)) == (b"first",)  # never rotated
+
+        client.put_secret_value(SecretId=arn, SecretString="second")
+        rotated = client.get_secret_value(SecretId=arn)["CreatedDate"]
+        assert signing_secrets(client, arn, rotated + timedelta(hours=1)) == (b"second", b"first")
+        later = rotated + timedelta(seconds=ROTATION_OVERLAP_SECONDS)
+        assert signing_secrets(client, arn, later) == (b"second",)
+
+
+def test_a_secret_that_cannot_be_read_is_a_store_error_naming_it(aws_env: None) -> None:
+    with mock_aws():
+        client = boto3.client("secretsmanager", region_name="us-east-1")
+        with pytest.raises(StoreError, match="tickwork-missing") as error:
+            signing_secrets(
+                client, "arn:aws:secretsmanager:us-east-1:123456789012:secret:tickwork-missing", None
+            )  # type: ignore[arg-type]
+    assert error.value.code == "ResourceNotFoundException"
