@@ -35,7 +35,5 @@ def test_a_secret_that_cannot_be_read_is_a_store_error_naming_it(aws_env: None) 
     with mock_aws():
         client = boto3.client("secretsmanager", region_name="us-east-1")
         with pytest.raises(StoreError, match="tickwork-missing") as error:
-            signing_secrets(
-                client, "arn:aws:secretsmanager:us-east-1:123456789012:secret:tickwork-missing", None
-            )  # type: ignore[arg-type]
+            signing_secrets(client, MISSING, datetime(2026, 12, 5, tzinfo=UTC))
     assert error.value.code == "ResourceNotFoundException"
