@@ -5,10 +5,13 @@ Values given on the command line arrive as strings, values from `cdk.json` as JS
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from tickwork.domain.grants import TargetGrants
 
 T = TypeVar("T")
 
@@ -77,6 +80,15 @@ WARM_READ_MIN = 12_000
 WARM_WRITE_MIN = 4_000
 
 
+def _grants_json(name: str, raw: Any) -> str:
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    try:
+        TargetGrants.parse(text)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from error
+    return text
+
+
 def burst_write_units(concurrency_cap: int) -> dict[str, int]:
     """The write units per second each table the top of the hour writes takes, at the cap. Draining:
     `cap` one-second runs end every second, each with two writes on the runs table (claim, finish) and two
@@ -141,6 +153,9 @@ class DeploymentConfig:
     log_retention_days: int = 30
     target_arns: tuple[str, ...] = ()
     allowed_networks: tuple[str, ...] = ()
+    # Who may call what: {"<owner>" or "*": ["<kind>:<pattern>", ...]} (domain/grants.py); None: any target
+    # the executor's role may call (a deployment with one tenant).
+    target_grants: str | None = None
     # The MiniStack profile (`make e2e-aws`): single-metric alarms (it refuses metric math) and a Lambda
     # bundle built for the interpreter the emulator runs handlers with. Everything else is the AWS stack.
     emulator: bool = False
@@ -211,6 +226,7 @@ class DeploymentConfig:
             "log_retention_days": _int(1, 3653),
             "target_arns": _list,
             "allowed_networks": _list,
+            "target_grants": _grants_json,
             "emulator": _bool,
         }
         values: dict[str, Any] = {}

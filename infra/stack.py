@@ -160,6 +160,7 @@ class TickworkStack(Stack):
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
             "TICKWORK_CALLBACK_KEY_ARN": self.signing.callback_key.secret_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
+            **({} if c.target_grants is None else {"TICKWORK_TARGET_GRANTS": c.target_grants}),
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
             "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),
             "POWERTOOLS_SERVICE_NAME": c.prefix,

@@ -72,6 +72,14 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     local.add_argument("--roles", default=",".join(ROLE_ORDER), help="which role processes to start")
     local.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="OWNER=KIND:PATTERN",
+        help="an AWS resource an owner's jobs may target, e.g. local-user=lambda:tickwork-target-* "
+        "(repeatable; OWNER * for every owner). With none, jobs may target any (docs/targets.md)",
+    )
+    local.add_argument(
         "--token",
         action="append",
         default=[],
@@ -106,6 +114,18 @@ def _engine(args: argparse.Namespace) -> str:
     return str(args.engine or "sqlite")
 
 
+def _grants(pairs: list[str]) -> dict[str, list[str]] | None:
+    if not pairs:
+        return None
+    grants: dict[str, list[str]] = {}
+    for pair in pairs:
+        owner, sep, pattern = pair.partition("=")
+        if not sep or not owner or ":" not in pattern:
+            raise SystemExit(f"tickwork: --grant expects OWNER=KIND:PATTERN, got {pair!r}")
+        grants.setdefault(owner, []).append(pattern)
+    return grants
+
+
 def run_local(args: argparse.Namespace) -> int:
     roles = tuple(r for r in args.roles.split(",") if r)
     unknown = [r for r in roles if r not in ROLE_ORDER]
@@ -127,6 +147,7 @@ def run_local(args: argparse.Namespace) -> int:
         restart_delay=args.restart_delay,
         lease_margin_seconds=args.lease_margin,
         tokens=_tokens(args.token),
+        grants=_grants(args.grant),
         roles=roles,
         demo=args.demo,
     )

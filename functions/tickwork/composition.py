@@ -25,6 +25,7 @@ from tickwork.adapters.targets.http import HttpInvoker
 from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
+from tickwork.domain.grants import GrantedTargets
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
@@ -177,9 +178,10 @@ class Components:
 
     def executor(self, worker_id: str | None = None) -> Executor:
         worker = worker_id or f"{socket.gethostname()}-{Random().getrandbits(32):08x}"
+        granted = self.settings.target_grants
         return Executor(
             self.store,
-            self.targets,
+            self.targets if granted is None else GrantedTargets(self.targets, granted),
             self.dispatcher,
             self.clock,
             self.metrics,
@@ -240,5 +242,9 @@ class Components:
         return Auditor(self.store, self.sweeper(), self.dispatcher, self.clock, self.metrics, config)
 
     def job_service(self) -> JobService:
-        config = JobServiceConfig(shard_count=self.settings.shard_count, lookahead=self.settings.lookahead)
+        config = JobServiceConfig(
+            shard_count=self.settings.shard_count,
+            lookahead=self.settings.lookahead,
+            grants=self.settings.target_grants,
+        )
         return JobService(self.store, self.dispatcher, self.clock, config)

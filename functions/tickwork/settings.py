@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from tickwork.domain.grants import TargetGrants
 from tickwork.domain.planning import MIN_REREAD_SECONDS
 from tickwork.resources import ResourceNames
 
@@ -30,6 +31,15 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     if not low <= value <= high:
         raise SettingsError(f"{name}={value} is outside {low}..{high}")
     return value
+
+
+def _grants(text: str) -> TargetGrants | None:
+    if not text:
+        return None
+    try:
+        return TargetGrants.parse(text)
+    except ValueError as error:
+        raise SettingsError(f"TICKWORK_TARGET_GRANTS: {error}") from error
 
 
 def _reread(env: Mapping[str, str]) -> int:
@@ -74,6 +84,8 @@ class Settings:
     signing_secret_arn: str = ""  # AWS: the secret lives in Secrets Manager, read once at cold start
     # A rotation's overlap, locally: the previous secret, still signing (tickwork local sets it for a day).
     signing_secret_previous: str = ""
+    # Who may call what (domain/grants.py): None, any AWS resource the executor's role may call (one tenant).
+    target_grants: TargetGrants | None = None
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
     lease_margin_seconds: int = 30  # beyond a job's timeout before a silent worker counts as dead
@@ -159,6 +171,7 @@ class Settings:
             signing_secret=env.get("TICKWORK_SIGNING_SECRET", ""),
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),
             signing_secret_previous=env.get("TICKWORK_SIGNING_SECRET_PREVIOUS", ""),
+            target_grants=_grants(env.get("TICKWORK_TARGET_GRANTS", "")),
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
             lease_margin_seconds=_int(env, "TICKWORK_LEASE_MARGIN_SECONDS", 30, 1, 600),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",

@@ -127,6 +127,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             # The audit at its shortest, so a purged queue's runs come back within the test's minutes.
             "audit_grace_seconds": str(AUDIT_GRACE_SECONDS),
             "audit_segments": "1",
+            # Who may call what: every caller may target this test's `twe2e-target-*` resources, no others.
+            "target_grants": json.dumps({"*": [f"*:{PREFIX}-target-*"]}),
         }
         phase = time.monotonic()
         _cdk(
@@ -702,3 +704,23 @@ def test_losses_around_the_code_lose_no_run(deployed: Deployed) -> None:
     )
     for job_id in every:
         assert api.call("DELETE", f"/jobs/{job_id}")[0] == 204
+
+
+def test_a_job_at_another_tenants_resource_is_refused(deployed: Deployed) -> None:
+    """Issue 31 on the deployed stack: the registry (context target_grants) grants `twe2e-target-*` only; a
+    job at another team's queue is refused with a 403 problem naming it, and nothing is stored."""
+    api = SignedApi(deployed)
+    other_team = f"https://sqs.{DEFAULT_REGION}.amazonaws.com/{ACCOUNT}/{PREFIX}-billing-inbox"
+    status, refused = api.call(
+        "POST",
+        "/jobs",
+        {
+            "name": "e2e not granted",
+            "schedule": {"expression": "0 3 * * *", "timezone": "UTC"},
+            "target": {"kind": "sqs", "config": {"queue_url": other_team, "message": "x"}},
+        },
+    )
+    assert status == 403, refused
+    assert f"sqs:{PREFIX}-billing-inbox is not granted to" in refused["detail"], refused
+    status, listing = api.call("GET", "/jobs")
+    assert status == 200 and all(j["name"] != "e2e not granted" for j in listing["items"]), listing

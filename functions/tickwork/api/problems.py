@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
+    TargetNotGrantedError,
     TransientStoreError,
     ValidationError,
     VersionMismatchError,
@@ -154,6 +155,9 @@ def register(app: APIGatewayHttpResolver) -> None:
     def not_found(error: NotFoundError) -> Response[Any]:
         return problem(HTTPStatus.NOT_FOUND, str(error), instance=instance())
 
+    def not_granted(error: TargetNotGrantedError) -> Response[Any]:
+        return problem(HTTPStatus.FORBIDDEN, str(error), instance=instance())
+
     def no_route(error: RouteNotFoundError) -> Response[Any]:
         return problem(HTTPStatus.NOT_FOUND, "no such resource or method", instance=instance())
 
@@ -182,6 +186,7 @@ def register(app: APIGatewayHttpResolver) -> None:
     _on(app, RequestValidationError, invalid_request)
     _on(app, RequestUnsupportedContentType, unsupported_type)
     _on(app, NotFoundError, not_found)
+    _on(app, TargetNotGrantedError, not_granted)
     _on(app, RouteNotFoundError, no_route)
     _on(app, VersionMismatchError, precondition_failed)
     _on(app, ConflictError, conflict)

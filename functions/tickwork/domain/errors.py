@@ -38,6 +38,10 @@ class RunsMovedError(VersionMismatchError):
     again (the job write and the views must land together)."""
 
 
+class TargetNotGrantedError(TickworkError):
+    """The job's AWS target is not one its owner was granted (domain/grants.py): a 403."""
+
+
 class TransientStoreError(TickworkError):
     """Throttling or a transaction conflict: safe to retry with backoff, never to drop."""
 

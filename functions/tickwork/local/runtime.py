@@ -94,6 +94,7 @@ class LocalConfig:
     emulator_unresponsive_limit: float = 30.0  # an emulator not answering this long counts as dead
     lease_margin_seconds: int = 30
     tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
+    grants: dict[str, list[str]] | None = None  # owner -> AWS resource patterns (None: no registry)
     roles: tuple[str, ...] = ROLE_ORDER
     demo: bool = False
 
@@ -325,6 +326,11 @@ class LocalRuntime:
                 # Callback runs report to this instance's own API (loopback).
                 "TICKWORK_CALLBACK_URL": f"http://127.0.0.1:{self.config.api_port}",
                 "TICKWORK_LOCAL_TOKENS": json.dumps(self.config.tokens),
+                **(
+                    {}
+                    if self.config.grants is None
+                    else {"TICKWORK_TARGET_GRANTS": json.dumps(self.config.grants)}
+                ),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
                 "PYTHONUNBUFFERED": "1",
             }

@@ -18,10 +18,12 @@ from tickwork.domain.errors import (
     ConflictError,
     DispatchError,
     NotFoundError,
+    TargetNotGrantedError,
     ValidationError,
     VersionMismatchError,
 )
 from tickwork.domain.execution import VIEW_REFRESH_WINDOW, rewritten_views
+from tickwork.domain.grants import TargetGrants, refusal
 from tickwork.domain.jobs import (
     JobPatch,
     JobSpec,
@@ -38,6 +40,7 @@ from tickwork.domain.models import (
     MissedFirePolicy,
     Run,
     RunState,
+    Target,
     shard_of,
 )
 from tickwork.domain.planning import PausedFireOutcomes, paused_fire_outcomes, plan_batch
@@ -68,6 +71,8 @@ class JobServiceConfig:
     # A transaction holds at most 100 items; with the interval floor (10 s) and lookahead 120 s a write plans
     # at most 13 runs, far below this bound.
     max_self_planned_runs: int = 90
+    # The AWS resources each owner's jobs may target (None: any the executor's role may call: one tenant).
+    grants: TargetGrants | None = None
 
 
 MAX_WRITE_ATTEMPTS = 5  # re-reads after the ticker advanced the job between our read and our write
@@ -181,7 +186,13 @@ class JobService:
                 ) from None
             return CreateResult(job, replayed=True)
 
+    def _check_grant(self, owner: str, target: Target) -> None:
+        grants = self._config.grants
+        if grants is not None and not grants.allows(owner, target):
+            raise TargetNotGrantedError(refusal(owner, target))
+
     def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
+        self._check_grant(owner, spec.target)
         now = self._clock.now()
         job = Job(
             job_id=job_id,
@@ -267,6 +278,8 @@ class JobService:
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             edited = apply_patch(job, patch, now)
+            if edited.target != job.target:
+                self._check_grant(owner, edited.target)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
                 return edited, ()
             return self._plan_own_horizon(edited, now, room)
