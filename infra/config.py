@@ -156,6 +156,10 @@ class DeploymentConfig:
     # Who may call what: {"<owner>" or "*": ["<kind>:<pattern>", ...]} (domain/grants.py); None: any target
     # the executor's role may call (a deployment with one tenant).
     target_grants: str | None = None
+    # Per-owner quotas (domain/quotas.py); None: no such limit.
+    owner_max_jobs: int | None = None
+    owner_min_interval_seconds: int | None = None
+    owner_max_backfill_rate: int | None = None
     # The MiniStack profile (`make e2e-aws`): single-metric alarms (it refuses metric math) and a Lambda
     # bundle built for the interpreter the emulator runs handlers with. Everything else is the AWS stack.
     emulator: bool = False
@@ -227,6 +231,9 @@ class DeploymentConfig:
             "target_arns": _list,
             "allowed_networks": _list,
             "target_grants": _grants_json,
+            "owner_max_jobs": _int(1, 10_000_000),
+            "owner_min_interval_seconds": _int(10, 86_400),
+            "owner_max_backfill_rate": _int(1, 1_000),
             "emulator": _bool,
         }
         values: dict[str, Any] = {}

@@ -161,6 +161,15 @@ class TickworkStack(Stack):
             "TICKWORK_CALLBACK_KEY_ARN": self.signing.callback_key.secret_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
             **({} if c.target_grants is None else {"TICKWORK_TARGET_GRANTS": c.target_grants}),
+            **{
+                name: str(value)
+                for name, value in (
+                    ("TICKWORK_OWNER_MAX_JOBS", c.owner_max_jobs),
+                    ("TICKWORK_OWNER_MIN_INTERVAL_SECONDS", c.owner_min_interval_seconds),
+                    ("TICKWORK_OWNER_MAX_BACKFILL_RATE", c.owner_max_backfill_rate),
+                )
+                if value is not None
+            },
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
             "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),
             "POWERTOOLS_SERVICE_NAME": c.prefix,

@@ -246,5 +246,6 @@ class Components:
             shard_count=self.settings.shard_count,
             lookahead=self.settings.lookahead,
             grants=self.settings.target_grants,
+            quotas=self.settings.owner_quotas,
         )
         return JobService(self.store, self.dispatcher, self.clock, config)

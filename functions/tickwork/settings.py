@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tickwork.domain.grants import TargetGrants
 from tickwork.domain.planning import MIN_REREAD_SECONDS
+from tickwork.domain.quotas import OwnerQuotas
 from tickwork.resources import ResourceNames
 
 ENGINES = ("dynamodb", "sqlite")
@@ -31,6 +32,18 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     if not low <= value <= high:
         raise SettingsError(f"{name}={value} is outside {low}..{high}")
     return value
+
+
+def _rate(text: str) -> float | None:
+    if not text:
+        return None
+    try:
+        rate = float(text)
+    except ValueError as error:
+        raise SettingsError(f"TICKWORK_OWNER_MAX_BACKFILL_RATE={text!r} must be a number") from error
+    if not 0 < rate <= 1_000:
+        raise SettingsError(f"TICKWORK_OWNER_MAX_BACKFILL_RATE={text!r} must be in (0, 1000]")
+    return rate
 
 
 def _grants(text: str) -> TargetGrants | None:
@@ -86,6 +99,8 @@ class Settings:
     signing_secret_previous: str = ""
     # Who may call what (domain/grants.py): None, any AWS resource the executor's role may call (one tenant).
     target_grants: TargetGrants | None = None
+    # Per-owner quotas (domain/quotas.py): jobs, minimum interval, backfill rate; unset: no such limit.
+    owner_quotas: OwnerQuotas = field(default_factory=OwnerQuotas)
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
     region: str = "us-east-1"
     lease_margin_seconds: int = 30  # beyond a job's timeout before a silent worker counts as dead
@@ -172,6 +187,17 @@ class Settings:
             signing_secret_arn=env.get("TICKWORK_SIGNING_SECRET_ARN", ""),
             signing_secret_previous=env.get("TICKWORK_SIGNING_SECRET_PREVIOUS", ""),
             target_grants=_grants(env.get("TICKWORK_TARGET_GRANTS", "")),
+            owner_quotas=OwnerQuotas(
+                max_jobs=_int(env, "TICKWORK_OWNER_MAX_JOBS", 0, 1, 10_000_000)
+                if env.get("TICKWORK_OWNER_MAX_JOBS")
+                else None,
+                min_interval_seconds=(
+                    _int(env, "TICKWORK_OWNER_MIN_INTERVAL_SECONDS", 0, 10, 86_400)
+                    if env.get("TICKWORK_OWNER_MIN_INTERVAL_SECONDS")
+                    else None
+                ),
+                max_backfill_rate=_rate(env.get("TICKWORK_OWNER_MAX_BACKFILL_RATE", "")),
+            ),
             allowed_networks=_csv(env.get("TICKWORK_ALLOWED_NETWORKS", "")),
             lease_margin_seconds=_int(env, "TICKWORK_LEASE_MARGIN_SECONDS", 30, 1, 600),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
+    QuotaExceededError,
     TargetNotGrantedError,
     TransientStoreError,
     ValidationError,
@@ -158,6 +159,9 @@ def register(app: APIGatewayHttpResolver) -> None:
     def not_granted(error: TargetNotGrantedError) -> Response[Any]:
         return problem(HTTPStatus.FORBIDDEN, str(error), instance=instance())
 
+    def over_quota(error: QuotaExceededError) -> Response[Any]:
+        return problem(HTTPStatus.FORBIDDEN, str(error), instance=instance())
+
     def no_route(error: RouteNotFoundError) -> Response[Any]:
         return problem(HTTPStatus.NOT_FOUND, "no such resource or method", instance=instance())
 
@@ -187,6 +191,7 @@ def register(app: APIGatewayHttpResolver) -> None:
     _on(app, RequestUnsupportedContentType, unsupported_type)
     _on(app, NotFoundError, not_found)
     _on(app, TargetNotGrantedError, not_granted)
+    _on(app, QuotaExceededError, over_quota)
     _on(app, RouteNotFoundError, no_route)
     _on(app, VersionMismatchError, precondition_failed)
     _on(app, ConflictError, conflict)

@@ -42,6 +42,14 @@ class TargetNotGrantedError(TickworkError):
     """The job's AWS target is not one its owner was granted (domain/grants.py): a 403."""
 
 
+class QuotaExceededError(TickworkError):
+    """A request would break one of the owner's quotas (domain/quotas.py): a 403 naming it."""
+
+    def __init__(self, quota: str, detail: str) -> None:
+        super().__init__(f"quota {quota}: {detail}")
+        self.quota = quota
+
+
 class TransientStoreError(TickworkError):
     """Throttling or a transaction conflict: safe to retry with backoff, never to drop."""
 

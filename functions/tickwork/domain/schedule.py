@@ -45,6 +45,7 @@ __all__ = [
     "next_fire_after",
     "parse_schedule",
     "preview",
+    "shortest_interval_seconds",
 ]
 
 DEFAULT_MIN_INTERVAL_SECONDS: Final = 10
@@ -502,6 +503,11 @@ def _compile(expression: str) -> _CronSpec:
             f"in month field '{month_text}' (a day field starting with '*' means a day must match both)"
         )
     return spec
+
+
+def shortest_interval_seconds(schedule: Schedule) -> int:
+    """The shortest time between two consecutive fires of the schedule (from its fields, no date math)."""
+    return _shortest_gap_seconds(_compile(schedule.expression))
 
 
 def _shortest_gap_seconds(spec: _CronSpec) -> int:

@@ -269,7 +269,7 @@ def runs() -> RunService:
 
 def requests() -> RunRequests:
     parts = components()
-    return RunRequests(parts.store, parts.dispatcher, parts.clock)
+    return RunRequests(parts.store, parts.dispatcher, parts.clock, parts.settings.owner_quotas)
 
 
 IdempotencyKey = Annotated[

@@ -44,6 +44,7 @@ from tickwork.domain.models import (
     shard_of,
 )
 from tickwork.domain.planning import PausedFireOutcomes, paused_fire_outcomes, plan_batch
+from tickwork.domain.quotas import OwnerQuotas
 from tickwork.domain.schedule import (
     DstGapPolicy,
     FireTime,
@@ -73,6 +74,7 @@ class JobServiceConfig:
     max_self_planned_runs: int = 90
     # The AWS resources each owner's jobs may target (None: any the executor's role may call: one tenant).
     grants: TargetGrants | None = None
+    quotas: OwnerQuotas = field(default_factory=OwnerQuotas)
 
 
 MAX_WRITE_ATTEMPTS = 5  # re-reads after the ticker advanced the job between our read and our write
@@ -193,6 +195,13 @@ class JobService:
 
     def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
         self._check_grant(owner, spec.target)
+        quotas = self._config.quotas
+        quotas.check_schedule(spec.schedule)
+        if quotas.max_jobs is not None:
+            # The owner's jobs from the by_owner index (eventually consistent: creates racing at the limit may
+            # pass it by the few that race).
+            existing, _ = self._store.owner_job_ids(owner, limit=quotas.max_jobs)
+            quotas.check_job_count(len(existing))
         now = self._clock.now()
         job = Job(
             job_id=job_id,
@@ -280,6 +289,8 @@ class JobService:
             edited = apply_patch(job, patch, now)
             if edited.target != job.target:
                 self._check_grant(owner, edited.target)
+            if edited.schedule != job.schedule:
+                self._config.quotas.check_schedule(edited.schedule)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
                 return edited, ()
             return self._plan_own_horizon(edited, now, room)

@@ -25,6 +25,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobState, Run, split_run_id
+from tickwork.domain.quotas import OwnerQuotas
 from tickwork.domain.requests import (
     REQUEST_RETENTION,
     BackfillWindow,
@@ -75,10 +76,13 @@ def _fingerprint(kind: RequestKind, job_id: str, parameters: Mapping[str, Any]) 
 
 
 class RunRequests:
-    def __init__(self, store: RunRequestStore, dispatcher: Dispatcher, clock: Clock) -> None:
+    def __init__(
+        self, store: RunRequestStore, dispatcher: Dispatcher, clock: Clock, quotas: OwnerQuotas | None = None
+    ) -> None:
         self._store = store
         self._dispatcher = dispatcher
         self._clock = clock
+        self._quotas = quotas or OwnerQuotas()
 
     # --- run now -------------------------------------------------------------------------------------
 
@@ -164,6 +168,7 @@ class RunRequests:
         Without `rerun` a backfill is idempotent by its slots; a rerun is, with an Idempotency-Key."""
         now = self._clock.now()
         window.check(now)
+        self._quotas.check_backfill_rate(window.rate_per_second)
         fingerprint = _fingerprint(
             RequestKind.BACKFILL,
             job_id,
