@@ -4,8 +4,9 @@ local runtime call this; services never see boto3."""
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from random import Random
@@ -40,6 +41,7 @@ from tickwork.services.sweeping import Sweeper
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
+SIGNING_SECRETS_TTL = timedelta(minutes=5)  # how stale the signing secrets may be in a warm environment
 # The store of either engine: both implement every storage port.
 EngineStore = DynamoStore | SqliteStore
 
@@ -52,6 +54,9 @@ class Components:
         self.clock = clock
         self.client_for = client_for
         self.metrics = metrics
+        self._secrets: tuple[bytes, ...] | None = None
+        self._secrets_read_at = datetime.min.replace(tzinfo=UTC)
+        self._secrets_lock = threading.Lock()
 
     @cached_property
     def database(self) -> Database:
@@ -100,25 +105,30 @@ class Components:
             send_threads=threads,
         )
 
-    @cached_property
     def signing_secrets(self) -> tuple[bytes, ...]:
         """The deployment's signing secret, then the previous one while a rotation's overlap lasts
         (signing.ROTATION_OVERLAP_SECONDS after the current one was made); every owner's key derives from
-        them (signing.owner_key)."""
+        them (signing.owner_key). Read again every SIGNING_SECRETS_TTL: a warm environment follows a
+        rotation, and stops signing with the previous secret when its overlap ends."""
         settings = self.settings
         if settings.signing_secret:
             previous = settings.signing_secret_previous.encode()
             return (settings.signing_secret.encode(), *((previous,) if previous else ()))
         if not settings.signing_secret_arn:
             raise SettingsError("TICKWORK_SIGNING_SECRET or TICKWORK_SIGNING_SECRET_ARN must be set")
-        return signing_secrets(
-            self.client_for("secretsmanager"), settings.signing_secret_arn, self.clock.now()
-        )
+        now = self.clock.now()
+        with self._secrets_lock:
+            if self._secrets is None or now >= self._secrets_read_at + SIGNING_SECRETS_TTL:
+                self._secrets = signing_secrets(
+                    self.client_for("secretsmanager"), settings.signing_secret_arn, now
+                )
+                self._secrets_read_at = now
+            return self._secrets
 
     @property
     def signing_secret(self) -> bytes:
         """The current secret (what the callback key derives from)."""
-        return self.signing_secrets[0]
+        return self.signing_secrets()[0]
 
     @cached_property
     def targets(self) -> TargetRegistry:
@@ -127,7 +137,7 @@ class Components:
             lambda: self.clock.now().timestamp(),
             allow_loopback=self.settings.mode == "local",
             allowed_networks=self.settings.allowed_networks,
-            previous_secrets=self.signing_secrets[1:],
+            secrets=self.signing_secrets,
         )
         return TargetRegistry(http=http, aws=AwsInvoker(self.client_for))
 

@@ -10,7 +10,7 @@ import pytest
 from tests.api.conftest import ALICE, BOB, Api, job_body
 from tickwork.domain.grants import TargetGrants
 
-GRANTS = TargetGrants.parse('{"*": ["*:tickwork-target-{owner}-*"]}')
+GRANTS = TargetGrants({ALICE: ["*:tickwork-target-alice-*"], BOB: ["*:tickwork-target-bob-*"]})
 
 
 def lambda_target(name: str) -> dict[str, object]:

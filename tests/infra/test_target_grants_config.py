@@ -10,7 +10,7 @@ from infra.config import ConfigError, DeploymentConfig
 
 
 def test_the_context_is_checked_and_kept_as_json() -> None:
-    grants = {"*": ["*:tickwork-target-{owner}-*"], "arn:aws:iam::1:role/ops": ["lambda:*"]}
+    grants = {"*": ["sqs:shared-inbox"], "arn:aws:iam::1:role/ops": ["lambda:tickwork-target-ops-*"]}
     config = DeploymentConfig.from_context({"target_grants": json.dumps(grants)}.get)
     assert config.target_grants is not None and json.loads(config.target_grants) == grants
     # cdk.json may hold it as an object

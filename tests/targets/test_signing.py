@@ -96,7 +96,16 @@ def test_verify_never_raises(header: str) -> None:
 
 @pytest.mark.parametrize(
     "header",
-    ["", "t=1", f"t={NOW},n=x", f"t={NOW},n=x,v2=00", f"t=x,n=y,kid={key_id(ALICE)},v2=00", "garbage"],
+    [
+        "",
+        "t=1",
+        f"t={NOW},n=x",
+        f"t={NOW},n=x,v2=00",
+        f"t=x,n=y,kid={key_id(ALICE)},v2=00",
+        "garbage",
+        f"t={'9' * 5000},n=x,kid={key_id(ALICE)},v2=00",  # more digits than int() takes: False, not a crash
+        f"t=\u00b2,n=x,kid={key_id(ALICE)},v2=00",  # a digit to str.isdigit, not to int()
+    ],
 )
 def test_malformed_headers_are_rejected(header: str) -> None:
     assert not check(header)
@@ -173,6 +182,8 @@ def test_the_documented_node_receiver_agrees_with_sign(tmp_path: Path) -> None:
         "another url": (signed(timestamp=now, nonce="node2"), "https://elsewhere.example/", "1"),
         "another attempt": (signed(timestamp=now, nonce="node3"), REQUEST["url"], "2"),
         "stale": (signed(timestamp=now - 301, nonce="node4"), REQUEST["url"], "1"),
+        "proto key id": (f"t={now},n=node5,kid=__proto__,v2=00", REQUEST["url"], "1"),
+        "constructor key id": (f"t={now},n=node6,kid=constructor,v2=00", REQUEST["url"], "1"),
     }
     script = tmp_path / "check.js"
     script.write_text(
@@ -196,4 +207,6 @@ def test_the_documented_node_receiver_agrees_with_sign(tmp_path: Path) -> None:
         "another url": False,
         "another attempt": False,
         "stale": False,
+        "proto key id": False,
+        "constructor key id": False,
     }

@@ -5,17 +5,16 @@ registry any caller of the API could point a job at another team's function and 
 With one, an AWS target is named `<kind>:<resource name>` (`lambda:tickwork-target-billing-sync`,
 `sqs:tickwork-target-alice-inbox`) and must match a pattern granted to the job's owner (`*` matches any
 run of characters); the API refuses the job (403) and the executor refuses the call (the run fails, not
-retried), so a grant taken back stops the jobs made under it. The pattern `{owner}` in a grant stands for
-the owner's own name's last path part (`arn:aws:iam::1:role/billing` -> `billing`), so one grant
-(`"*": ["*:tickwork-target-{owner}-*"]`) can give every owner their own namespace. HTTP targets are not
-AWS resources: their calls are signed with the owner's key (tickwork/signing.py) instead.
+retried), so a grant taken back stops the jobs made under it. Grants name owners in full (an IAM role's
+ARN, a JWT subject): no pattern derives a namespace from an owner's name, which two owners in two accounts,
+or `alice` and `alice-prod`, could share. `*` grants to every owner (shared resources). HTTP targets are
+not AWS resources: their calls are signed with the owner's own key (tickwork/signing.py) instead.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,34 +24,34 @@ from tickwork.domain.targets import Invocation, TargetInvoker, TargetResult
 EVERY_OWNER = "*"  # a grant for every owner
 
 
-def resource_of(target: Target) -> str | None:
-    """`<kind>:<resource name>` of an AWS target (None for an HTTP one): the name, without account, region,
-    path or qualifier, as the executor's IAM policy names the resources it may call."""
+def resources_of(target: Target) -> tuple[str, ...]:
+    """The `<kind>:<resource name>`s an AWS target touches (none for an HTTP one): names without account,
+    region, path or qualifier, as the executor's IAM policy names what it may call. An ECS task names its
+    task definition's family and the cluster it runs on; each must be granted."""
     config = target.config
     kind = target.kind
     if kind == "lambda":
         name = str(config["function_name"])
         if name.startswith("arn:"):
-            name = name.split(":")[6] if len(name.split(":")) > 6 else name
+            parts = name.split(":")
+            name = parts[6] if len(parts) > 6 else name
         elif ":function:" in name:  # a partial ARN: <account>:function:<name>
             name = name.split(":function:", 1)[1]
-        return f"lambda:{name.split(':', 1)[0]}"
+        return (f"lambda:{name.split(':', 1)[0]}",)
     if kind == "sqs":
-        return f"sqs:{str(config['queue_url']).rstrip('/').rsplit('/', 1)[-1]}"
+        return (f"sqs:{str(config['queue_url']).rstrip('/').rsplit('/', 1)[-1]}",)
     if kind == "sns":
-        return f"sns:{str(config['topic_arn']).rsplit(':', 1)[-1]}"
+        return (f"sns:{str(config['topic_arn']).rsplit(':', 1)[-1]}",)
     if kind == "eventbridge":
-        return f"eventbridge:{str(config['event_bus_name']).rsplit('/', 1)[-1]}"
+        return (f"eventbridge:{str(config['event_bus_name']).rsplit('/', 1)[-1]}",)
     if kind == "stepfunctions":
-        return f"stepfunctions:{str(config['state_machine_arn']).rsplit(':', 1)[-1]}"
+        # arn:aws:states:<region>:<account>:stateMachine:<name>[:<version or alias>]: the name only
+        parts = str(config["state_machine_arn"]).split(":")
+        return (f"stepfunctions:{parts[6] if len(parts) > 6 else parts[-1]}",)
     if kind == "ecs":
-        return f"ecs:{str(config['task_definition']).rsplit('/', 1)[-1].split(':', 1)[0]}"
-    return None
-
-
-def owner_name(owner: str) -> str:
-    """What `{owner}` stands for in a grant: the owner's last path part (an IAM role's or user's name)."""
-    return owner.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+        family = str(config["task_definition"]).rsplit("/", 1)[-1].split(":", 1)[0]
+        return (f"ecs:{family}", f"ecs-cluster:{str(config['cluster']).rsplit('/', 1)[-1]}")
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +75,11 @@ class TargetGrants:
         return cls({owner: tuple(patterns) for owner, patterns in value.items()})
 
     def allows(self, owner: str, target: Target) -> bool:
-        resource = resource_of(target)
-        if resource is None:
-            return True
         patterns = [*self.grants.get(owner, ()), *self.grants.get(EVERY_OWNER, ())]
-        own = re.sub(r"([*?\[])", r"[\1]", owner_name(owner))  # the owner's name matches only itself
-        return any(fnmatch.fnmatchcase(resource, pattern.replace("{owner}", own)) for pattern in patterns)
+        return all(
+            any(fnmatch.fnmatchcase(resource, pattern) for pattern in patterns)
+            for resource in resources_of(target)
+        )
 
 
 def _is_pattern(value: object) -> bool:
@@ -90,8 +88,8 @@ def _is_pattern(value: object) -> bool:
 
 def refusal(owner: str, target: Target) -> str:
     return (
-        f"{resource_of(target)} is not granted to {owner}: an operator grants the AWS resources each owner's "
-        "jobs may call (target grants, docs/targets.md)"
+        f"{', '.join(resources_of(target))} is not granted to {owner}: an operator grants the AWS resources "
+        "each owner's jobs may call (target grants, docs/targets.md)"
     )
 
 

@@ -756,7 +756,7 @@ def health() -> Response[HealthOut]:
 )
 def list_signing_keys(request: Request) -> Response[SigningKeysOut]:
     owner = current_owner(request)
-    keys = [signing.owner_key(secret, owner) for secret in components().signing_secrets]
+    keys = [signing.owner_key(secret, owner) for secret in components().signing_secrets()]
     items = [
         SigningKeyOut(key_id=signing.key_id(key), key=key.hex(), current=index == 0)
         for index, key in enumerate(keys)

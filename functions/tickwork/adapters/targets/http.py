@@ -194,6 +194,7 @@ class HttpInvoker:
         allowed_networks: Sequence[str] = (),
         *,
         previous_secrets: Sequence[bytes] = (),
+        secrets: Callable[[], Sequence[bytes]] | None = None,
         resolver: Resolver = resolve,
         tls_context: ssl.SSLContext | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -203,7 +204,9 @@ class HttpInvoker:
             raise ValueError("HttpInvoker needs a non-empty signing secret")
         # The current secret first; a previous one (a rotation's overlap) signs too, so receivers that still
         # hold the owner's old key keep verifying until they fetch the new one.
-        self._secrets = (signing_secret, *(p for p in previous_secrets if p))
+        static = (signing_secret, *(p for p in previous_secrets if p))
+        # `secrets`, when given, is asked on every call (the deployment's, re-read as they rotate).
+        self._secrets = secrets or (lambda: static)
         self._nonce = nonce
         self._clock_epoch = clock_epoch
         self._allow_loopback = allow_loopback
@@ -226,7 +229,7 @@ class HttpInvoker:
             **config["headers"],
             **invocation_headers(invocation),
             signing.SIGNATURE_HEADER: signing.sign(
-                [signing.owner_key(secret, invocation.owner) for secret in self._secrets],
+                [signing.owner_key(secret, invocation.owner) for secret in self._secrets()],
                 timestamp=int(self._clock_epoch()),
                 nonce=self._nonce(),
                 method=method,
