@@ -80,6 +80,12 @@ WARM_READ_MIN = 12_000
 WARM_WRITE_MIN = 4_000
 
 
+def _claim(name: str, raw: Any) -> str:
+    if not isinstance(raw, str) or not re.fullmatch(r"[A-Za-z0-9_:./-]{1,128}", raw):
+        raise ConfigError(f"context {name}={raw!r} must be a JWT claim name")
+    return raw
+
+
 def _grants_json(name: str, raw: Any) -> str:
     text = raw if isinstance(raw, str) else json.dumps(raw)
     try:
@@ -143,6 +149,8 @@ class DeploymentConfig:
     alarm_email: str | None = None
     jwt_issuer: str | None = None
     jwt_audience: tuple[str, ...] = ()
+    # With JWT auth: the claim that names the caller's tenant (`sub`: each user its own).
+    jwt_tenant_claim: str = "sub"
     start_delay_objective_ms: int = 1000
     # The top of the hour: p99 start delay of any one minute (StartDelayBurstP99). 60,000 one-second runs at a
     # cap of 10,000 drain in 6 s at best; the goal for the last start is 1.5x that (9 s).
@@ -230,6 +238,7 @@ class DeploymentConfig:
             "log_retention_days": _int(1, 3653),
             "target_arns": _list,
             "allowed_networks": _list,
+            "jwt_tenant_claim": _claim,
             "target_grants": _grants_json,
             "owner_max_jobs": _int(1, 10_000_000),
             "owner_min_interval_seconds": _int(10, 86_400),

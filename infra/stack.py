@@ -171,6 +171,7 @@ class TickworkStack(Stack):
                 if value is not None
             },
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
+            "TICKWORK_TENANT_CLAIM": c.jwt_tenant_claim,
             "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),
             "POWERTOOLS_SERVICE_NAME": c.prefix,
             "POWERTOOLS_METRICS_NAMESPACE": "Tickwork",

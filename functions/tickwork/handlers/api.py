@@ -179,9 +179,11 @@ _RESOLVERS = _Pool()
 # --- request context -------------------------------------------------------------------------------------
 
 
-def owner_of(event: Mapping[str, Any]) -> str | None:
+def owner_of(event: Mapping[str, Any], tenant_claim: str = "sub") -> str | None:
     """The caller's identity from the API Gateway (payload v2) authorizer context: the IAM principal ARN, or
-    a JWT's `sub`.
+    a JWT's tenant claim (`sub` by default, so each user is a tenant; `TICKWORK_TENANT_CLAIM`, e.g. an
+    organisation claim, makes every user of one organisation one tenant). A token without the claim has no
+    owner (401): it never falls back to another claim.
 
     An assumed role's ARN names its session (`arn:<partition>:sts::<account>:assumed-role/<role>/<session>`),
     a new one per login or cold start; the owner is the role, `arn:<partition>:iam::<account>:role/<role>`,
@@ -201,15 +203,15 @@ def owner_of(event: Mapping[str, Any]) -> str | None:
         return arn
     jwt = authorizer.get("jwt")
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
-    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
-        return str(claims["sub"])
+    if isinstance(claims, Mapping) and isinstance(claims.get(tenant_claim), str) and claims[tenant_claim]:
+        return str(claims[tenant_claim])
     return None
 
 
 def current_owner(request: Request) -> str:
     """The owner of the request being served. Every route takes its `Request` (Powertools passes the one
     it is resolving) and asks it: the identity never comes from state shared between requests."""
-    owner = owner_of(request.resolved_event.raw_event)
+    owner = owner_of(request.resolved_event.raw_event, components().settings.tenant_claim)
     if owner is None:
         raise ApiProblem(HTTPStatus.UNAUTHORIZED, "no caller identity in the request")
     if len(owner) > MAX_OWNER_CHARS:
