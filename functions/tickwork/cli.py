@@ -72,6 +72,23 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     local.add_argument("--roles", default=",".join(ROLE_ORDER), help="which role processes to start")
     local.add_argument(
+        "--owner-max-jobs", type=int, default=None, help="quota: jobs an owner may have (default: none)"
+    )
+    local.add_argument(
+        "--owner-min-interval",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="quota: the shortest interval between two fires of an owner's job (default: none)",
+    )
+    local.add_argument(
+        "--owner-max-backfill-rate",
+        type=float,
+        default=None,
+        metavar="RUNS_PER_SECOND",
+        help="quota: how fast an owner's backfill may start runs (default: none)",
+    )
+    local.add_argument(
         "--grant",
         action="append",
         default=[],
@@ -148,6 +165,15 @@ def run_local(args: argparse.Namespace) -> int:
         lease_margin_seconds=args.lease_margin,
         tokens=_tokens(args.token),
         grants=_grants(args.grant),
+        quotas={
+            name: str(value)
+            for name, value in (
+                ("TICKWORK_OWNER_MAX_JOBS", args.owner_max_jobs),
+                ("TICKWORK_OWNER_MIN_INTERVAL_SECONDS", args.owner_min_interval),
+                ("TICKWORK_OWNER_MAX_BACKFILL_RATE", args.owner_max_backfill_rate),
+            )
+            if value is not None
+        },
         roles=roles,
         demo=args.demo,
     )

@@ -95,6 +95,7 @@ class LocalConfig:
     lease_margin_seconds: int = 30
     tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
     grants: dict[str, list[str]] | None = None  # owner -> AWS resource patterns (None: no registry)
+    quotas: dict[str, str] = field(default_factory=dict)  # TICKWORK_OWNER_* settings (domain/quotas.py)
     roles: tuple[str, ...] = ROLE_ORDER
     demo: bool = False
 
@@ -331,6 +332,7 @@ class LocalRuntime:
                     if self.config.grants is None
                     else {"TICKWORK_TARGET_GRANTS": json.dumps(self.config.grants)}
                 ),
+                **self.config.quotas,
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
                 "PYTHONUNBUFFERED": "1",
             }
