@@ -151,6 +151,8 @@ class DeploymentConfig:
     jwt_audience: tuple[str, ...] = ()
     # With JWT auth: the claim that names the caller's tenant (`sub`: each user its own).
     jwt_tenant_claim: str = "sub"
+    # Owners (in full) with the operator scope: list, pause and resume any owner's job, each use recorded.
+    operators: tuple[str, ...] = ()
     start_delay_objective_ms: int = 1000
     # The top of the hour: p99 start delay of any one minute (StartDelayBurstP99). 60,000 one-second runs at a
     # cap of 10,000 drain in 6 s at best; the goal for the last start is 1.5x that (9 s).
@@ -239,6 +241,7 @@ class DeploymentConfig:
             "target_arns": _list,
             "allowed_networks": _list,
             "jwt_tenant_claim": _claim,
+            "operators": _list,
             "target_grants": _grants_json,
             "owner_max_jobs": _int(1, 10_000_000),
             "owner_min_interval_seconds": _int(10, 86_400),

@@ -172,6 +172,7 @@ class TickworkStack(Stack):
             },
             "TICKWORK_API_AUTH": "jwt" if c.jwt_issuer else "iam",
             "TICKWORK_TENANT_CLAIM": c.jwt_tenant_claim,
+            "TICKWORK_OPERATORS": ",".join(c.operators),
             "TICKWORK_DASHBOARD_NAME": dashboard_name(c.prefix),
             "POWERTOOLS_SERVICE_NAME": c.prefix,
             "POWERTOOLS_METRICS_NAMESPACE": "Tickwork",

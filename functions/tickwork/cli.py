@@ -89,6 +89,13 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="quota: how fast an owner's backfill may start runs (default: none)",
     )
     local.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        metavar="OWNER",
+        help="an owner with the operator scope: may list, pause and resume any owner's job (repeatable)",
+    )
+    local.add_argument(
         "--grant",
         action="append",
         default=[],
@@ -165,6 +172,7 @@ def run_local(args: argparse.Namespace) -> int:
         lease_margin_seconds=args.lease_margin,
         tokens=_tokens(args.token),
         grants=_grants(args.grant),
+        operators=tuple(args.operator),
         quotas={
             name: str(value)
             for name, value in (

@@ -101,6 +101,8 @@ class Settings:
     target_grants: TargetGrants | None = None
     # The JWT claim that names the caller's tenant (the owner of what it makes): `sub`, one tenant a user.
     tenant_claim: str = "sub"
+    # Owners with the operator scope: may list, pause and resume any owner's job (every use is recorded).
+    operators: frozenset[str] = frozenset()
     # Per-owner quotas (domain/quotas.py): jobs, minimum interval, backfill rate; unset: no such limit.
     owner_quotas: OwnerQuotas = field(default_factory=OwnerQuotas)
     allowed_networks: tuple[str, ...] = ()  # CIDRs opened past the SSRF rule
@@ -190,6 +192,7 @@ class Settings:
             signing_secret_previous=env.get("TICKWORK_SIGNING_SECRET_PREVIOUS", ""),
             target_grants=_grants(env.get("TICKWORK_TARGET_GRANTS", "")),
             tenant_claim=env.get("TICKWORK_TENANT_CLAIM", "sub") or "sub",
+            operators=frozenset(o.strip() for o in env.get("TICKWORK_OPERATORS", "").split(",") if o.strip()),
             owner_quotas=OwnerQuotas(
                 max_jobs=_int(env, "TICKWORK_OWNER_MAX_JOBS", 0, 1, 10_000_000)
                 if env.get("TICKWORK_OWNER_MAX_JOBS")

@@ -930,6 +930,13 @@ class HealthOut(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class OperatorNoteIn(BaseModel):
+    """Why an operator acts on another owner's job: recorded with who and when."""
+
+    model_config = ConfigDict(extra="forbid")
+    note: str = Field(min_length=1, max_length=500, description="Why: recorded with the action.")
+
+
 class SigningKeyOut(BaseModel):
     key_id: str = Field(description="Names the key in the signature header's `kid`.")
     key: str = Field(description="The key, hex: HMAC-SHA256 over the signed string (docs/targets.md).")

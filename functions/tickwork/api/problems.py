@@ -298,6 +298,8 @@ def _gateway(response: Response[Any]) -> dict[str, Any]:
 PROBLEM_DESCRIPTIONS: Mapping[int, str] = {
     400: "Malformed request: bad JSON, a cursor this API did not issue.",
     401: "No caller identity (API Gateway authorizer context, or a local bearer token).",
+    403: "Forbidden: the job's target is not granted to its owner, a quota of the owner's would be exceeded "
+    "(the detail names it), or the caller lacks the operator scope.",
     404: "No such job or run, or it belongs to another owner.",
     409: "Conflict: the Idempotency-Key was used for a different request.",
     412: "If-Match names a version the job is no longer at.",

@@ -26,6 +26,7 @@ from aws_lambda_powertools.event_handler.openapi.models import APIKey, HTTPBeare
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
@@ -42,6 +43,7 @@ from tickwork.api.models import (
     JobListOut,
     JobOut,
     JobPatchIn,
+    OperatorNoteIn,
     PreviewOut,
     ResumedJobOut,
     RunListOut,
@@ -396,7 +398,7 @@ JOB_PAGE_LINKS = {
             etag_header=True,
             links=JOB_LINKS,
         ),
-        **problems.problem_responses(400, 409, 413, 415),
+        **problems.problem_responses(400, 403, 409, 413, 415),
     },
 )
 def create_job(
@@ -479,7 +481,7 @@ def get_job(job_id: str, request: Request) -> Response[JobOut]:
     tags=["jobs"],
     responses={
         **ok(JobOut, "The updated job.", etag_header=True, links=JOB_LINKS),
-        **problems.problem_responses(400, 404, 412, 413, 415),
+        **problems.problem_responses(400, 403, 404, 412, 413, 415),
     },
 )
 def update_job(job_id: str, body: JobPatchIn, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
@@ -693,7 +695,7 @@ def retry_run(
     responses={
         **ok(BackfillOut, "What the backfill created and skipped.", 202),
         **ok(BackfillOut, "Replayed: what an earlier request with this Idempotency-Key did.", 200),
-        **problems.problem_responses(400, 404, 409, 415, 422),
+        **problems.problem_responses(400, 403, 404, 409, 415, 422),
     },
 )
 def backfill_job(
@@ -744,6 +746,82 @@ def list_failed_runs(
 )
 def health() -> Response[HealthOut]:
     return json_response(HealthOut())
+
+
+# --- the operator scope ----------------------------------------------------------------------------------
+
+
+def _operator(request: Request) -> str:
+    """The caller, if it holds the operator scope (context `operators`): 403 otherwise."""
+    who = current_owner(request)
+    if who not in components().settings.operators:
+        raise ApiProblem(HTTPStatus.FORBIDDEN, f"{who} does not hold the operator scope")
+    return who
+
+
+def _record(
+    operator: str, action: str, owner: str, job_id: str | None = None, note: str | None = None
+) -> None:
+    """Every use of the operator scope, recorded: who, what, whose, why (the API's log, `operator action`,
+    and the OperatorActions metric)."""
+    logger.info(
+        "operator action",
+        extra={"operator": operator, "action": action, "owner": owner, "job_id": job_id, "note": note},
+    )
+    metrics.add_metric(name="OperatorActions", unit=MetricUnit.Count, value=1)
+
+
+@router.get(
+    "/operator/jobs",
+    operation_id="operatorListJobs",
+    summary="List any owner's jobs (operator)",
+    description="The jobs of `owner`, for a caller with the operator scope; each use is recorded.",
+    tags=["operator"],
+    responses={**ok(JobListOut, "A page of the owner's jobs."), **problems.problem_responses(400, 403, 422)},
+)
+def operator_list_jobs(
+    request: Request,
+    owner: Annotated[str, Query(min_length=1, max_length=MAX_OWNER_CHARS, description="Whose jobs.")],
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Cursor = None,
+) -> Response[JobListOut]:
+    operator = _operator(request)
+    page = jobs().list(owner, JobQuery(limit=limit, cursor=cursor))
+    _record(operator, "list", owner)
+    return json_response(JobListOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_cursor))
+
+
+@router.post(
+    "/operator/jobs/<job_id>/pause",
+    operation_id="operatorPauseJob",
+    summary="Pause any owner's job (operator)",
+    description=f"As the owner's own pause, for a caller with the operator scope; the note is recorded with "
+    f"who paused it. {RUN_RULE}",
+    tags=["operator"],
+    responses={**ok(JobOut, "The paused job."), **problems.problem_responses(400, 403, 404, 413, 415, 422)},
+)
+def operator_pause_job(job_id: str, body: OperatorNoteIn, request: Request) -> Response[JobOut]:
+    operator = _operator(request)
+    owner = jobs().owner_of_job(job_id)
+    job = jobs().pause(owner, job_id)
+    _record(operator, "pause", owner, job_id, body.note)
+    return job_response(JobOut.of(job), job)
+
+
+@router.post(
+    "/operator/jobs/<job_id>/resume",
+    operation_id="operatorResumeJob",
+    summary="Resume any owner's job (operator)",
+    description="As the owner's own resume, for a caller with the operator scope; the note is recorded.",
+    tags=["operator"],
+    responses={**ok(JobOut, "The resumed job."), **problems.problem_responses(400, 403, 404, 413, 415, 422)},
+)
+def operator_resume_job(job_id: str, body: OperatorNoteIn, request: Request) -> Response[JobOut]:
+    operator = _operator(request)
+    owner = jobs().owner_of_job(job_id)
+    job = jobs().resume(owner, job_id).job
+    _record(operator, "resume", owner, job_id, body.note)
+    return job_response(JobOut.of(job), job)
 
 
 @router.get(

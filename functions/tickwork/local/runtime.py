@@ -96,6 +96,7 @@ class LocalConfig:
     tokens: dict[str, str] = field(default_factory=lambda: {"local-dev-token": "local-user"})
     grants: dict[str, list[str]] | None = None  # owner -> AWS resource patterns (None: no registry)
     quotas: dict[str, str] = field(default_factory=dict)  # TICKWORK_OWNER_* settings (domain/quotas.py)
+    operators: tuple[str, ...] = ()  # owners with the operator scope
     roles: tuple[str, ...] = ROLE_ORDER
     demo: bool = False
 
@@ -333,6 +334,7 @@ class LocalRuntime:
                     else {"TICKWORK_TARGET_GRANTS": json.dumps(self.config.grants)}
                 ),
                 **self.config.quotas,
+                "TICKWORK_OPERATORS": ",".join(self.config.operators),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
                 "PYTHONUNBUFFERED": "1",
             }

@@ -297,6 +297,13 @@ class JobService:
 
         return self._edit(owner, job_id, if_match, edit)[1]
 
+    def owner_of_job(self, job_id: str) -> str:
+        """Whose job this is (the operator scope acts on any owner's job as that owner's): NotFoundError."""
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} not found")
+        return job.owner
+
     def pause(self, owner: str, job_id: str, if_match: int | None = None) -> Job:
         """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them."""
 
