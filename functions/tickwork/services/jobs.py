@@ -193,6 +193,18 @@ class JobService:
         if grants is not None and not grants.allows(owner, target):
             raise TargetNotGrantedError(refusal(owner, target))
 
+    def _owner_job_count(self, owner: str, up_to: int) -> int:
+        """How many jobs the owner has, counted up to `up_to`: page after page, since one page of the index
+        may stop short of its limit (DynamoDB returns at most 1 MB a page)."""
+        count, after, more = 0, None, True
+        while more and count < up_to:
+            ids, more = self._store.owner_job_ids(owner, limit=up_to - count, after_job_id=after)
+            if not ids:
+                break
+            count += len(ids)
+            after = ids[-1]
+        return count
+
     def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
         self._check_grant(owner, spec.target)
         quotas = self._config.quotas
@@ -200,8 +212,7 @@ class JobService:
         if quotas.max_jobs is not None:
             # The owner's jobs from the by_owner index (eventually consistent: creates racing at the limit may
             # pass it by the few that race).
-            existing, _ = self._store.owner_job_ids(owner, limit=quotas.max_jobs)
-            quotas.check_job_count(len(existing))
+            quotas.check_job_count(self._owner_job_count(owner, up_to=quotas.max_jobs))
         now = self._clock.now()
         job = Job(
             job_id=job_id,
