@@ -170,6 +170,9 @@ class DeploymentConfig:
     owner_max_jobs: int | None = None
     owner_min_interval_seconds: int | None = None
     owner_max_backfill_rate: int | None = None
+    # Each owner's share of the concurrency bound: at most this many of one owner's runs at once (None: no
+    # share; one owner whose target hangs may then hold the whole bound until its timeouts end).
+    owner_concurrency_cap: int | None = None
     # The MiniStack profile (`make e2e-aws`): single-metric alarms (it refuses metric math) and a Lambda
     # bundle built for the interpreter the emulator runs handlers with. Everything else is the AWS stack.
     emulator: bool = False
@@ -185,6 +188,11 @@ class DeploymentConfig:
             raise ConfigError(
                 f"context executor_max_pollers={self.executor_max_pollers} is below "
                 f"executor_min_pollers={self.executor_min_pollers}"
+            )
+        if self.owner_concurrency_cap is not None and self.owner_concurrency_cap > self.concurrency_cap:
+            raise ConfigError(
+                f"context owner_concurrency_cap={self.owner_concurrency_cap} is above "
+                f"concurrency_cap={self.concurrency_cap}: a share cannot exceed the whole"
             )
 
     def warm(self) -> dict[str, tuple[int | None, int | None]]:
@@ -246,6 +254,7 @@ class DeploymentConfig:
             "owner_max_jobs": _int(1, 10_000_000),
             "owner_min_interval_seconds": _int(10, 86_400),
             "owner_max_backfill_rate": _int(1, 1_000),
+            "owner_concurrency_cap": _int(1, 100_000),
             "emulator": _bool,
         }
         values: dict[str, Any] = {}

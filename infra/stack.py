@@ -167,6 +167,7 @@ class TickworkStack(Stack):
                     ("TICKWORK_OWNER_MAX_JOBS", c.owner_max_jobs),
                     ("TICKWORK_OWNER_MIN_INTERVAL_SECONDS", c.owner_min_interval_seconds),
                     ("TICKWORK_OWNER_MAX_BACKFILL_RATE", c.owner_max_backfill_rate),
+                    ("TICKWORK_OWNER_CONCURRENCY_CAP", c.owner_concurrency_cap),
                 )
                 if value is not None
             },

@@ -89,6 +89,13 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="quota: how fast an owner's backfill may start runs (default: none)",
     )
     local.add_argument(
+        "--owner-cap",
+        type=int,
+        default=None,
+        metavar="RUNS",
+        help="each owner's share of --cap: at most this many of one owner's runs at once (default: none)",
+    )
+    local.add_argument(
         "--operator",
         action="append",
         default=[],
@@ -179,6 +186,7 @@ def run_local(args: argparse.Namespace) -> int:
                 ("TICKWORK_OWNER_MAX_JOBS", args.owner_max_jobs),
                 ("TICKWORK_OWNER_MIN_INTERVAL_SECONDS", args.owner_min_interval),
                 ("TICKWORK_OWNER_MAX_BACKFILL_RATE", args.owner_max_backfill_rate),
+                ("TICKWORK_OWNER_CONCURRENCY_CAP", args.owner_cap),
             )
             if value is not None
         },

@@ -27,6 +27,7 @@ PRODUCTION_CONTEXT: dict[str, Any] = {
     "ticker_shards_per_invocation": 3,
     "queue_count": 3,
     "concurrency_cap": 3000,
+    "owner_concurrency_cap": 300,
     "alarm_email": "oncall@example.com",
     "jwt_issuer": "https://issuer.example.com/",
     "jwt_audience": "tickwork-api,tickwork-cli",

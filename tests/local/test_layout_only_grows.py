@@ -39,7 +39,11 @@ def test_the_quota_and_grant_flags_reach_every_role(tmp_path: Path) -> None:
     config = LocalConfig(
         state_dir=tmp_path,
         grants={"local-user": ["lambda:tickwork-target-*"]},
-        quotas={"TICKWORK_OWNER_MAX_JOBS": "3", "TICKWORK_OWNER_MAX_BACKFILL_RATE": "2.5"},
+        quotas={
+            "TICKWORK_OWNER_MAX_JOBS": "3",
+            "TICKWORK_OWNER_MAX_BACKFILL_RATE": "2.5",
+            "TICKWORK_OWNER_CONCURRENCY_CAP": "7",
+        },
     )
     runtime = LocalRuntime(config)
     try:
@@ -49,6 +53,7 @@ def test_the_quota_and_grant_flags_reach_every_role(tmp_path: Path) -> None:
 
     assert settings.owner_quotas.max_jobs == 3 and settings.owner_quotas.max_backfill_rate == 2.5
     assert settings.owner_quotas.min_interval_seconds is None
+    assert settings.owner_concurrency_cap == 7  # each owner's share of the bound
     assert settings.target_grants is not None and settings.target_grants.grants == {
         "local-user": ("lambda:tickwork-target-*",)
     }
