@@ -158,6 +158,27 @@ def suppress(stack: TickworkStack) -> None:
         ],
         apply_to_children=True,
     )
+    for function in (stack.api.function, stack.executor.function):
+        assert function.role is not None
+        NagSuppressions.add_resource_suppressions(
+            function.role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="Jobs' secret header values are one secret per (owner, value), named "
+                    "`<prefix>/headers/<keyed hash>` when a job is written: the API may only create them "
+                    "and the executor only read them, under that prefix and no other "
+                    "(constructs/data_protection.py).",
+                    applies_to=[
+                        RegexAppliesTo(
+                            regex=r"/^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                            r"<AWS::AccountId>:secret:[a-z0-9-]+\/headers\/\*$/g"
+                        )
+                    ],
+                )
+            ],
+            apply_to_children=True,
+        )
     NagSuppressions.add_resource_suppressions(
         stack.observability.topic,
         [

@@ -11,6 +11,7 @@ from constructs import Construct
 from infra.config import DeploymentConfig
 from infra.constructs.api import Api
 from infra.constructs.bundling import LAMBDA_TARGET, emulator_target, lambda_code
+from infra.constructs.data_protection import DataProtection
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.executor import ExecutorFunction, executor_sizing
 from infra.constructs.functions import FunctionFactory, allow, retention
@@ -37,12 +38,14 @@ class TickworkStack(Stack):
         names = ResourceNames(prefix=config.prefix)
         self.sizing = executor_sizing(config)
 
+        self.data = DataProtection(self, "Data", prefix=config.prefix, production=config.production)
         self.storage = Storage(
             self,
             "Storage",
             names=names,
             production=config.production,
             warm=config.warm(),
+            encryption_key=self.data.key,
         )
         self.dispatch = Dispatch(
             self, "Dispatch", names=names, queue_count=config.queue_count, production=config.production
@@ -96,6 +99,8 @@ class TickworkStack(Stack):
         # Callback runs report to the API: their calls carry URLs on it (the API exists after the executor).
         self.executor.function.add_environment("TICKWORK_CALLBACK_URL", self.api.url)
         self.signing.callback_key.grant_read(self.executor.function)
+        self.data.allow_header_secrets(writer=self.api.function, reader=self.executor.function)
+        self.data.allow_use(self.factory.functions.values())
         if not config.emulator:
             self._start_warm()
         self.observability = Observability(
@@ -159,6 +164,7 @@ class TickworkStack(Stack):
             "TICKWORK_DLQ_URL": self.dispatch.dead_letter_queue.queue_url,
             "TICKWORK_SIGNING_SECRET_ARN": self.signing.secret.secret_arn,
             "TICKWORK_CALLBACK_KEY_ARN": self.signing.callback_key.secret_arn,
+            "TICKWORK_DATA_KEY_ARN": self.data.key.key_arn,
             "TICKWORK_ALLOWED_NETWORKS": ",".join(c.allowed_networks),
             **({} if c.target_grants is None else {"TICKWORK_TARGET_GRANTS": c.target_grants}),
             **{

@@ -250,5 +250,10 @@ def build_components(dynamodb: Any, clock: FakeClock) -> Components:
         dead_letter_queue_url=dlq_url,
         signing_secret="s3cret",
     )
-    clients = {"dynamodb": dynamodb, "sqs": sqs}
+    clients = {
+        "dynamodb": dynamodb,
+        "sqs": sqs,
+        # secret header values (domain/secrets.py), as in the deployed stack
+        "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
+    }
     return Components(settings, clock, clients.__getitem__, RecordingMetrics())

@@ -15,7 +15,7 @@ from typing import Any
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
-from tickwork.adapters.secrets import signing_secrets
+from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
@@ -27,6 +27,7 @@ from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
 from tickwork.domain.grants import GrantedTargets
+from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
@@ -138,6 +139,7 @@ class Components:
             allow_loopback=self.settings.mode == "local",
             allowed_networks=self.settings.allowed_networks,
             secrets=self.signing_secrets,
+            header_secrets=self.header_secrets,
         )
         return TargetRegistry(http=http, aws=AwsInvoker(self.client_for))
 
@@ -258,4 +260,20 @@ class Components:
             grants=self.settings.target_grants,
             quotas=self.settings.owner_quotas,
         )
-        return JobService(self.store, self.dispatcher, self.clock, config)
+        return JobService(self.store, self.dispatcher, self.clock, config, secrets=self.header_secrets)
+
+    @cached_property
+    def header_secrets(self) -> HeaderSecretStore:
+        """Where secret header values are kept: the local runtime's encrypted files, else Secrets Manager."""
+        s = self.settings
+        if s.secrets_dir:
+            # Imported here: `cryptography` comes with the local runtime, not in the Lambda bundle.
+            from tickwork.adapters.secret_files import FileHeaderSecrets
+
+            return FileHeaderSecrets(Path(s.secrets_dir))
+        return SecretsManagerHeaderSecrets(
+            self.client_for("secretsmanager"),
+            header_secrets_prefix(s.table_prefix),
+            lambda: self.callback_key,
+            kms_key_id=s.data_key_arn,
+        )

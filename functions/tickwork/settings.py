@@ -127,6 +127,11 @@ class Settings:
     # the key that signs target calls; locally and in tests, derived from the signing secret when unset).
     callback_key: str = ""
     callback_key_arn: str = ""
+    # Where secret header values are kept (domain/secrets.py): a directory of encrypted files locally
+    # (`tickwork local` sets it); otherwise, in AWS, Secrets Manager under `<prefix>/headers/`, encrypted
+    # with this KMS key ("": the account's default key for Secrets Manager).
+    secrets_dir: str = ""
+    data_key_arn: str = ""
 
     @property
     def caller_auth(self) -> str:
@@ -215,6 +220,8 @@ class Settings:
             callback_url=env.get("TICKWORK_CALLBACK_URL", "").rstrip("/"),
             callback_key=env.get("TICKWORK_CALLBACK_KEY", ""),
             callback_key_arn=env.get("TICKWORK_CALLBACK_KEY_ARN", ""),
+            secrets_dir=env.get("TICKWORK_SECRETS_DIR", ""),
+            data_key_arn=env.get("TICKWORK_DATA_KEY_ARN", ""),
         )
 
     def require(self, *names: str) -> Settings:

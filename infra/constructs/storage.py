@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 
 from constructs import Construct
 from tickwork.resources import TABLES, AttrType, KeyAttr, ResourceNames, TableDef
@@ -29,9 +30,9 @@ def warm_throughput(units: WarmUnits) -> dynamodb.WarmThroughput | None:
 
 
 class Storage(Construct):
-    """One on-demand, encrypted table per `TableDef`, with point-in-time recovery in every environment.
-    Production also keeps the data: RETAIN and deletion protection. `warm` pre-warms a table (and its indexes,
-    which throttle on their own) by logical name."""
+    """One on-demand table per `TableDef`, encrypted with the deployment's key, with point-in-time recovery in
+    every environment. Production also keeps the data: RETAIN and deletion protection. `warm` pre-warms a
+    table (and its indexes, which throttle on their own) by logical name."""
 
     def __init__(
         self,
@@ -41,8 +42,10 @@ class Storage(Construct):
         names: ResourceNames,
         production: bool,
         warm: dict[str, WarmUnits] | None = None,
+        encryption_key: kms.IKey,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._key = encryption_key
         self.definitions: dict[str, TableDef] = {t.logical_name: t for t in TABLES}
         unknown = set(warm or {}) - set(self.definitions)
         if unknown:
@@ -71,7 +74,9 @@ class Storage(Construct):
             partition_key=attribute(definition.partition),
             sort_key=attribute(definition.sort) if definition.sort else None,
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            # The deployment's own key, whose policy names the functions (constructs/data_protection.py).
+            encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
+            encryption_key=self._key,
             time_to_live_attribute=definition.ttl_attribute,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Template
 from infra.app import build
 from infra.config import ConfigError, DeploymentConfig
@@ -118,7 +119,8 @@ def test_the_long_call_lane_is_a_tenth_of_the_cap_by_default_with_the_poller_flo
 
 def _storage_template(warm: dict[str, tuple[int | None, int | None]] | None) -> Template:
     stack = Stack(App(), "StorageOnly")
-    Storage(stack, "Storage", names=ResourceNames("tw"), production=False, warm=warm)
+    key = kms.Key(stack, "Key")
+    Storage(stack, "Storage", names=ResourceNames("tw"), production=False, warm=warm, encryption_key=key)
     return Template.from_stack(stack)
 
 

@@ -43,6 +43,7 @@ from tests.api.conftest import Api, job_body
 from tests.conftest import ANCHOR, NAMES, build_components
 from tests.fakes import CrashError, RecordingMetrics, ScriptedInvoker
 from tests.infra.conftest import Synth, as_list, policy_statements
+from tickwork.adapters.secrets import header_secrets_prefix
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
@@ -140,6 +141,13 @@ _TEST_PREFIX = re.compile(rf"(?<=[:/]){re.escape(NAMES.prefix)}(?=[-/])")
 _SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")  # Secrets Manager appends it to the name in the ARN
 
 
+def _secret(secret_id: str) -> str:
+    """A secret's ARN without Secrets Manager's suffix, from its ARN or its name (header secrets' ids)."""
+    if secret_id.startswith("arn:"):
+        return _SECRET_SUFFIX.sub("", secret_id)
+    return _arn("secretsmanager", f"secret:{secret_id}")
+
+
 def _arn(service: str, resource: str) -> str:
     return f"arn:{PARTITION}:{service}:{REGION}:{ACCOUNT}:{resource}"
 
@@ -198,7 +206,9 @@ def needs_of(call: Call) -> list[Need]:
     elif call.service == "ecs" and op == "DescribeTasks":
         found = [("ecs:DescribeTasks", task) for task in p["tasks"]]
     elif call.service == "secretsmanager" and op == "GetSecretValue":
-        found = [("secretsmanager:GetSecretValue", _SECRET_SUFFIX.sub("", p["SecretId"]))]
+        found = [("secretsmanager:GetSecretValue", _secret(p["SecretId"]))]
+    elif call.service == "secretsmanager" and op == "CreateSecret":
+        found = [("secretsmanager:CreateSecret", _secret(p["Name"]))]
     else:
         raise AssertionError(f"no IAM mapping for {call.service}:{op}: add one to needs_of")
     return found
@@ -312,6 +322,7 @@ def missing_grants(
     target_statements = [
         s for s in statements if len(s.actions) == 1 and next(iter(s.actions)) in TARGET_ACTIONS
     ]
+    header_secrets = _arn("secretsmanager", f"secret:{header_secrets_prefix(template.prefix)}")
     needs = [(need, f"{call.service}:{call.operation}") for call in calls for need in needs_of(call)]
     needs += [(need, "implied") for need in implied]
     missing: list[str] = []
@@ -319,6 +330,12 @@ def missing_grants(
         action, arn = deployed(need, template.prefix)
         if arn in owned:
             granted = any(s.grants_strictly(action, arn) for s in statements)
+        elif arn.startswith(header_secrets):
+            # Jobs' secret header values (one secret per owner and value): granted on their prefix only,
+            # by a statement of that one action.
+            granted = any(
+                s.actions == {action} and s.resources == (f"{header_secrets}*",) for s in statements
+            )
         else:
             context = PASSED_TO_ECS if action == "iam:PassRole" else None
             granted = any(s.grants_pattern(action, arn, context) for s in target_statements)
@@ -526,7 +543,12 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
     call = Api(parts, parts.clock)
 
     with recorder.recording():
-        created = call("POST", "/jobs", body=job_body())
+        # Its Authorization header is secret: stored in Secrets Manager, the job keeps a reference.
+        secret = {
+            "kind": "http",
+            "config": {"url": "https://h.example.com/x", "headers": {"Authorization": "t"}},
+        }
+        created = call("POST", "/jobs", body=job_body(target=secret))
         assert created.status == 201, created.body
         job_id, version = created.body["id"], created.headers["ETag"]
         # Every minute: the first fire is inside the lookahead, so the create plans and sends it at once.
@@ -580,6 +602,8 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
     ) in done, "no Idempotency-Key record was written"
     dispatch_queues = {_arn("sqs", f"{prefix}-dispatch-{i}") for i in range(2)}
     assert {("sqs:SendMessage", q) for q in dispatch_queues} & done, "no immediate fire was dispatched"
+    stored = [arn for action, arn in done if action == "secretsmanager:CreateSecret"]
+    assert stored and all(f":secret:{prefix}/headers/" in arn for arn in stored), done
     assert missing_grants(default, "api", recorder.calls) == []
 
 
@@ -610,7 +634,7 @@ def test_the_executor_role_grants_every_operation_of_success_retry_and_every_tar
     base: Components, default: Synth, hook_url: str, secret_arn: str
 ) -> None:
     targets = aws_targets(NAMES.prefix)
-    ok = create_job(base, "http", {"url": f"{hook_url}/ok"})
+    ok = create_job(base, "http", {"url": f"{hook_url}/ok", "secret_headers": {"X-Key": "k3y"}})
     failing = create_job(base, "http", {"url": f"{hook_url}/fail"})
     by_kind = {kind: create_job(base, kind, config) for kind, config in targets.items()}
     plan(base)
@@ -636,6 +660,8 @@ def test_the_executor_role_grants_every_operation_of_success_retry_and_every_tar
         "sqs:SendMessage",
         "dynamodb:UpdateItem",  # the claim and the finish: conditional updates, never a whole-item put
     }, done
+    read = {arn for action, arn in done if action == "secretsmanager:GetSecretValue"}
+    assert any(f":secret:{prefix}/headers/" in arn for arn in read), "no secret header value was resolved"
     assert missing_grants(default, "executor", recorder.calls, passed_roles(recorder.calls)) == []
 
 

@@ -109,7 +109,8 @@ def test_tables_are_on_demand_and_encrypted_and_disposable_outside_production(de
     for table in default.resources("AWS::DynamoDB::Table").values():
         props = table["Properties"]
         assert props["BillingMode"] == "PAY_PER_REQUEST"
-        assert props["SSESpecification"] == {"SSEEnabled": True}
+        # the deployment's own key (tests/infra/test_data_protection.py)
+        assert props["SSESpecification"]["SSEType"] == "KMS"
         # Point-in-time recovery in every environment; only production retains and protects.
         assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
         assert not props.get("DeletionProtectionEnabled", False)

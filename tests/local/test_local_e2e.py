@@ -5,10 +5,12 @@ up every missed fire per each job's policy. Seconds schedules keep it to about t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -54,6 +56,7 @@ class Target:
                         "run_id": self.headers.get("Idempotency-Key"),
                         "attempt": self.headers.get("X-Tickwork-Attempt"),
                         "path": self.path,
+                        "headers": dict(self.headers.items()),
                     }
                 )
                 time.sleep(float(parse_qs(urlsplit(self.path).query).get("sleep", ["0"])[0]))
@@ -293,3 +296,63 @@ def test_a_ticker_down_for_a_while_catches_up_every_missed_fire_per_policy(
             assert states == ["missed"] * (len(states) - 1) + ["succeeded"]
         else:
             assert states == ["missed"] * len(states)
+
+
+BEARER = "Bearer tw-local-secret-5c0d2a"  # credential-like: secret without being marked
+MARKED = "tw-local-marked-e91f47"
+PLAIN = "tw-local-plain-30b6c8"  # an ordinary header: stored as given (the scan's control)
+
+
+def everything_stored(local: Local) -> str:
+    """Every table's (and index's) items in the engine, and every log the instance wrote, as one text."""
+    env = json.loads((local.state_dir / "run" / "env.json").read_text())
+    if local.engine == "sqlite":
+        database = Path(env["TICKWORK_DATABASE"])
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+            dumped = "\n".join(db.iterdump())
+        files = [p for p in database.parent.glob(database.name + "*") if p.is_file()]
+        raw = b"".join(p.read_bytes() for p in files).decode("utf-8", errors="replace")
+        stored = dumped + raw
+    else:
+        import boto3
+
+        dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        items: list[Any] = []
+        for table in dynamodb.list_tables()["TableNames"]:
+            described = dynamodb.describe_table(TableName=table)["Table"]
+            for index in [None, *(i["IndexName"] for i in described.get("GlobalSecondaryIndexes", []))]:
+                pages = dynamodb.get_paginator("scan").paginate(
+                    TableName=table, **({"IndexName": index} if index else {})
+                )
+                items.extend(item for page in pages for item in page["Items"])
+        stored = json.dumps(items)
+    logs = [p for p in (local.state_dir / "run").glob("*.log")] + [local.state_dir / "cli.out"]
+    return stored + "".join(p.read_text(errors="replace") for p in logs)
+
+
+def test_secret_header_values_reach_the_target_and_no_table_index_or_log_holds_them(
+    local: Local, target: Target
+) -> None:
+    config = {
+        "url": f"{target.url}/secret",
+        "headers": {"Authorization": BEARER, "X-Plain": PLAIN},
+        "secret_headers": {"X-Signing-Token": MARKED},
+    }
+    job_id = local.create("secret", "", target={"kind": "http", "config": config})
+    local.wait_for("a succeeded run", lambda: any(r["state"] == "succeeded" for r in local.runs(job_id)), 60)
+    local.call("POST", f"/jobs/{job_id}/pause")
+
+    [call, *_] = [c for c in target.calls if c["path"] == "/secret"]
+    assert call["headers"]["Authorization"] == BEARER and call["headers"]["X-Signing-Token"] == MARKED
+    status, job = local.call("GET", f"/jobs/{job_id}")
+    assert status == 200 and job["target"]["config"]["headers"]["Authorization"] == "<redacted>"
+    stored = everything_stored(local)
+    assert PLAIN in stored  # the scan reads what the engine holds
+    for secret in (BEARER, BEARER.split()[1], MARKED):
+        assert secret not in stored, f"{secret!r} is stored in plain text"

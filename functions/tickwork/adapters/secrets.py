@@ -1,13 +1,21 @@
-"""The deployment's signing secret from Secrets Manager, with the previous one during a rotation's overlap."""
+"""Secrets Manager: the deployment's signing secret (with the previous one during a rotation's overlap), and
+the secret header values of jobs."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.domain.errors import StoreError
+from tickwork.domain.secrets import SecretUnavailableError
 from tickwork.signing import ROTATION_OVERLAP_SECONDS
 
 
@@ -33,3 +41,94 @@ def signing_secrets(client: Any, secret_arn: str, now: datetime) -> tuple[bytes,
         raise StoreError(
             f"the signing secret {secret_arn} could not be read: {error}", code="network"
         ) from error
+
+
+_HEADER_CACHE_SIZE = 1024
+
+
+def header_secrets_prefix(deployment_prefix: str) -> str:
+    """The names of a deployment's header secrets start with this (its IAM policies grant on it)."""
+    return f"{deployment_prefix}/headers/"
+
+
+class SecretsManagerHeaderSecrets:
+    """Secret header values in Secrets Manager (domain/secrets.py): one secret per (owner, value), named
+    `<prefix><keyed hash of both>`, holding the owner beside the value. The name is keyed (HMAC with a key of
+    the deployment's), so it says nothing about the value to whoever reads the job; and equal values of one
+    owner share one secret, which keeps 100,000 jobs with one token at one secret's cost.
+
+    A name always holds the same value, so a resolved one is kept (up to `_HEADER_CACHE_SIZE`): a burst of an
+    owner's runs reads its token once, not once a run."""
+
+    def __init__(self, client: Any, prefix: str, name_key: Callable[[], bytes], kms_key_id: str = "") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._name_key = name_key
+        self._kms_key_id = kms_key_id
+        self._resolved: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, owner: str, value: str) -> str:
+        name = self._prefix + header_secret_digest(self._name_key(), owner, value)
+        try:
+            self._client.create_secret(
+                Name=name,
+                Description="A secret header value of a Tickwork job",
+                SecretString=json.dumps({"owner": owner, "value": value}),
+                **({"KmsKeyId": self._kms_key_id} if self._kms_key_id else {}),
+            )
+        except ClientError as error:
+            code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+            if code == "ResourceExistsException":
+                return name  # this owner stored this value before: the same name holds it
+            raise StoreError(f"a secret header value could not be stored: {code}", code=code) from error
+        except BotoCoreError as error:
+            raise StoreError("a secret header value could not be stored", code="network") from error
+        return name
+
+    def get(self, owner: str, reference: str) -> str:
+        if not reference.startswith(self._prefix):
+            raise SecretUnavailableError(f"{reference!r} is not a header secret", retryable=False)
+        with self._lock:
+            held = self._resolved.get(reference)
+        if held is None:
+            held = self._read(reference)
+            with self._lock:
+                self._resolved[reference] = held
+                while len(self._resolved) > _HEADER_CACHE_SIZE:
+                    self._resolved.popitem(last=False)
+        return _owned_value(held, owner, reference)
+
+    def _read(self, reference: str) -> str:
+        try:
+            return str(self._client.get_secret_value(SecretId=reference)["SecretString"])
+        except ClientError as error:
+            code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+            # Gone (or marked for deletion, InvalidRequestException) will not come back on a retry.
+            gone = code in ("ResourceNotFoundException", "InvalidRequestException")
+            raise SecretUnavailableError(
+                f"the secret header value {reference} could not be read: {code}", retryable=not gone
+            ) from error
+        except BotoCoreError as error:
+            raise SecretUnavailableError(
+                f"the secret header value {reference} could not be read: {error}", retryable=True
+            ) from error
+
+
+def header_secret_digest(key: bytes, owner: str, value: str) -> str:
+    """The keyed name of one owner's value: equal for equal (owner, value), unguessable without the key."""
+    message = b"tickwork-header-secret\0" + owner.encode() + b"\0" + value.encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:40]
+
+
+def _owned_value(held: str, owner: str, reference: str) -> str:
+    """The value of a stored {"owner", "value"} document, for its owner only."""
+    try:
+        document = json.loads(held)
+    except json.JSONDecodeError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("value"), str):
+        raise SecretUnavailableError(f"{reference} does not hold a header value", retryable=False)
+    if document.get("owner") != owner:
+        raise SecretUnavailableError(f"{reference} belongs to another owner", retryable=False)
+    return str(document["value"])

@@ -70,6 +70,7 @@ from tickwork.domain.schedule import (
     expression_pattern,
     parse_schedule,
 )
+from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, is_credential_header
 from tickwork.domain.targets import (
     TARGET_KINDS,
     TRACKED_KINDS,
@@ -614,24 +615,32 @@ class ScheduleOut(BaseModel):
 
 
 REDACTED = "<redacted>"
-_SECRET_HEADER_WORDS = ("authorization", "cookie", "token", "secret", "password", "api-key", "apikey")
 
 
 def _redacted_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Header values that look like credentials are never echoed back (they stay stored and are sent)."""
-    shown = dict(config)
+    """Secret header values are never answered: a stored one is a reference (domain/secrets.py), shown as
+    REDACTED among the headers where it was given; a credential-like header stored in plain text before
+    secrets were references reads REDACTED too."""
+    shown = {key: value for key, value in config.items() if key not in (SECRET_HEADERS, SECRET_REFS)}
     headers = shown.get("headers")
     if isinstance(headers, Mapping):
+        secret = (*(config.get(SECRET_REFS) or {}), *(config.get(SECRET_HEADERS) or {}))
         shown["headers"] = {
-            name: REDACTED if any(word in str(name).lower() for word in _SECRET_HEADER_WORDS) else value
-            for name, value in headers.items()
+            **{
+                name: REDACTED if is_credential_header(str(name)) else value
+                for name, value in headers.items()
+            },
+            **dict.fromkeys(secret, REDACTED),
         }
     return shown
 
 
 class TargetOut(BaseModel):
     kind: str
-    config: dict[str, Any] = Field(description=f"Credential-like header values read {REDACTED!r}.")
+    config: dict[str, Any] = Field(
+        description=f"Secret header values (`secret_headers`, and credential-like names in `headers`) are "
+        f"stored as references and read {REDACTED!r} among the headers."
+    )
 
 
 class RetryOut(BaseModel):

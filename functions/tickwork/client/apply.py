@@ -127,6 +127,16 @@ def _unredacted(current: dict[str, Any], desired: Mapping[str, Any]) -> dict[str
     return current
 
 
+def _as_answered(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A file's job as the API would answer it: `secret_headers` are answered among the headers."""
+    config = body.get("target", {}).get("config", {})
+    if not isinstance(config, Mapping) or not config.get("secret_headers"):
+        return body
+    merged = {k: v for k, v in config.items() if k != "secret_headers"}
+    merged["headers"] = {**(config.get("headers") or {}), **config["secret_headers"]}
+    return {**body, "target": {**body["target"], "config": merged}}
+
+
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, Mapping) and value:
         flat: dict[str, Any] = {}
@@ -163,7 +173,8 @@ def plan(
         if existing is None:
             changes.append(Change(Action.CREATE, str(body["name"]), body=body))
             continue
-        diff = differences(_unredacted(comparable(existing), body), body)
+        answered = _as_answered(body)
+        diff = differences(_unredacted(comparable(existing), answered), answered)
         action = Action.UPDATE if diff else Action.UNCHANGED
         changes.append(
             Change(action, str(body["name"]), existing["id"], int(existing["version"]), body, diff)

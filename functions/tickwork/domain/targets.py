@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Completion, Target
+from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, is_credential_header
 from tickwork.domain.timekeys import format_instant
 
 TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions", "ecs")
@@ -309,9 +310,10 @@ def is_fifo_topic_arn(topic_arn: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
+def validate_target(kind: str, config: Mapping[str, Any], *, stored: bool = False) -> Target:
     """A valid, normalised target (defaults filled in, JSON values copied) or ValidationError naming the
-    field.
+    field. `stored`: the config of a job as stored, whose secret headers are references (`secret_refs`,
+    which only Tickwork writes); a request's config may not name them.
 
     Only what can be checked without the network is checked here; whether an HTTP target's address is allowed
     is decided at call time, after DNS resolution (see the SSRF guard), because DNS can change after
@@ -326,7 +328,7 @@ def validate_target(kind: str, config: Mapping[str, Any]) -> Target:
     for key in config:
         if not isinstance(key, str):
             raise ValidationError("target.config", f"keys must be strings, got {key!r}")
-    normalised = _VALIDATORS[kind](_Config(config))
+    normalised = _VALIDATORS[kind](_Config(config, stored=stored))
     return Target(kind=kind, config=normalised)
 
 
@@ -377,9 +379,10 @@ def describe_target(target: Target) -> str:
 class _Config:
     """Reads a config mapping, tracking which keys were consumed so unknown keys can be reported."""
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], *, stored: bool = False) -> None:
         self._raw = raw
         self._seen: set[str] = set()
+        self.stored = stored
 
     def get(self, key: str, default: Any = None, *, required: bool = False) -> Any:
         self._seen.add(key)
@@ -412,12 +415,53 @@ def _validate_http(cfg: _Config) -> dict[str, Any]:
     method = cfg.string("method", "POST").upper()
     if method not in HTTP_METHODS:
         raise ValidationError(_field("method"), f"must be one of {', '.join(HTTP_METHODS)}")
-    headers = _http_headers(cfg.get("headers", {}))
+    given = _http_headers(cfg.get("headers", {}), "headers")
+    marked = _http_headers(cfg.get(SECRET_HEADERS, {}), SECRET_HEADERS)
+    refs = _secret_refs(cfg)
+    _check_header_set(given, marked, refs)
     body = cfg.string("body", "")
     _check_size("body", body)
     if method == "GET" and body:
         raise ValidationError(_field("body"), "a GET request carries no body; use POST or PUT")
-    return cfg.finish({"method": method, "url": url, "headers": headers, "body": body})
+    if cfg.stored:  # as written: its credential-like headers were moved when it was
+        plain, secret = given, marked
+    else:
+        plain = {name: value for name, value in given.items() if not is_credential_header(name)}
+        secret = {**{n: v for n, v in given.items() if is_credential_header(n)}, **marked}
+    normalised: dict[str, Any] = {"method": method, "url": url, "headers": plain, "body": body}
+    if secret:
+        normalised[SECRET_HEADERS] = secret
+    if refs:
+        normalised[SECRET_REFS] = refs
+    return cfg.finish(normalised)
+
+
+def _secret_refs(cfg: _Config) -> dict[str, str]:
+    raw = cfg.get(SECRET_REFS, {})
+    if not raw:
+        return {}
+    if not cfg.stored:
+        raise ValidationError(
+            _field(SECRET_REFS), f"is written by Tickwork; give secret values in {SECRET_HEADERS}"
+        )
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(name, str) and isinstance(ref, str) and ref for name, ref in raw.items()
+    ):
+        raise ValidationError(_field(SECRET_REFS), "must map header names to references")
+    return dict(raw)
+
+
+def _check_header_set(*groups: Mapping[str, str]) -> None:
+    """All the call's headers together: at most MAX_HEADERS, and no name twice in any case."""
+    seen: set[str] = set()
+    for name in (name for group in groups for name in group):
+        if name.lower() in seen:
+            raise ValidationError(
+                _field(f"headers.{name}"), "appears twice (header names are case-insensitive)"
+            )
+        seen.add(name.lower())
+    if len(seen) > MAX_HEADERS:
+        raise ValidationError(_field("headers"), f"at most {MAX_HEADERS} headers, secret ones included")
 
 
 def _http_url(url: str) -> str:
@@ -444,15 +488,15 @@ def _http_url(url: str) -> str:
     return url
 
 
-def _http_headers(raw: Any) -> dict[str, str]:
+def _http_headers(raw: Any, key: str) -> dict[str, str]:
     if not isinstance(raw, Mapping):
-        raise ValidationError(_field("headers"), "must be an object of header name to string value")
+        raise ValidationError(_field(key), "must be an object of header name to string value")
     if len(raw) > MAX_HEADERS:
-        raise ValidationError(_field("headers"), f"at most {MAX_HEADERS} headers")
+        raise ValidationError(_field(key), f"at most {MAX_HEADERS} headers")
     headers: dict[str, str] = {}
     seen: set[str] = set()
     for name, value in raw.items():
-        field = _field(f"headers.{name}")
+        field = _field(f"{key}.{name}")
         if not isinstance(name, str) or not _TOKEN.match(name):
             raise ValidationError(field, "is not a valid header name (RFC 9110 token characters only)")
         lowered = name.lower()
@@ -782,6 +826,16 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
         "pattern": _TOKEN.pattern,
         "not": {"pattern": rf"^(?:{reserved})$|^{_either_case(RESERVED_HEADER_PREFIX)}"},
     }
+    headers = {
+        "type": "object",
+        "maxProperties": MAX_HEADERS,
+        "propertyNames": header_names,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": MAX_HEADER_VALUE_BYTES // 4,
+            "pattern": r"^[^\r\n\u0000]*$",
+        },
+    }
     return {
         "http": {
             "type": "object",
@@ -797,16 +851,9 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
                     r"(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$",
                 },
                 "method": {"type": "string", "enum": list(HTTP_METHODS), "default": "POST"},
-                "headers": {
-                    "type": "object",
-                    "maxProperties": MAX_HEADERS,
-                    "propertyNames": header_names,
-                    "additionalProperties": {
-                        "type": "string",
-                        "maxLength": MAX_HEADER_VALUE_BYTES // 4,
-                        "pattern": r"^[^\r\n\u0000]*$",
-                    },
-                },
+                "headers": headers,
+                # Stored as references, never as values; credential-like names in `headers` are too.
+                SECRET_HEADERS: headers,
                 "body": {"type": "string", "maxLength": _MAX_PAYLOAD_CHARS},
             },
             # A GET carries no body.

@@ -34,6 +34,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.adapters.dynamodb.provision import ensure_tables
+from tickwork.adapters.secret_files import FileHeaderSecrets
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.store import SqliteStore
@@ -336,10 +337,18 @@ class LocalRuntime:
                 **self.config.quotas,
                 "TICKWORK_OPERATORS": ",".join(self.config.operators),
                 "TICKWORK_LOCAL_RUN_DIR": str(self.run_dir.resolve()),
+                "TICKWORK_SECRETS_DIR": str(self._secrets_dir().resolve()),
                 "PYTHONUNBUFFERED": "1",
             }
         )
         return env
+
+    def _secrets_dir(self) -> Path:
+        """Where secret header values are kept, encrypted (adapters/secret_files.py): its key is made here,
+        once, before any role reads it."""
+        directory = self.config.state_dir / "secrets"
+        FileHeaderSecrets(directory)
+        return directory
 
     def _client(self, service: Literal["dynamodb", "sqs"]) -> Any:
         """The supervisor's own clients (bootstrap, status), pointed at the emulator; built once."""

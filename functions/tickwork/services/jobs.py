@@ -53,6 +53,7 @@ from tickwork.domain.schedule import (
     next_fire_after,
     preview,
 )
+from tickwork.domain.secrets import SECRET_HEADERS, HeaderSecretStore, has_secret_values, sealed
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
@@ -154,12 +155,14 @@ class JobService:
         clock: Clock,
         config: JobServiceConfig,
         new_id: Callable[[], str] = new_job_id,
+        secrets: HeaderSecretStore | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
         self._clock = clock
         self._config = config
         self._new_id = new_id
+        self._secrets = secrets  # where secret header values go (None: a job may not have any)
 
     # --- create ------------------------------------------------------------------------------------
 
@@ -193,6 +196,19 @@ class JobService:
         if grants is not None and not grants.allows(owner, target):
             raise TargetNotGrantedError(refusal(owner, target))
 
+    def _sealed(self, owner: str, target: Target) -> Target:
+        """The target as it is stored: its secret header values in the secret store, references in their
+        place (domain/secrets.py)."""
+        if not has_secret_values(target):
+            return target
+        store = self._secrets
+        if store is None:
+            raise ValidationError(
+                f"target.config.{SECRET_HEADERS}",
+                "this deployment has no secret store, so it cannot keep secret header values",
+            )
+        return sealed(target, lambda value: store.put(owner, value))
+
     def _owner_job_count(self, owner: str, up_to: int) -> int:
         """How many jobs the owner has, counted up to `up_to`: page after page, since one page of the index
         may stop short of its limit (DynamoDB returns at most 1 MB a page)."""
@@ -221,7 +237,7 @@ class JobService:
             description=spec.description,
             tags=dict(spec.tags),
             schedule=spec.schedule,
-            target=spec.target,
+            target=self._sealed(owner, spec.target),
             shard=shard_of(job_id, self._config.shard_count),
             created_at=now,
             updated_at=now,
@@ -295,11 +311,12 @@ class JobService:
     def update(self, owner: str, job_id: str, patch: JobPatch, if_match: int | None = None) -> Job:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
+        if isinstance(patch.target, Target):
+            self._check_grant(owner, patch.target)
+            patch = replace(patch, target=self._sealed(owner, patch.target))
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             edited = apply_patch(job, patch, now)
-            if edited.target != job.target:
-                self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:

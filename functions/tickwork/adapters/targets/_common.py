@@ -26,7 +26,7 @@ def checked_target(target: Target, kinds: frozenset[str]) -> Target | TargetResu
     if target.kind not in kinds:
         return invalid_target(f"this invoker does not call {target.kind!r} targets")
     try:
-        return validate_target(target.kind, target.config)
+        return validate_target(target.kind, target.config, stored=True)
     except ValidationError as error:
         return invalid_target(str(error))
 

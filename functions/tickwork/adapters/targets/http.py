@@ -17,14 +17,16 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from tickwork import signing
 from tickwork.adapters.targets._common import Stopwatch, checked_target
 from tickwork.adapters.targets.ssrf import IPAddress, blocked_reason, parse_networks
 from tickwork.domain.models import Target
+from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, HeaderSecretStore, SecretUnavailableError
 from tickwork.domain.targets import Invocation, TargetResult, http_status_retryable, invocation_headers
 
 MAX_RESPONSE_BYTES = 64 * 1024  # read at most this much of a response; the result keeps 1 KiB of it
@@ -33,6 +35,7 @@ USER_AGENT = "Tickwork/1 (+https://github.com/tickwork)"
 SSRF_BLOCKED = "SSRFBlocked"
 NAME_RESOLUTION_ERROR = "NameResolutionError"
 TIMEOUT_ERROR = "TimeoutError"
+SECRET_UNAVAILABLE = "SecretUnavailable"
 
 Resolver = Callable[[str, int], Sequence[tuple[int, IPAddress]]]
 
@@ -199,6 +202,7 @@ class HttpInvoker:
         tls_context: ssl.SSLContext | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         nonce: Callable[[], str] = lambda: secrets.token_hex(12),
+        header_secrets: HeaderSecretStore | None = None,
     ) -> None:
         if not signing_secret:
             raise ValueError("HttpInvoker needs a non-empty signing secret")
@@ -208,6 +212,7 @@ class HttpInvoker:
         # `secrets`, when given, is asked on every call (the deployment's, re-read as they rotate).
         self._secrets = secrets or (lambda: static)
         self._nonce = nonce
+        self._header_secrets = header_secrets
         self._clock_epoch = clock_epoch
         self._allow_loopback = allow_loopback
         # Parsed here so a bad CIDR fails at start-up, not on every call.
@@ -224,9 +229,14 @@ class HttpInvoker:
         method: str = config["method"]
         body: bytes = config["body"].encode("utf-8")
         destination = _destination(config["url"])
+        try:
+            secret_headers = self._secret_headers(config, invocation.owner)
+        except SecretUnavailableError as error:
+            return TargetResult(False, error.retryable, SECRET_UNAVAILABLE, 0, str(error))
         headers = {
             "User-Agent": USER_AGENT,
             **config["headers"],
+            **secret_headers,
             **invocation_headers(invocation),
             signing.SIGNATURE_HEADER: signing.sign(
                 [signing.owner_key(secret, invocation.owner) for secret in self._secrets()],
@@ -276,6 +286,18 @@ class HttpInvoker:
                 f": {text}" if text else ""
             )
         return TargetResult(False, http_status_retryable(code), str(code), watch.elapsed_ms(), text)
+
+    def _secret_headers(self, config: Mapping[str, Any], owner: str) -> dict[str, str]:
+        """The secret headers' values: resolved from their references now, for this call only (they are
+        never written anywhere). A target never stored has its values still in `secret_headers`."""
+        values: dict[str, str] = dict(config.get(SECRET_HEADERS) or {})
+        refs: dict[str, str] = config.get(SECRET_REFS) or {}
+        if refs and self._header_secrets is None:
+            raise SecretUnavailableError("this executor has no secret store to resolve them", retryable=False)
+        for name, reference in refs.items():
+            assert self._header_secrets is not None
+            values[name] = self._header_secrets.get(owner, reference)
+        return values
 
     def _exchange(
         self,

@@ -1,0 +1,100 @@
+"""Secret header values in encrypted files, for `tickwork local` (Secrets Manager's part on AWS).
+
+One file per (owner, value) under `<directory>/values/`, named by a keyed hash of both and holding the owner
+beside the value, encrypted with Fernet (AES-128-CBC with HMAC-SHA256, from `cryptography`) under a key kept
+in `<directory>/key` (mode 0600). The state directory's database then holds references only: a copy of it,
+or of its backups, carries no secret value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+
+from tickwork.adapters.secrets import header_secret_digest
+from tickwork.domain.errors import StoreError
+from tickwork.domain.secrets import SecretUnavailableError
+
+_REFERENCE = re.compile(r"^[0-9a-f]{40}$")
+
+
+class FileHeaderSecrets:
+    def __init__(self, directory: Path) -> None:
+        self._values = directory / "values"
+        self._values.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = _key(directory / "key")
+        self._fernet = Fernet(key)
+        # The names' key derives from the encryption key, for another purpose.
+        self._name_key = hashlib.sha256(b"tickwork-header-secret-names\0" + key).digest()
+
+    def put(self, owner: str, value: str) -> str:
+        reference = header_secret_digest(self._name_key, owner, value)
+        path = self._values / reference
+        if path.exists():
+            return reference  # this owner stored this value before
+        token = self._fernet.encrypt(json.dumps({"owner": owner, "value": value}).encode())
+        try:
+            _write_atomically(path, token)
+        except OSError as error:
+            raise StoreError(f"a secret header value could not be stored: {error}", code="io") from error
+        return reference
+
+    def get(self, owner: str, reference: str) -> str:
+        if not _REFERENCE.match(reference):
+            raise SecretUnavailableError(f"{reference!r} is not a header secret", retryable=False)
+        try:
+            token = (self._values / reference).read_bytes()
+        except FileNotFoundError:
+            raise SecretUnavailableError(
+                f"the secret header value {reference} is gone", retryable=False
+            ) from None
+        except OSError as error:
+            raise SecretUnavailableError(
+                f"the secret header value {reference} could not be read: {error}", retryable=True
+            ) from error
+        try:
+            document = json.loads(self._fernet.decrypt(token))
+        except (InvalidToken, json.JSONDecodeError):
+            raise SecretUnavailableError(
+                f"the secret header value {reference} does not decrypt with this state's key", retryable=False
+            ) from None
+        if not isinstance(document, dict) or document.get("owner") != owner:
+            raise SecretUnavailableError(f"{reference} belongs to another owner", retryable=False)
+        return str(document["value"])
+
+
+def _key(path: Path) -> bytes:
+    """The state's key: made once (O_EXCL: by one process only; `tickwork local` makes it before it starts
+    any role), read by every other."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes().strip()
+        if not key:  # its maker is between creating and writing it
+            raise StoreError(f"{path} is empty; start again", code="io") from None
+        return key
+    key = Fernet.generate_key()
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(key)
+        file.flush()
+        os.fsync(file.fileno())
+    return key
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
