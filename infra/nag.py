@@ -171,8 +171,9 @@ def suppress(stack: TickworkStack) -> None:
                     "(constructs/data_protection.py).",
                     applies_to=[
                         RegexAppliesTo(
-                            regex=r"/^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
-                            r"<AWS::AccountId>:secret:[a-z0-9-]+\/headers\/\*$/g"
+                            # (the region and account are tokens, or literal in an environment-bound stack)
+                            regex=r"/^Resource::arn:<AWS::Partition>:secretsmanager:(<AWS::Region>|[a-z0-9-]+):"
+                            r"(<AWS::AccountId>|[0-9]{12}):secret:[a-z0-9-]+\/headers\/\*$/g"
                         )
                     ],
                 )

@@ -4,6 +4,7 @@ target receives the values; a scan of every table and every index afterwards, an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 from tests.api.conftest import Api, job_body
 from tests.conftest import build_components
+from tickwork.api.models import JobCreate
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
@@ -160,3 +162,28 @@ def test_another_owners_reference_resolves_to_nothing(deployed: Components) -> N
     assert refused.value.retryable is False
     with pytest.raises(SecretUnavailableError, match="not a header secret"):
         secrets.get("alice", "tickwork/signing-secret")  # only the header secrets' names resolve
+
+
+def test_an_idempotent_create_stores_a_fingerprint_of_references_and_replays_the_same_request(
+    deployed: Components, dynamodb: Any
+) -> None:
+    assert isinstance(deployed.clock, FakeClock)
+    call = Api(deployed, deployed.clock)
+    config = {"url": "https://hooks.example.com/x", "headers": {"Authorization": BEARER}}
+    body = job_body(target={"kind": "http", "config": config})
+    first = call("POST", "/jobs", body=body, headers={"Idempotency-Key": "k-1"})
+    again = call("POST", "/jobs", body=body, headers={"Idempotency-Key": "k-1"})
+    assert (first.status, again.status) == (201, 200) and again.body["id"] == first.body["id"]
+    other = job_body(
+        target={"kind": "http", "config": {**config, "headers": {"Authorization": BEARER + "x"}}}
+    )
+    changed = call("POST", "/jobs", body=other, headers={"Idempotency-Key": "k-1"})
+    assert changed.status == 409, changed.body  # another value: another request
+    found = deployed.store.get_job_fingerprint(first.body["id"])
+    assert found is not None
+    job, fingerprint = found
+    request = JobCreate.model_validate(body)
+    assert fingerprint == request.fingerprint(job.target.config["secret_refs"])
+    assert fingerprint != request.fingerprint()  # the values are not what it covers
+    stored = everything_stored(dynamodb)
+    assert BEARER.split()[1] not in stored and hashlib.sha256(BEARER.encode()).hexdigest() not in stored

@@ -439,12 +439,20 @@ class JobCreate(RequestModel):
             heartbeat_seconds=self.heartbeat_seconds,
         )
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, secret_refs: Mapping[str, str] | None = None) -> str:
         """sha256 of the request with defaults filled in: equal requests give equal fingerprints. The
         completion is left out when it is the target's default and the heartbeat when it is not given, so a
         request that does not name them has the fingerprint it had before they existed (so is a concurrency
-        key left out when there is none)."""
+        key left out when there is none). Secret header values are replaced by `secret_refs`, the references
+        the store gave them (equal for equal values): the fingerprint is stored, the values never are."""
         body = self.model_dump(mode="json")
+        if secret_refs:
+            config = body["target"]["config"]
+            config.pop(SECRET_HEADERS, None)
+            headers = config.get("headers")
+            if isinstance(headers, dict):
+                config["headers"] = {n: v for n, v in headers.items() if n not in secret_refs}
+            config[SECRET_REFS] = dict(secret_refs)
         default = default_completion(Target(self.target.kind, self.target.config))
         if self.completion is None or self.completion is default:
             del body["completion"]

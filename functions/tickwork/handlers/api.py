@@ -420,7 +420,7 @@ def create_job(
     if idempotency_key is None:
         job = jobs().create(owner, spec)
         return job_response(JobOut.of(job), job, 201)
-    result = jobs().create_idempotent(owner, spec, idempotency_key, body.fingerprint())
+    result = jobs().create_idempotent(owner, spec, idempotency_key, body.fingerprint)
     if result.replayed:
         return job_response(JobOut.of(result.job), result.job, 200, **{"Idempotent-Replayed": "true"})
     return job_response(JobOut.of(result.job), result.job, 201)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -53,7 +53,13 @@ from tickwork.domain.schedule import (
     next_fire_after,
     preview,
 )
-from tickwork.domain.secrets import SECRET_HEADERS, HeaderSecretStore, has_secret_values, sealed
+from tickwork.domain.secrets import (
+    SECRET_HEADERS,
+    SECRET_REFS,
+    HeaderSecretStore,
+    has_secret_values,
+    sealed,
+)
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
@@ -169,12 +175,19 @@ class JobService:
     def create(self, owner: str, spec: JobSpec) -> Job:
         return self._create(owner, spec, self._new_id(), None)
 
-    def create_idempotent(self, owner: str, spec: JobSpec, key: str, fingerprint: str) -> CreateResult:
+    def create_idempotent(
+        self, owner: str, spec: JobSpec, key: str, fingerprint: Callable[[Mapping[str, str]], str]
+    ) -> CreateResult:
         """Create under the id the key names. A retry with the same request (same fingerprint) returns the
-        job its first attempt created; the same key with a different request is a conflict."""
+        job its first attempt created; the same key with a different request is a conflict. `fingerprint`
+        is given the references the request's secret header values got: the stored fingerprint covers them,
+        never the values (a hash of a short password would let a reader of the table guess it)."""
         job_id = idempotent_job_id(owner, key)
+        self._check_grant(owner, spec.target)
+        spec = replace(spec, target=self._sealed(owner, spec.target))
+        stored = fingerprint(spec.target.config.get(SECRET_REFS) or {})
         try:
-            return CreateResult(self._create(owner, spec, job_id, fingerprint), replayed=False)
+            return CreateResult(self._create(owner, spec, job_id, stored), replayed=False)
         except VersionMismatchError:
             raise
         except ConflictError:
@@ -185,7 +198,7 @@ class JobService:
                     "this Idempotency-Key belonged to a job that was deleted; use a new key"
                 ) from None
             job, stored_fingerprint = existing
-            if job.owner != owner or stored_fingerprint != fingerprint:
+            if job.owner != owner or stored_fingerprint != stored:
                 raise IdempotencyKeyReusedError(
                     f"this Idempotency-Key already created job {job_id} from a different request"
                 ) from None
