@@ -101,6 +101,9 @@ class TickworkStack(Stack):
         self.signing.callback_key.grant_read(self.executor.function)
         self.data.allow_header_secrets(writer=self.api.function, reader=self.executor.function)
         self.data.allow_use(self.factory.functions.values())
+        # The executor is updated before the API: an API that writes secret references while the executor
+        # still runs code that does not know them would fail those jobs' runs (docs/deploy.md).
+        self.api.function.node.add_dependency(self.executor.function)
         if not config.emulator:
             self._start_warm()
         self.observability = Observability(

@@ -271,8 +271,11 @@ class Components:
             from tickwork.adapters.secret_files import FileHeaderSecrets
 
             return FileHeaderSecrets(Path(s.secrets_dir))
+        # A short, retried client: resolving is part of a run's call, inside its lease (the cache makes it
+        # rare); the targets' client waits up to 910 s.
+        timed = getattr(self.client_for, "timed", None)
         return SecretsManagerHeaderSecrets(
-            self.client_for("secretsmanager"),
+            timed("secretsmanager", 5.0) if timed is not None else self.client_for("secretsmanager"),
             header_secrets_prefix(s.table_prefix),
             lambda: self.callback_key,
             kms_key_id=s.data_key_arn,

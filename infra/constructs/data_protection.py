@@ -14,10 +14,11 @@ from constructs import Construct
 from infra.constructs.functions import allow
 from tickwork.adapters.secrets import header_secrets_prefix
 
-# What administering the key takes (AWS's "key administrators" statement): no Encrypt, Decrypt or
-# GenerateDataKey. Whoever deploys the stack keeps these, or a policy mistake could lock the key for good.
+# What administering the key takes (AWS's "key administrators" statement, without CreateGrant): no Encrypt,
+# Decrypt or GenerateDataKey. The account keeps these, or a policy mistake could lock the key for good; so
+# an administrator who may PutKeyPolicy can still give themselves more (docs/deploy.md says so).
 _ADMIN_ACTIONS = [
-    "kms:Create*",
+    "kms:CreateAlias",
     "kms:Describe*",
     "kms:Enable*",
     "kms:List*",
@@ -61,7 +62,32 @@ class DataProtection(Construct):
                         principals=[iam.AccountRootPrincipal()],
                         actions=_ADMIN_ACTIONS,
                         resources=["*"],
-                    )
+                    ),
+                    # CloudFormation creates and updates the tables with the key: DynamoDB needs the
+                    # deploying role to use it (through DynamoDB only), and to make the table's grant.
+                    iam.PolicyStatement(
+                        sid="DeployTheTables",
+                        principals=[iam.AccountRootPrincipal()],
+                        actions=[*_USE_ACTIONS, "kms:CreateGrant"],
+                        resources=["*"],
+                        conditions={
+                            "StringEquals": {
+                                "kms:ViaService": f"dynamodb.{stack.region}.amazonaws.com",
+                                "kms:CallerAccount": stack.account,
+                            },
+                            "ArnLike": {
+                                "aws:PrincipalArn": f"arn:{stack.partition}:iam::{stack.account}:role/"
+                                "cdk-*-cfn-exec-role-*"
+                            },
+                        },
+                    ),
+                    # DynamoDB itself describes the key it encrypts with.
+                    iam.PolicyStatement(
+                        sid="DynamoDbDescribes",
+                        principals=[iam.ServicePrincipal("dynamodb.amazonaws.com")],
+                        actions=["kms:Describe*", "kms:Get*", "kms:List*"],
+                        resources=["*"],
+                    ),
                 ]
             ),
         )

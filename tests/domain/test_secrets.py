@@ -22,6 +22,9 @@ URL = "https://hooks.example.com/x"
         ("X-Api-Key", True),
         ("X-Auth-Token", True),
         ("X-Client-Secret", True),
+        ("X-Auth-Key", True),
+        ("Ocp-Apim-Subscription-Key", True),
+        ("X-Hub-Signature", True),
         ("Content-Type", False),
         ("X-Team", False),
     ],
@@ -61,6 +64,8 @@ def test_marked_and_credential_like_headers_are_kept_apart_from_the_plain_ones()
         ),
         ({"secret_headers": {"X-A": "a\r\nX-B: b"}}, "target.config.secret_headers.X-A", "CR, LF"),
         ({"secret_headers": ["X-A"]}, "target.config.secret_headers", "must be an object"),
+        # an answer's placeholder sent back would replace the secret with it
+        ({"headers": {"Authorization": "<redacted>"}}, "target.config.headers.Authorization", "placeholder"),
         (
             {"secret_refs": {"Authorization": "tickwork/headers/abc"}},
             "target.config.secret_refs",

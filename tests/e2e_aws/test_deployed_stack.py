@@ -408,6 +408,9 @@ def _run_of(api: SignedApi, job_id: str, run_id: str) -> dict[str, Any]:
     return dict(run)
 
 
+E2E_BEARER = "Bearer e2e-secret-0c4b7d"
+
+
 def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
     """A callback job's run: the deployed executor calls the target with its completion and heartbeat URLs,
     the target takes the work (202), then reports through the deployed API's open callback routes."""
@@ -420,7 +423,11 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
             {
                 "name": "e2e callback",
                 "schedule": {"expression": NEVER_DURING_THE_TEST, "timezone": "UTC"},
-                "target": {"kind": "http", "config": {"url": target.url, "method": "POST"}},
+                # A secret header: stored in the emulator's Secrets Manager, resolved by the executor.
+                "target": {
+                    "kind": "http",
+                    "config": {"url": target.url, "method": "POST", "headers": {"Authorization": E2E_BEARER}},
+                },
                 "completion": "callback",
                 "heartbeat_seconds": 300,
                 "timeout_seconds": 1800,
@@ -429,6 +436,7 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
         )
         assert status == 201, job
         assert job["completion"] == "callback", job
+        assert job["target"]["config"]["headers"] == {"Authorization": "<redacted>"}, job
         job_id = job["id"]
         status, run = api.call("POST", f"/jobs/{job_id}/runs", headers={"Idempotency-Key": "e2e-callback"})
         assert status == 201, run
@@ -442,6 +450,7 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
         call = target.calls[0]
         headers = {name.lower(): value for name, value in call.headers.items()}
         assert headers.get("idempotency-key") == run_id, headers
+        assert headers.get("authorization") == E2E_BEARER, "the secret header did not reach the target"
         completion_url = headers["x-tickwork-completion-url"]
         heartbeat_url = headers["x-tickwork-heartbeat-url"]
         assert completion_url.startswith(api.api_url + "/callbacks/"), (completion_url, api.api_url)

@@ -4,6 +4,7 @@ only."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.infra.conftest import Synth, as_list
@@ -48,6 +49,16 @@ def test_only_the_functions_roles_may_use_the_key_and_only_through_the_tables_an
             assert not can_decrypt and not any(
                 a.startswith(("kms:Encrypt", "kms:ReEncrypt")) for a in actions
             )
+            assert not {"kms:Create*", "kms:CreateGrant", "kms:*"} & actions  # no grant to oneself
+            continue
+        if statement["Sid"] == "DeployTheTables":  # CloudFormation's role, through DynamoDB only
+            principal = json.dumps(statement["Condition"]["ArnLike"]["aws:PrincipalArn"])
+            assert ":role/cdk-*-cfn-exec-role-*" in principal
+            via = json.dumps(statement["Condition"]["StringEquals"]["kms:ViaService"])
+            assert "dynamodb." in via and "secretsmanager" not in via
+            continue
+        if statement["Sid"] == "DynamoDbDescribes":
+            assert statement["Principal"] == {"Service": "dynamodb.amazonaws.com"} and not can_decrypt
             continue
         assert statement["Sid"] in ("UseThroughTheTablesAndSecrets", "GrantForTheTables")
         via = statement["Condition"]["StringEquals"]["kms:ViaService"]

@@ -74,6 +74,22 @@ def test_a_redacted_header_is_not_a_change_but_any_other_field_is(tmp_path: Path
     assert changed.action is Action.UPDATE and changed.diff == (("target.config.headers.X-Team", "q", "p"),)
 
 
+def test_a_secret_header_added_by_the_file_is_a_change_whose_value_is_not_printed(tmp_path: Path) -> None:
+    [before] = load_file(_write(tmp_path, [_job("a", headers={"X-Team": "p"})]))
+    answered = _as_answered(before, "job_a")
+    desired = load_file(
+        _write(
+            tmp_path, [_job("a", headers={"X-Team": "p", "X-Api-Key": "k1"}, secret_headers={"X-Sig": "s1"})]
+        )
+    )
+    [change] = plan(desired, [answered], prune=False)
+    assert change.action is Action.UPDATE
+    assert set(change.diff) == {
+        ("target.config.headers.X-Api-Key", None, "<redacted>"),
+        ("target.config.headers.X-Sig", None, "<redacted>"),
+    }
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [

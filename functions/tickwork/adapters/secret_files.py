@@ -8,6 +8,7 @@ or of its backups, carries no secret value.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -70,21 +71,22 @@ class FileHeaderSecrets:
 
 
 def _key(path: Path) -> bytes:
-    """The state's key: made once (O_EXCL: by one process only; `tickwork local` makes it before it starts
-    any role), read by every other."""
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_bytes().strip()
-        if not key:  # its maker is between creating and writing it
-            raise StoreError(f"{path} is empty; start again", code="io") from None
-        return key
-    key = Fernet.generate_key()
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(key)
-        file.flush()
-        os.fsync(file.fileno())
-    return key
+    """The state's key: made once (`tickwork local` makes it before it starts any role), read by every
+    other process. Written whole to a temporary file and linked into place (link creates only if absent), so
+    a crash while making it leaves no empty or partial key behind, and two makers agree on one key."""
+    if not path.exists():
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".key-")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(Fernet.generate_key())
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(temporary, 0o600)
+            with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+                os.link(temporary, path)
+        finally:
+            Path(temporary).unlink(missing_ok=True)
+    return path.read_bytes().strip()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

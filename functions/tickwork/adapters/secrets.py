@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
@@ -14,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tickwork.domain.errors import StoreError
+from tickwork.domain.errors import StoreError, TransientStoreError
 from tickwork.domain.secrets import SecretUnavailableError
 from tickwork.signing import ROTATION_OVERLAP_SECONDS
 
@@ -44,6 +45,7 @@ def signing_secrets(client: Any, secret_arn: str, now: datetime) -> tuple[bytes,
 
 
 _HEADER_CACHE_SIZE = 1024
+HEADER_CACHE_SECONDS = 300.0  # how long a resolved header value is sent without reading it again
 
 
 def header_secrets_prefix(deployment_prefix: str) -> str:
@@ -57,19 +59,33 @@ class SecretsManagerHeaderSecrets:
     the deployment's), so it says nothing about the value to whoever reads the job; and equal values of one
     owner share one secret, which keeps 100,000 jobs with one token at one secret's cost.
 
-    A name always holds the same value, so a resolved one is kept (up to `_HEADER_CACHE_SIZE`): a burst of an
-    owner's runs reads its token once, not once a run."""
+    A resolved value is kept for HEADER_CACHE_SECONDS (at most `_HEADER_CACHE_SIZE` of them): a burst of an
+    owner's runs reads its token once, not once a run, and a secret an operator deletes (a leaked token)
+    stops being sent within that time. Names this process stored are not created again (an `apply` re-sends
+    every target)."""
 
-    def __init__(self, client: Any, prefix: str, name_key: Callable[[], bytes], kms_key_id: str = "") -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        name_key: Callable[[], bytes],
+        kms_key_id: str = "",
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client = client
         self._prefix = prefix
         self._name_key = name_key
         self._kms_key_id = kms_key_id
-        self._resolved: OrderedDict[str, str] = OrderedDict()
+        self._monotonic = monotonic
+        self._resolved: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._stored: set[str] = set()
         self._lock = threading.Lock()
 
     def put(self, owner: str, value: str) -> str:
         name = self._prefix + header_secret_digest(self._name_key(), owner, value)
+        with self._lock:
+            if name in self._stored:
+                return name
         try:
             self._client.create_secret(
                 Name=name,
@@ -79,25 +95,30 @@ class SecretsManagerHeaderSecrets:
             )
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", "ClientError"))
-            if code == "ResourceExistsException":
-                return name  # this owner stored this value before: the same name holds it
-            raise StoreError(f"a secret header value could not be stored: {code}", code=code) from error
+            if code != "ResourceExistsException":  # (exists: this owner stored this value before)
+                raise _store_error(code, error) from error
         except BotoCoreError as error:
-            raise StoreError("a secret header value could not be stored", code="network") from error
+            raise TransientStoreError(f"a secret header value could not be stored: {error}") from error
+        with self._lock:
+            self._stored.add(name)
         return name
 
     def get(self, owner: str, reference: str) -> str:
         if not reference.startswith(self._prefix):
             raise SecretUnavailableError(f"{reference!r} is not a header secret", retryable=False)
+        now = self._monotonic()
         with self._lock:
             held = self._resolved.get(reference)
-        if held is None:
-            held = self._read(reference)
-            with self._lock:
-                self._resolved[reference] = held
-                while len(self._resolved) > _HEADER_CACHE_SIZE:
-                    self._resolved.popitem(last=False)
-        return _owned_value(held, owner, reference)
+            if held is not None and now - held[0] < HEADER_CACHE_SECONDS:
+                self._resolved.move_to_end(reference)
+                return _owned_value(held[1], owner, reference)
+        text = self._read(reference)
+        with self._lock:
+            self._resolved[reference] = (now, text)
+            self._resolved.move_to_end(reference)
+            while len(self._resolved) > _HEADER_CACHE_SIZE:
+                self._resolved.popitem(last=False)
+        return _owned_value(text, owner, reference)
 
     def _read(self, reference: str) -> str:
         try:
@@ -113,6 +134,18 @@ class SecretsManagerHeaderSecrets:
             raise SecretUnavailableError(
                 f"the secret header value {reference} could not be read: {error}", retryable=True
             ) from error
+
+
+_TRANSIENT_CODES = frozenset(
+    {"ThrottlingException", "TooManyRequestsException", "InternalServiceError", "ServiceUnavailable"}
+)
+
+
+def _store_error(code: str, error: ClientError) -> Exception:
+    """Throttled or failing for a moment: a 503 the caller retries; else the deployment's fault."""
+    if code in _TRANSIENT_CODES:
+        return TransientStoreError(f"a secret header value could not be stored now: {code}")
+    return StoreError(f"a secret header value could not be stored: {code}", code=code)
 
 
 def header_secret_digest(key: bytes, owner: str, value: str) -> str:

@@ -70,7 +70,7 @@ from tickwork.domain.schedule import (
     expression_pattern,
     parse_schedule,
 )
-from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, is_credential_header
+from tickwork.domain.secrets import REDACTED, SECRET_HEADERS, SECRET_REFS, is_credential_header
 from tickwork.domain.targets import (
     TARGET_KINDS,
     TRACKED_KINDS,
@@ -620,9 +620,6 @@ class ScheduleOut(BaseModel):
             dst_repeat=schedule.dst_repeat,
             description=describe_schedule(schedule),
         )
-
-
-REDACTED = "<redacted>"
 
 
 def _redacted_config(config: Mapping[str, Any]) -> dict[str, Any]:

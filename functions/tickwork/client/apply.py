@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError as PydanticValidationError
 
-from tickwork.api.models import REDACTED, JobCreate, ScheduleIn
+from tickwork.api.models import JobCreate, ScheduleIn
 from tickwork.client.connection import ApiClient, ApiError
 from tickwork.domain.errors import ValidationError
+from tickwork.domain.secrets import REDACTED, is_credential_header
 
 DEFAULT_CONCURRENCY = 8
 
@@ -116,8 +117,9 @@ def comparable(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _unredacted(current: dict[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Credential-like header values are never answered (they read "<redacted>"): take the file's value
-    for them, so they do not look changed. A change of such a value alone is therefore not seen."""
+    """Secret header values are never answered (they read "<redacted>"): take the file's value for them, so
+    they do not look changed. A change of such a value alone is therefore not seen: rotate a secret with
+    `tickwork jobs update` (docs/targets.md, "Secret headers")."""
     headers = current["target"]["config"].get("headers")
     wanted = desired["target"]["config"].get("headers")
     if isinstance(headers, dict) and isinstance(wanted, dict):
@@ -135,6 +137,15 @@ def _as_answered(body: Mapping[str, Any]) -> Mapping[str, Any]:
     merged = {k: v for k, v in config.items() if k != "secret_headers"}
     merged["headers"] = {**(config.get("headers") or {}), **config["secret_headers"]}
     return {**body, "target": {**body["target"], "config": merged}}
+
+
+def _without_secrets(change: tuple[str, Any, Any], secret: set[str]) -> tuple[str, Any, Any]:
+    """A secret header's change as it may be printed (CI logs keep what apply prints): values hidden."""
+    path, before, after = change
+    name = path.removeprefix("target.config.headers.")
+    if name == path or not (name in secret or is_credential_header(name)):
+        return change
+    return path, None if before is None else REDACTED, None if after is None else REDACTED
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -174,7 +185,11 @@ def plan(
             changes.append(Change(Action.CREATE, str(body["name"]), body=body))
             continue
         answered = _as_answered(body)
-        diff = differences(_unredacted(comparable(existing), answered), answered)
+        secret = set(body.get("target", {}).get("config", {}).get("secret_headers") or {})
+        diff = tuple(
+            _without_secrets(change, secret)
+            for change in differences(_unredacted(comparable(existing), answered), answered)
+        )
         action = Action.UPDATE if diff else Action.UNCHANGED
         changes.append(
             Change(action, str(body["name"]), existing["id"], int(existing["version"]), body, diff)

@@ -21,7 +21,20 @@ from tickwork.domain.models import Target
 
 SECRET_HEADERS = "secret_headers"  # in a request: header name -> value, stored as references
 SECRET_REFS = "secret_refs"  # on a stored job: header name -> the store's reference
-_CREDENTIAL_WORDS = ("authorization", "cookie", "token", "secret", "password", "api-key", "apikey")
+# Words that make a header name read like a credential ("key" covers X-Api-Key, X-Auth-Key,
+# Ocp-Apim-Subscription-Key, X-Functions-Key; "auth" covers Authorization and Proxy-Authorization).
+_CREDENTIAL_WORDS = (
+    "auth",
+    "cookie",
+    "token",
+    "secret",
+    "password",
+    "key",
+    "signature",
+    "credential",
+    "session",
+)
+REDACTED = "<redacted>"  # what answers show instead of a secret value
 
 
 def is_credential_header(name: str) -> bool:

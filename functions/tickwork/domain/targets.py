@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Completion, Target
-from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, is_credential_header
+from tickwork.domain.secrets import REDACTED, SECRET_HEADERS, SECRET_REFS, is_credential_header
 from tickwork.domain.timekeys import format_instant
 
 TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions", "ecs")
@@ -509,6 +509,9 @@ def _http_headers(raw: Any, key: str) -> dict[str, str]:
             raise ValidationError(field, f"value must be a string, got {type(value).__name__}")
         if _BAD_HEADER_VALUE.search(value):
             raise ValidationError(field, "value must not contain CR, LF or NUL")
+        if value == REDACTED:
+            # An answer's placeholder sent back: storing it would replace the secret with these 10 bytes.
+            raise ValidationError(field, f"is {REDACTED!r}, an answer's placeholder; send the value itself")
         if len(value.encode()) > MAX_HEADER_VALUE_BYTES:
             raise ValidationError(field, f"value larger than {MAX_HEADER_VALUE_BYTES} bytes")
         headers[name] = value

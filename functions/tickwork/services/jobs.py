@@ -325,11 +325,12 @@ class JobService:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
         if isinstance(patch.target, Target):
-            self._check_grant(owner, patch.target)
             patch = replace(patch, target=self._sealed(owner, patch.target))
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             edited = apply_patch(job, patch, now)
+            if edited.target != job.target:  # (sealed: equal secret values give equal references)
+                self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:

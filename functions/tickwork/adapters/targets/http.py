@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +26,13 @@ from tickwork import signing
 from tickwork.adapters.targets._common import Stopwatch, checked_target
 from tickwork.adapters.targets.ssrf import IPAddress, blocked_reason, parse_networks
 from tickwork.domain.models import Target
-from tickwork.domain.secrets import SECRET_HEADERS, SECRET_REFS, HeaderSecretStore, SecretUnavailableError
+from tickwork.domain.secrets import (
+    REDACTED,
+    SECRET_HEADERS,
+    SECRET_REFS,
+    HeaderSecretStore,
+    SecretUnavailableError,
+)
 from tickwork.domain.targets import Invocation, TargetResult, http_status_retryable, invocation_headers
 
 MAX_RESPONSE_BYTES = 64 * 1024  # read at most this much of a response; the result keeps 1 KiB of it
@@ -185,6 +191,12 @@ def _connect(family: int, address: IPAddress, port: int, timeout: float) -> sock
     return sock
 
 
+def _without(text: str, secrets: Iterable[str]) -> str:
+    for value in sorted((v for v in secrets if v), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
 class HttpInvoker:
     """Calls `http` targets. Every request carries the run identity headers and an HMAC signature with the
     run owner's own key over the whole request (tickwork/signing.py)."""
@@ -276,7 +288,8 @@ class HttpInvoker:
             )
         finally:
             watchdog.cancel()
-        text = response_body.decode("utf-8", errors="replace")
+        # A target that echoes a credential (a 401 quoting the token) must not get it stored on the run.
+        text = _without(response_body.decode("utf-8", errors="replace"), secret_headers.values())
         if 200 <= code < 300:
             # 202 to a call that carried completion URLs: the target took the work and reports later.
             accepted = code == 202 and invocation.callback is not None
