@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -35,6 +35,15 @@ _ADMIN_ACTIONS = [
     "kms:RotateKeyOnDemand",
 ]
 _USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+
+
+def _deploying_role(stack: Stack) -> str:
+    """The role CloudFormation deploys this stack with: the bootstrap's execution role (its exact ARN, not a
+    name pattern anyone able to create a role could match)."""
+    arn = getattr(stack.synthesizer, "cloud_formation_execution_role_arn", None)
+    if not isinstance(arn, str):
+        raise ValueError("the data key names CloudFormation's execution role: use the default synthesizer")
+    return Fn.sub(arn)  # it holds ${AWS::AccountId}-style placeholders
 
 
 class DataProtection(Construct):
@@ -75,10 +84,7 @@ class DataProtection(Construct):
                                 "kms:ViaService": f"dynamodb.{stack.region}.amazonaws.com",
                                 "kms:CallerAccount": stack.account,
                             },
-                            "ArnLike": {
-                                "aws:PrincipalArn": f"arn:{stack.partition}:iam::{stack.account}:role/"
-                                "cdk-*-cfn-exec-role-*"
-                            },
+                            "ArnEquals": {"aws:PrincipalArn": _deploying_role(stack)},
                         },
                     ),
                     # DynamoDB itself describes the key it encrypts with.

@@ -52,8 +52,8 @@ def test_only_the_functions_roles_may_use_the_key_and_only_through_the_tables_an
             assert not {"kms:Create*", "kms:CreateGrant", "kms:*"} & actions  # no grant to oneself
             continue
         if statement["Sid"] == "DeployTheTables":  # CloudFormation's role, through DynamoDB only
-            principal = json.dumps(statement["Condition"]["ArnLike"]["aws:PrincipalArn"])
-            assert ":role/cdk-*-cfn-exec-role-*" in principal
+            principal = json.dumps(statement["Condition"]["ArnEquals"]["aws:PrincipalArn"])
+            assert ":role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-${AWS::Region}" in principal
             via = json.dumps(statement["Condition"]["StringEquals"]["kms:ViaService"])
             assert "dynamodb." in via and "secretsmanager" not in via
             continue

@@ -34,8 +34,11 @@ class FileHeaderSecrets:
         # The names' key derives from the encryption key, for another purpose.
         self._name_key = hashlib.sha256(b"tickwork-header-secret-names\0" + key).digest()
 
+    def reference(self, owner: str, value: str) -> str:
+        return header_secret_digest(self._name_key, owner, value)
+
     def put(self, owner: str, value: str) -> str:
-        reference = header_secret_digest(self._name_key, owner, value)
+        reference = self.reference(owner, value)
         path = self._values / reference
         if path.exists():
             return reference  # this owner stored this value before

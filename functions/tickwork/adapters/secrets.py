@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tickwork.domain.errors import StoreError, TransientStoreError
-from tickwork.domain.secrets import SecretUnavailableError
+from tickwork.domain.errors import StoreError, TransientStoreError, ValidationError
+from tickwork.domain.secrets import SECRET_HEADERS, SecretUnavailableError
 from tickwork.signing import ROTATION_OVERLAP_SECONDS
 
 
@@ -62,7 +62,7 @@ class SecretsManagerHeaderSecrets:
     A resolved value is kept for HEADER_CACHE_SECONDS (at most `_HEADER_CACHE_SIZE` of them): a burst of an
     owner's runs reads its token once, not once a run, and a secret an operator deletes (a leaked token)
     stops being sent within that time. Names this process stored are not created again (an `apply` re-sends
-    every target)."""
+    every target) for HEADER_CACHE_SECONDS either."""
 
     def __init__(
         self,
@@ -78,13 +78,17 @@ class SecretsManagerHeaderSecrets:
         self._kms_key_id = kms_key_id
         self._monotonic = monotonic
         self._resolved: OrderedDict[str, tuple[float, str]] = OrderedDict()
-        self._stored: set[str] = set()
+        self._stored: dict[str, float] = {}  # names this process stored, and when
         self._lock = threading.Lock()
 
+    def reference(self, owner: str, value: str) -> str:
+        return self._prefix + header_secret_digest(self._name_key(), owner, value)
+
     def put(self, owner: str, value: str) -> str:
-        name = self._prefix + header_secret_digest(self._name_key(), owner, value)
+        name = self.reference(owner, value)
+        now = self._monotonic()
         with self._lock:
-            if name in self._stored:
+            if now - self._stored.get(name, -HEADER_CACHE_SECONDS) < HEADER_CACHE_SECONDS:
                 return name
         try:
             self._client.create_secret(
@@ -95,12 +99,18 @@ class SecretsManagerHeaderSecrets:
             )
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+            if code == "InvalidRequestException":
+                # Its secret is marked for deletion: an operator revoked this value (a leaked token).
+                raise ValidationError(
+                    f"target.config.{SECRET_HEADERS}",
+                    "a secret header value was revoked (its secret is being deleted); use a new one",
+                ) from error
             if code != "ResourceExistsException":  # (exists: this owner stored this value before)
                 raise _store_error(code, error) from error
         except BotoCoreError as error:
             raise TransientStoreError(f"a secret header value could not be stored: {error}") from error
         with self._lock:
-            self._stored.add(name)
+            self._stored[name] = now
         return name
 
     def get(self, owner: str, reference: str) -> str:
@@ -125,8 +135,9 @@ class SecretsManagerHeaderSecrets:
             return str(self._client.get_secret_value(SecretId=reference)["SecretString"])
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", "ClientError"))
-            # Gone (or marked for deletion, InvalidRequestException) will not come back on a retry.
-            gone = code in ("ResourceNotFoundException", "InvalidRequestException")
+            # Marked for deletion (revoked) will not come back on a retry. Not found may be a secret made a
+            # moment ago that a read does not see yet: the run's retries give it time.
+            gone = code == "InvalidRequestException"
             raise SecretUnavailableError(
                 f"the secret header value {reference} could not be read: {code}", retryable=not gone
             ) from error

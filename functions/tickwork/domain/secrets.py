@@ -13,7 +13,9 @@ resolves to nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
+from itertools import pairwise
 from typing import Protocol
 
 from tickwork.domain.errors import TickworkError
@@ -21,26 +23,33 @@ from tickwork.domain.models import Target
 
 SECRET_HEADERS = "secret_headers"  # in a request: header name -> value, stored as references
 SECRET_REFS = "secret_refs"  # on a stored job: header name -> the store's reference
-# Words that make a header name read like a credential ("key" covers X-Api-Key, X-Auth-Key,
-# Ocp-Apim-Subscription-Key, X-Functions-Key; "auth" covers Authorization and Proxy-Authorization).
-_CREDENTIAL_WORDS = (
-    "auth",
-    "cookie",
-    "token",
-    "secret",
-    "password",
-    "key",
-    "signature",
-    "credential",
-    "session",
+# A header name reads like a credential when one of its parts (split at "-" and "_") is one of these words,
+# or it ends in a key named for access: whole parts, so X-Routing-Key, X-Session-Id or X-Author stay plain.
+_CREDENTIAL_PARTS = frozenset(
+    {
+        "authorization",
+        "cookie",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "apikey",
+    }
+)
+_ACCESS_KEYS = frozenset(
+    {"api", "access", "auth", "subscription", "functions", "secret", "private", "client"}
 )
 REDACTED = "<redacted>"  # what answers show instead of a secret value
 
 
 def is_credential_header(name: str) -> bool:
     """A header whose name reads like a credential: its value is secret even when not marked so."""
-    lowered = name.lower()
-    return any(word in lowered for word in _CREDENTIAL_WORDS)
+    parts = re.split(r"[-_]", name.lower())
+    if _CREDENTIAL_PARTS.intersection(parts):
+        return True
+    return any(part == "key" and before in _ACCESS_KEYS for before, part in pairwise(parts))
 
 
 class SecretUnavailableError(TickworkError):
@@ -52,9 +61,14 @@ class SecretUnavailableError(TickworkError):
 
 
 class HeaderSecretStore(Protocol):
+    def reference(self, owner: str, value: str) -> str:
+        """The reference `value` is kept under for `owner`, stored or not: the same (owner, value) always
+        gives the same reference (a retried write stores nothing twice, and many jobs sharing one token share
+        one secret), and it says nothing about the value to whoever reads it."""
+        ...
+
     def put(self, owner: str, value: str) -> str:
-        """Keep `value` for `owner`; return its reference. The same (owner, value) gives the same reference
-        (a retried write stores nothing twice, and many jobs sharing one token share one secret)."""
+        """Keep `value` for `owner` under its reference; return the reference."""
         ...
 
     def get(self, owner: str, reference: str) -> str:

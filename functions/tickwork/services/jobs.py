@@ -180,29 +180,41 @@ class JobService:
     ) -> CreateResult:
         """Create under the id the key names. A retry with the same request (same fingerprint) returns the
         job its first attempt created; the same key with a different request is a conflict. `fingerprint`
-        is given the references the request's secret header values got: the stored fingerprint covers them,
+        is given the references the request's secret header values get: the stored fingerprint covers them,
         never the values (a hash of a short password would let a reader of the table guess it)."""
         job_id = idempotent_job_id(owner, key)
-        self._check_grant(owner, spec.target)
-        spec = replace(spec, target=self._sealed(owner, spec.target))
-        stored = fingerprint(spec.target.config.get(SECRET_REFS) or {})
+        refs = self._sealed(owner, spec.target).config.get(SECRET_REFS) or {}
+        stored = fingerprint(refs)
+        # A retry finds its first attempt before any check (a create that reached the quota replays) and
+        # before any secret is stored for it.
+        replayed = self._replay(owner, job_id, stored)
+        if replayed is not None:
+            return replayed
         try:
             return CreateResult(self._create(owner, spec, job_id, stored), replayed=False)
         except VersionMismatchError:
             raise
         except ConflictError:
-            existing = self._store.get_job_fingerprint(job_id)
-            if existing is None:
+            replayed = self._replay(owner, job_id, stored)
+            if replayed is None:
                 # The put lost to run records left by a deleted job of the same key.
                 raise IdempotencyKeyReusedError(
                     "this Idempotency-Key belonged to a job that was deleted; use a new key"
                 ) from None
-            job, stored_fingerprint = existing
-            if job.owner != owner or stored_fingerprint != stored:
-                raise IdempotencyKeyReusedError(
-                    f"this Idempotency-Key already created job {job_id} from a different request"
-                ) from None
-            return CreateResult(job, replayed=True)
+            return replayed
+
+    def _replay(self, owner: str, job_id: str, fingerprint: str) -> CreateResult | None:
+        """The job an earlier request with this key created (None: none yet); a conflict when that request
+        differs from this one."""
+        existing = self._store.get_job_fingerprint(job_id)
+        if existing is None:
+            return None
+        job, stored_fingerprint = existing
+        if job.owner != owner or stored_fingerprint != fingerprint:
+            raise IdempotencyKeyReusedError(
+                f"this Idempotency-Key already created job {job_id} from a different request"
+            )
+        return CreateResult(job, replayed=True)
 
     def _check_grant(self, owner: str, target: Target) -> None:
         grants = self._config.grants
@@ -210,17 +222,29 @@ class JobService:
             raise TargetNotGrantedError(refusal(owner, target))
 
     def _sealed(self, owner: str, target: Target) -> Target:
-        """The target as it is stored: its secret header values in the secret store, references in their
-        place (domain/secrets.py)."""
+        """The target as it is stored: references in place of its secret header values (domain/secrets.py).
+        Nothing is stored yet: `_keep_secrets` does, once the write is known to be allowed."""
         if not has_secret_values(target):
             return target
-        store = self._secrets
-        if store is None:
+        store = self._secret_store()
+        return sealed(target, lambda value: store.reference(owner, value))
+
+    def _keep_secrets(self, owner: str, target: Target) -> None:
+        """Store the target's secret header values (idempotent: a value's reference names it), just before
+        the write that references them, after every check passed."""
+        values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
+        if values:
+            store = self._secret_store()
+            for value in values.values():
+                store.put(owner, value)
+
+    def _secret_store(self) -> HeaderSecretStore:
+        if self._secrets is None:
             raise ValidationError(
                 f"target.config.{SECRET_HEADERS}",
                 "this deployment has no secret store, so it cannot keep secret header values",
             )
-        return sealed(target, lambda value: store.put(owner, value))
+        return self._secrets
 
     def _owner_job_count(self, owner: str, up_to: int) -> int:
         """How many jobs the owner has, counted up to `up_to`: page after page, since one page of the index
@@ -262,6 +286,7 @@ class JobService:
             retention_days=spec.retention_days,
         )
         job, runs = self._plan_own_horizon(job, now)
+        self._keep_secrets(owner, spec.target)
         if fingerprint is None:
             self._store.create_job(job, runs)
         else:
@@ -324,8 +349,9 @@ class JobService:
     def update(self, owner: str, job_id: str, patch: JobPatch, if_match: int | None = None) -> Job:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
-        if isinstance(patch.target, Target):
-            patch = replace(patch, target=self._sealed(owner, patch.target))
+        given = patch.target if isinstance(patch.target, Target) else None
+        if given is not None:
+            patch = replace(patch, target=self._sealed(owner, given))
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             edited = apply_patch(job, patch, now)
@@ -333,6 +359,8 @@ class JobService:
                 self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
+            if given is not None:
+                self._keep_secrets(owner, given)  # (checks passed; a lost write's retry stores nothing new)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
                 return edited, ()
             return self._plan_own_horizon(edited, now, room)

@@ -12,6 +12,7 @@ import contextlib
 import heapq
 import http.client
 import ipaddress
+import json
 import secrets
 import socket
 import ssl
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from tickwork import signing
 from tickwork.adapters.targets._common import Stopwatch, checked_target
@@ -191,9 +192,19 @@ def _connect(family: int, address: IPAddress, port: int, timeout: float) -> sock
     return sock
 
 
+_MIN_REDACTED = 6  # shorter values ("30", "true") would redact ordinary words of every answer
+
+
 def _without(text: str, secrets: Iterable[str]) -> str:
-    for value in sorted((v for v in secrets if v), key=len, reverse=True):
-        text = text.replace(value, REDACTED)
+    """`text` with each secret value replaced: whole, its credential after an auth scheme ("Bearer abc" ->
+    "abc"), and as JSON and URL encoding write it."""
+    forms: set[str] = set()
+    for value in secrets:
+        credential = value.split(" ", 1)[1] if " " in value.strip() else value
+        for form in (value, credential):
+            forms.update((form, json.dumps(form)[1:-1], quote(form, safe="")))
+    for form in sorted((f for f in forms if len(f) >= _MIN_REDACTED), key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     return text
 
 
