@@ -1,0 +1,226 @@
+"""What a job's owner is told about (issue 32): the rules a job sets, and the events a run's change gives.
+
+Pure: a run as it was and as it is now (one change of the runs table), the job's rules and its recent runs in,
+the events out. Each event has a dedupe key that is the same however often the same change is seen (a change
+feed delivers at least once), so a notification sent for it is sent once per channel.
+
+Not wired yet: nothing reads a job's rules or records these events (the change feed, the events table and
+the notifier are the issue's next steps; see the issues' closing note).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import Run, RunState
+from tickwork.domain.timekeys import format_instant
+
+DEAD_LETTERED = "dead-lettered"  # how a run failed from the dead-letter queue starts its reason
+BASELINE_RUNS = 5  # succeeded runs a duration baseline needs before a run can be far from it
+MAX_RULE_SECONDS = 7 * 24 * 3600
+
+
+class EventKind(StrEnum):
+    RUN_FAILED = "run_failed"
+    RUN_DEAD_LETTERED = "run_dead_lettered"
+    SLOT_SKIPPED = "slot_skipped"
+    SLOT_MISSED = "slot_missed"
+    RUN_LATE = "run_late"
+    DEADLINE_MISSED = "deadline_missed"
+    DURATION_OUT_OF_BOUNDS = "duration_out_of_bounds"
+    DURATION_ANOMALY = "duration_anomaly"
+    FAILURES_IN_A_ROW = "failures_in_a_row"
+    AUTO_PAUSED = "auto_paused"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """A job's rules; each off unless set (failures and dead letters are on: the least an owner needs)."""
+
+    on_failure: bool = True
+    on_dead_letter: bool = True
+    on_skip: bool = False  # a slot recorded skipped or missed
+    late_after_seconds: int | None = None  # started later than this after its due time
+    deadline_seconds: int | None = None  # not finished this long after its scheduled time
+    duration_min_seconds: float | None = None
+    duration_max_seconds: float | None = None
+    anomaly_factor: float | None = None  # a duration this many times above or below the job's median
+    failures_in_a_row: int | None = None
+    auto_pause_after: int | None = None  # failures in a row that pause the job
+
+    def __post_init__(self) -> None:
+        for name in (
+            "late_after_seconds",
+            "deadline_seconds",
+            "duration_min_seconds",
+            "duration_max_seconds",
+        ):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= MAX_RULE_SECONDS:
+                raise ValidationError(f"alerts.{name}", f"must be above 0 and at most {MAX_RULE_SECONDS}")
+        low, high = self.duration_min_seconds, self.duration_max_seconds
+        if low is not None and high is not None and low >= high:
+            raise ValidationError("alerts.duration_min_seconds", "must be below duration_max_seconds")
+        if self.anomaly_factor is not None and not 1.5 <= self.anomaly_factor <= 100:
+            raise ValidationError("alerts.anomaly_factor", "must be between 1.5 and 100")
+        for name in ("failures_in_a_row", "auto_pause_after"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 100:
+                raise ValidationError(f"alerts.{name}", "must be between 1 and 100")
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    job_id: str
+    owner: str
+    kind: EventKind
+    at: datetime  # when it happened (the run's change), not when it was seen
+    run_id: str | None
+    detail: str
+
+    @property
+    def dedupe_key(self) -> str:
+        """The same for every sighting of the same change: a notification's idempotency key."""
+        return f"{self.job_id}|{self.kind}|{self.run_id or format_instant(self.at)}"
+
+
+def duration(run: Run) -> timedelta | None:
+    if run.started_at is None or run.finished_at is None:
+        return None
+    return run.finished_at - run.started_at
+
+
+def events_of_change(
+    before: Run | None, after: Run, rules: AlertRules, recent: Sequence[Run] = ()
+) -> tuple[JobEvent, ...]:
+    """The events of one change of a run (`before` None: the run was just written). `recent`: the job's
+    latest terminal runs before this one, newest first (the failures in a row and the duration baseline
+    read them)."""
+    events: list[JobEvent] = []
+
+    def event(kind: EventKind, at: datetime, detail: str) -> None:
+        events.append(JobEvent(after.job_id, after.owner, kind, at, after.run_id, detail))
+
+    ended = after.state.is_terminal and (before is None or not before.state.is_terminal)
+    if (
+        rules.late_after_seconds is not None
+        and after.start_delay_ms is not None
+        and (before is None or before.start_delay_ms is None)
+        and after.started_at is not None
+        and after.start_delay_ms > rules.late_after_seconds * 1000
+    ):
+        event(EventKind.RUN_LATE, after.started_at, f"started {after.start_delay_ms / 1000:.1f} s late")
+    if not ended:
+        return tuple(events)
+    at = after.finished_at or after.planned_at
+    if after.state in (RunState.SKIPPED, RunState.MISSED) and rules.on_skip:
+        kind = EventKind.SLOT_SKIPPED if after.state is RunState.SKIPPED else EventKind.SLOT_MISSED
+        event(kind, at, after.reason or str(after.state))
+    if after.state is RunState.FAILED:
+        dead = (after.reason or "").startswith(DEAD_LETTERED)
+        if dead and rules.on_dead_letter:
+            event(EventKind.RUN_DEAD_LETTERED, at, after.reason or "")
+        elif not dead and rules.on_failure:
+            event(EventKind.RUN_FAILED, at, after.reason or "failed")
+        events.extend(_in_a_row(after, at, rules, recent))
+    took = duration(after)
+    if took is not None and after.state in (RunState.SUCCEEDED, RunState.FAILED):
+        events.extend(_duration_events(after, at, took.total_seconds(), rules, recent))
+    return tuple(events)
+
+
+def _in_a_row(after: Run, at: datetime, rules: AlertRules, recent: Sequence[Run]) -> list[JobEvent]:
+    """FAILURES_IN_A_ROW when this failure makes exactly the rule's count (not again at every one after),
+    AUTO_PAUSED when it reaches the pause's."""
+    streak = 1
+    for run in recent:
+        if run.state is not RunState.FAILED:
+            break
+        streak += 1
+    found = []
+    if rules.failures_in_a_row is not None and streak == rules.failures_in_a_row:
+        found.append(
+            JobEvent(
+                after.job_id,
+                after.owner,
+                EventKind.FAILURES_IN_A_ROW,
+                at,
+                after.run_id,
+                f"{streak} failures in a row",
+            )
+        )
+    if rules.auto_pause_after is not None and streak == rules.auto_pause_after:
+        found.append(
+            JobEvent(
+                after.job_id,
+                after.owner,
+                EventKind.AUTO_PAUSED,
+                at,
+                after.run_id,
+                f"paused after {streak} failures in a row (the last: {after.reason or 'failed'})",
+            )
+        )
+    return found
+
+
+def _duration_events(
+    after: Run, at: datetime, seconds: float, rules: AlertRules, recent: Sequence[Run]
+) -> list[JobEvent]:
+    found = []
+    low, high = rules.duration_min_seconds, rules.duration_max_seconds
+    if (low is not None and seconds < low) or (high is not None and seconds > high):
+        bounds = f"{low if low is not None else 0}-{high if high is not None else '∞'} s"
+        found.append(
+            JobEvent(
+                after.job_id,
+                after.owner,
+                EventKind.DURATION_OUT_OF_BOUNDS,
+                at,
+                after.run_id,
+                f"took {seconds:.1f} s, outside {bounds}",
+            )
+        )
+    factor = rules.anomaly_factor
+    past = [d.total_seconds() for r in recent if r.state is RunState.SUCCEEDED and (d := duration(r))]
+    if factor is not None and len(past) >= BASELINE_RUNS:
+        median = statistics.median(past)
+        if median > 0 and (seconds > median * factor or seconds < median / factor):
+            found.append(
+                JobEvent(
+                    after.job_id,
+                    after.owner,
+                    EventKind.DURATION_ANOMALY,
+                    at,
+                    after.run_id,
+                    f"took {seconds:.1f} s; the job's median of its last {len(past)} is {median:.1f} s",
+                )
+            )
+    return found
+
+
+def deadline_missed(run: Run, rules: AlertRules, now: datetime) -> JobEvent | None:
+    """DEADLINE_MISSED for a run not finished by its scheduled time plus the deadline: still open, recorded
+    missed, or finished after it (a check that came late still sees it). The dead-man's switch. A run the
+    owner's own pause or overlap policy ended (cancelled, skipped) is not late. Its time is the deadline
+    itself, so every check that sees it gives the same event."""
+    if rules.deadline_seconds is None or run.state in (RunState.CANCELLED, RunState.SKIPPED):
+        return None
+    deadline = run.scheduled_for + timedelta(seconds=rules.deadline_seconds)
+    if now < deadline:
+        return None
+    finished = run.state in (RunState.SUCCEEDED, RunState.FAILED)
+    if finished and run.finished_at is not None and run.finished_at <= deadline:
+        return None
+    return JobEvent(
+        run.job_id,
+        run.owner,
+        EventKind.DEADLINE_MISSED,
+        deadline,
+        run.run_id,
+        f"not finished {rules.deadline_seconds} s after {format_instant(run.scheduled_for)} ({run.state})",
+    )

@@ -1,0 +1,139 @@
+"""The events a run's change gives under a job's rules (domain/alerts.py), with frozen times: failures and
+dead letters, skipped and missed slots, a late start, a deadline, durations out of bounds or far from the
+job's own baseline, N failures in a row and the auto-pause."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tickwork.domain.alerts import AlertRules, EventKind, deadline_missed, events_of_change
+from tickwork.domain.errors import ValidationError
+from tickwork.domain.models import Run, RunState, Trigger
+
+FIRE = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def run(state: RunState, *, at: datetime = FIRE, took: float | None = None, **extra: object) -> Run:
+    started = at + timedelta(seconds=1) if took is not None else None
+    base = Run(
+        job_id="job_a",
+        scheduled_for=at,
+        due_at=at,
+        state=state,
+        trigger=Trigger.SCHEDULE,
+        job_version=1,
+        planned_at=at - timedelta(minutes=1),
+        expires_at=at + timedelta(days=30),
+        shard=0,
+        owner="alice",
+        started_at=started,
+        finished_at=started + timedelta(seconds=took) if started is not None and took is not None else None,
+    )
+    return replace(base, **extra)  # type: ignore[arg-type]
+
+
+def kinds(events: tuple[object, ...]) -> list[str]:
+    return [str(e.kind) for e in events]  # type: ignore[attr-defined]
+
+
+def test_a_failure_is_an_event_once_and_a_dead_letter_is_its_own() -> None:
+    running = run(RunState.RUNNING)
+    failed = run(RunState.FAILED, took=2, reason="500 Internal Server Error")
+    assert kinds(events_of_change(running, failed, AlertRules())) == ["run_failed"]
+    assert events_of_change(failed, failed, AlertRules()) == ()  # the same change seen again: nothing new
+    dead = replace(failed, reason="dead-lettered after 5 deliveries (attempt 1)")
+    assert kinds(events_of_change(running, dead, AlertRules())) == ["run_dead_lettered"]
+    assert events_of_change(running, failed, AlertRules(on_failure=False)) == ()
+
+
+def test_skipped_and_missed_slots_only_when_asked() -> None:
+    skipped = run(RunState.SKIPPED, reason="overlap=skip: job_a:20261202T115900Z still running")
+    missed = run(RunState.MISSED, reason="missed-fire policy skip")
+    assert events_of_change(None, skipped, AlertRules()) == ()
+    assert kinds(events_of_change(None, skipped, AlertRules(on_skip=True))) == ["slot_skipped"]
+    assert kinds(events_of_change(None, missed, AlertRules(on_skip=True))) == ["slot_missed"]
+
+
+def test_a_late_start_past_the_rule_and_not_before() -> None:
+    planned = run(RunState.PLANNED)
+    late = replace(run(RunState.RUNNING, took=0), start_delay_ms=45_000, finished_at=None)
+    on_time = replace(late, start_delay_ms=29_000)
+    rules = AlertRules(late_after_seconds=30)
+    [event] = events_of_change(planned, late, rules)
+    assert event.kind is EventKind.RUN_LATE and event.detail == "started 45.0 s late"
+    assert events_of_change(planned, on_time, rules) == ()
+    assert events_of_change(late, late, rules) == ()  # seen again
+
+
+def test_the_deadline_passes_for_an_open_run_and_a_late_finish_but_not_an_early_one() -> None:
+    rules = AlertRules(deadline_seconds=600)
+    open_run = run(RunState.RUNNING, took=0)
+    assert deadline_missed(open_run, rules, FIRE + timedelta(seconds=599)) is None
+    missed = deadline_missed(open_run, rules, FIRE + timedelta(seconds=600))
+    assert missed is not None and missed.kind is EventKind.DEADLINE_MISSED
+    assert missed.at == FIRE + timedelta(seconds=600)  # the deadline: every check gives the same event
+    later = deadline_missed(open_run, rules, FIRE + timedelta(hours=2))
+    assert later is not None and later.dedupe_key == missed.dedupe_key
+    assert deadline_missed(run(RunState.SUCCEEDED, took=300), rules, FIRE + timedelta(hours=1)) is None
+    assert deadline_missed(run(RunState.SUCCEEDED, took=900), rules, FIRE + timedelta(hours=1)) is not None
+    assert deadline_missed(run(RunState.MISSED), rules, FIRE + timedelta(hours=1)) is not None
+    assert deadline_missed(run(RunState.CANCELLED), rules, FIRE + timedelta(hours=1)) is None
+    assert deadline_missed(open_run, AlertRules(), FIRE + timedelta(hours=1)) is None
+
+
+def test_a_duration_out_of_bounds_and_far_from_the_jobs_own_baseline() -> None:
+    running = run(RunState.RUNNING)
+    bounds = AlertRules(duration_min_seconds=5, duration_max_seconds=60)
+    assert kinds(events_of_change(running, run(RunState.SUCCEEDED, took=90), bounds)) == [
+        "duration_out_of_bounds"
+    ]
+    assert kinds(events_of_change(running, run(RunState.SUCCEEDED, took=2), bounds)) == [
+        "duration_out_of_bounds"
+    ]
+    assert events_of_change(running, run(RunState.SUCCEEDED, took=30), bounds) == ()
+    history = tuple(
+        run(RunState.SUCCEEDED, at=FIRE - timedelta(minutes=i), took=10 + i % 3) for i in range(1, 6)
+    )
+    anomaly = AlertRules(anomaly_factor=3)
+    [event] = events_of_change(running, run(RunState.SUCCEEDED, took=45), anomaly, history)
+    assert event.kind is EventKind.DURATION_ANOMALY and "median of its last 5 is 11.0 s" in event.detail
+    assert events_of_change(running, run(RunState.SUCCEEDED, took=20), anomaly, history) == ()
+    assert (
+        events_of_change(running, run(RunState.SUCCEEDED, took=45), anomaly, history[:4]) == ()
+    )  # no baseline
+
+
+def test_n_failures_in_a_row_then_the_auto_pause_each_once() -> None:
+    rules = AlertRules(failures_in_a_row=2, auto_pause_after=3)
+    running = run(RunState.RUNNING)
+    history: list[Run] = [run(RunState.SUCCEEDED, at=FIRE - timedelta(minutes=9), took=1)]
+    seen: list[list[str]] = []
+    for minute in range(4):
+        failed = run(RunState.FAILED, at=FIRE + timedelta(minutes=minute), took=1, reason="503")
+        seen.append(kinds(events_of_change(running, failed, rules, tuple(reversed(history)))))
+        history.append(failed)
+    assert seen == [
+        ["run_failed"],
+        ["run_failed", "failures_in_a_row"],
+        ["run_failed", "auto_paused"],
+        ["run_failed"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rules", "field"),
+    [
+        ({"deadline_seconds": 0}, "alerts.deadline_seconds"),
+        ({"late_after_seconds": 10**9}, "alerts.late_after_seconds"),
+        ({"duration_min_seconds": 60, "duration_max_seconds": 60}, "alerts.duration_min_seconds"),
+        ({"anomaly_factor": 1.0}, "alerts.anomaly_factor"),
+        ({"auto_pause_after": 0}, "alerts.auto_pause_after"),
+    ],
+)
+def test_a_bad_rule_is_refused_naming_it(rules: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        AlertRules(**rules)  # type: ignore[arg-type]
+    assert refused.value.field == field
