@@ -5,12 +5,9 @@ target receives the values; a scan of every table and every index afterwards, an
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
@@ -18,6 +15,7 @@ import pytest
 
 from tests.api.conftest import Api, job_body
 from tests.conftest import build_components
+from tests.scans import everything_in
 from tickwork.api.models import JobCreate
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
@@ -40,46 +38,11 @@ class LambdaContext:
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict[str, str]]]]:
-    received: list[dict[str, str]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            received.append(dict(self.headers.items()))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
 def deployed(dynamodb: Any) -> Iterator[Components]:
     parts = build_components(dynamodb, FakeClock(CREATED_AT))
     runtime.reset_for_tests(parts)
     yield parts
     runtime.reset_for_tests(None)
-
-
-def everything_stored(dynamodb: Any) -> str:
-    """Every item of every table and of every index, as one text."""
-    found: list[Any] = []
-    for table in dynamodb.list_tables()["TableNames"]:
-        described = dynamodb.describe_table(TableName=table)["Table"]
-        for index in [None, *(i["IndexName"] for i in described.get("GlobalSecondaryIndexes", []))]:
-            pages = dynamodb.get_paginator("scan").paginate(
-                TableName=table, **({"IndexName": index} if index else {})
-            )
-            found.extend(item for page in pages for item in page["Items"])
-    assert found, "the scan read nothing"
-    return json.dumps(found, default=str)
 
 
 def run_once(parts: Components, job_id: str) -> None:
@@ -139,7 +102,7 @@ def test_a_run_calls_with_the_secret_values_and_no_table_index_or_log_holds_them
     [headers] = received
     assert headers["Authorization"] == BEARER and headers["X-Signing-Token"] == MARKED
     assert headers["X-Plain"] == PLAIN
-    stored = everything_stored(dynamodb)
+    stored = everything_in(dynamodb)
     assert PLAIN in stored  # the scan sees what the tables hold: an ordinary header is there
     assert BEARER not in stored and "tw-secret-4f1c9e7a0b" not in stored and MARKED not in stored
     assert BEARER.split()[1] not in caplog.text and MARKED not in caplog.text
@@ -185,5 +148,5 @@ def test_an_idempotent_create_stores_a_fingerprint_of_references_and_replays_the
     request = JobCreate.model_validate(body)
     assert fingerprint == request.fingerprint(job.target.config["secret_refs"])
     assert fingerprint != request.fingerprint()  # the values are not what it covers
-    stored = everything_stored(dynamodb)
+    stored = everything_in(dynamodb)
     assert BEARER.split()[1] not in stored and hashlib.sha256(BEARER.encode()).hexdigest() not in stored

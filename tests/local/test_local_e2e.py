@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests.local.harness import api_call, create_http_job
+from tests.scans import everything_in
 
 TOKEN = "e2e-token"
 
@@ -323,15 +324,7 @@ def everything_stored(local: Local) -> str:
             aws_access_key_id="test",
             aws_secret_access_key="test",
         )
-        items: list[Any] = []
-        for table in dynamodb.list_tables()["TableNames"]:
-            described = dynamodb.describe_table(TableName=table)["Table"]
-            for index in [None, *(i["IndexName"] for i in described.get("GlobalSecondaryIndexes", []))]:
-                pages = dynamodb.get_paginator("scan").paginate(
-                    TableName=table, **({"IndexName": index} if index else {})
-                )
-                items.extend(item for page in pages for item in page["Items"])
-        stored = json.dumps(items)
+        stored = everything_in(dynamodb)
     logs = [p for p in (local.state_dir / "run").glob("*.log")] + [local.state_dir / "cli.out"]
     return stored + "".join(p.read_text(errors="replace") for p in logs)
 

@@ -1,0 +1,20 @@
+"""What a DynamoDB (moto, MiniStack) holds, read whole: for tests that must find a value nowhere."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def everything_in(dynamodb: Any) -> str:
+    """Every item of every table and of every global secondary index, as one text."""
+    found: list[Any] = []
+    for table in dynamodb.list_tables()["TableNames"]:
+        described = dynamodb.describe_table(TableName=table)["Table"]
+        for index in [None, *(i["IndexName"] for i in described.get("GlobalSecondaryIndexes", []))]:
+            pages = dynamodb.get_paginator("scan").paginate(
+                TableName=table, **({"IndexName": index} if index else {})
+            )
+            found.extend(item for page in pages for item in page["Items"])
+    assert found, "the scan read nothing"
+    return json.dumps(found, default=str)
