@@ -179,7 +179,17 @@ RULES_IN_WORDS = (
     ("completion", "is not how"),
     ("heartbeat_seconds", "applies to completion callback only"),
     ("timeout_seconds", "seconds for completion"),
+    # An HTTP target's headers: a name once across `headers` and `secret_headers` in any case, and at most
+    # 50 of them together (their descriptions say so; a schema cannot compare two objects' keys).
+    ("target.config.headers.*", "appears twice (header names are case-insensitive)"),
+    ("target.config.secret_headers.*", "appears twice (header names are case-insensitive)"),
+    ("target.config.headers", "secret ones included"),
 )
+
+
+def _field_matches(field: str, rule: str) -> bool:
+    """`rule` names one field, or every field under one (`prefix.*`)."""
+    return field.startswith(rule[:-1]) if rule.endswith(".*") else field == rule
 
 
 def refusal_the_document_states(case: Any, response: Any) -> str | None:
@@ -191,7 +201,7 @@ def refusal_the_document_states(case: Any, response: Any) -> str | None:
         stated = [
             field
             for field, words in RULES_IN_WORDS
-            if error.get("field") == field and words in str(error.get("message", ""))
+            if _field_matches(str(error.get("field")), field) and words in str(error.get("message", ""))
         ]
         if not stated:
             return None

@@ -837,8 +837,13 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
             "type": "string",
             "maxLength": MAX_HEADER_VALUE_BYTES // 4,
             "pattern": r"^[^\r\n\u0000]*$",
+            "not": {"const": REDACTED},  # an answer's placeholder sent back would replace the secret
         },
     }
+    together = (
+        f"A header name appears once across `headers` and `secret_headers`, in any case; together they hold "
+        f"at most {MAX_HEADERS} headers."
+    )
     return {
         "http": {
             "type": "object",
@@ -854,9 +859,12 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
                     r"(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$",
                 },
                 "method": {"type": "string", "enum": list(HTTP_METHODS), "default": "POST"},
-                "headers": headers,
+                "headers": {**headers, "description": f"Credential-like names are kept secret. {together}"},
                 # Stored as references, never as values; credential-like names in `headers` are too.
-                SECRET_HEADERS: headers,
+                SECRET_HEADERS: {
+                    **headers,
+                    "description": f"Stored as references, never answered (docs/targets.md). {together}",
+                },
                 "body": {"type": "string", "maxLength": _MAX_PAYLOAD_CHARS},
             },
             # A GET carries no body.
