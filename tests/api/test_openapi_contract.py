@@ -184,6 +184,8 @@ RULES_IN_WORDS = (
     ("target.config.headers.*", "appears twice (header names are case-insensitive)"),
     ("target.config.secret_headers.*", "appears twice (header names are case-insensitive)"),
     ("target.config.headers", "secret ones included"),
+    # "<redacted>" keeps the value the job stores: a create has none to keep (the descriptions say so)
+    ("target.config.headers.*", "keeps a stored secret value"),
 )
 
 

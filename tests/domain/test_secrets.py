@@ -7,7 +7,7 @@ import pytest
 
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Target
-from tickwork.domain.secrets import is_credential_header, sealed
+from tickwork.domain.secrets import is_credential_header, kept_reference, sealed, with_plain_values
 from tickwork.domain.targets import validate_target
 
 URL = "https://hooks.example.com/x"
@@ -73,8 +73,6 @@ def test_marked_and_credential_like_headers_are_kept_apart_from_the_plain_ones()
         ),
         ({"secret_headers": {"X-A": "a\r\nX-B: b"}}, "target.config.secret_headers.X-A", "CR, LF"),
         ({"secret_headers": ["X-A"]}, "target.config.secret_headers", "must be an object"),
-        # an answer's placeholder sent back would replace the secret with it
-        ({"headers": {"Authorization": "<redacted>"}}, "target.config.headers.Authorization", "placeholder"),
         (
             {"secret_refs": {"Authorization": "tickwork/headers/abc"}},
             "target.config.secret_refs",
@@ -100,7 +98,7 @@ def test_a_stored_target_holds_references_and_validates_as_stored() -> None:
     given = validate_target("http", {"url": URL, "headers": {"Authorization": "Bearer a", "X-Team": "p"}})
     stored: dict[str, str] = {}
 
-    def put(value: str) -> str:
+    def put(name: str, value: str) -> str:
         stored[f"ref-{len(stored)}"] = value
         return f"ref-{len(stored) - 1}"
 
@@ -111,3 +109,29 @@ def test_a_stored_target_holds_references_and_validates_as_stored() -> None:
     assert sealed(kept, put) == kept and len(stored) == 1  # nothing left to seal
     plain = Target("http", {"url": URL, "headers": {}})
     assert sealed(plain, put) is plain
+
+
+def test_an_answers_placeholder_sent_back_keeps_the_stored_reference() -> None:
+    """'<redacted>' (how answers show a secret) in an edit means "keep it": it becomes a secret header, and
+    sealing takes the reference the job keeps for that name, in any case; with none to keep it is refused."""
+    current = Target("http", {"url": URL, "headers": {}, "secret_refs": {"authorization": "ref-a"}})
+    given = validate_target(
+        "http", {"url": URL, "headers": {"Authorization": "<redacted>", "X-Sig": "<redacted>"}}
+    )
+    assert given.config["secret_headers"] == {"Authorization": "<redacted>", "X-Sig": "<redacted>"}
+    with pytest.raises(ValidationError, match="keeps none") as refused:
+        sealed(given, lambda name, value: kept_reference(current, name))
+    assert refused.value.field == "target.config.headers.X-Sig"
+    one = validate_target("http", {"url": URL, "headers": {"Authorization": "<redacted>"}})
+    assert sealed(one, lambda name, value: kept_reference(current, name)).config["secret_refs"] == {
+        "Authorization": "ref-a"
+    }
+    with pytest.raises(ValidationError, match="as a stored value"):
+        validate_target("http", {"url": URL, "headers": {"X": "<redacted>"}}, stored=True)
+
+
+def test_a_plain_credential_from_before_is_what_a_kept_value_means() -> None:
+    legacy = Target("http", {"url": URL, "headers": {"Authorization": "Bearer old"}})
+    given = validate_target("http", {"url": URL, "headers": {"authorization": "<redacted>"}})
+    assert with_plain_values(given, legacy).config["secret_headers"] == {"authorization": "Bearer old"}
+    assert with_plain_values(given, None) == given

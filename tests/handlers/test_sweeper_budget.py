@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load
 from tickwork.composition import Components
 from tickwork.handlers import sweeper
 from tickwork.local import roles
 from tickwork.services.sweeping import Sweeper, SweepReport
 
-__all__ = ["deployed", "receiver"]  # fixtures used here
+__all__ = ["deployed"]  # fixtures used here
 
 
 class ContextWithTime(LambdaContext):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobSpec
@@ -17,7 +17,7 @@ from tickwork.domain.schedule import parse_schedule
 from tickwork.handlers import sweeper
 from tickwork.services.jobs import JobService, JobServiceConfig
 
-__all__ = ["deployed", "receiver"]  # fixtures used here
+__all__ = ["deployed"]  # fixtures used here
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
 
 

@@ -7,14 +7,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load
 from tests.handlers.test_sweeper_budget import ContextWithTime
 from tickwork.composition import Components
 from tickwork.domain.errors import ScalingError
 from tickwork.handlers import ticker
 from tickwork.services.planning import Planner, TickSummary
 
-__all__ = ["deployed", "receiver"]  # fixtures used here
+__all__ = ["deployed"]  # fixtures used here
 
 
 @pytest.fixture

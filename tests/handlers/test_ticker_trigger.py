@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load
 from tests.handlers.test_sweeper_metric import emitted
 from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.handlers import ticker
 
-__all__ = ["deployed", "receiver"]  # fixtures used here
+__all__ = ["deployed"]  # fixtures used here
 
 
 def test_the_tick_records_how_late_it_started_after_its_scheduled_second(

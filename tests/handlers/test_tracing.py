@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load, receiver
+from tests.handlers.test_lambda_handlers import LambdaContext, deployed, load
 from tickwork.composition import Components
 from tickwork.handlers import api, executor, runtime, sweeper, ticker
 
-__all__ = ["deployed", "receiver"]  # fixtures used here
+__all__ = ["deployed"]  # fixtures used here
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
 

@@ -490,6 +490,8 @@ def jobs_update(
     if no_concurrency_key and (concurrency_key is not None or concurrency_limit is not None):
         raise click.UsageError("give --concurrency-key and --concurrency-limit, or --no-concurrency-key")
     body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
+    if http_url:
+        body["target"] = _moved_http_target(ctx, job_id, http_url)
     body = _with_concurrency(body, concurrency_key, concurrency_limit)
     if no_heartbeat:
         body["heartbeat_seconds"] = None
@@ -501,6 +503,15 @@ def jobs_update(
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
     job = ctx.client.request("PATCH", f"/jobs/{job_id}", body=body, headers=headers).body
     ctx.emit(job, lambda: _job_detail(job))
+
+
+def _moved_http_target(ctx: Context, job_id: str, url: str) -> dict[str, Any]:
+    """--http on an HTTP job moves its URL and keeps the rest of its target: method, body, headers, and its
+    secret headers (answered "<redacted>", which the API reads as "keep the stored value")."""
+    target = ctx.client.request("GET", f"/jobs/{job_id}").body["target"]
+    if target.get("kind") != "http":
+        return {"kind": "http", "config": {"url": url, "method": "POST"}}
+    return {"kind": "http", "config": {**target["config"], "url": url}}
 
 
 def _state_change(action: str) -> Callable[[Context, str, int | None], None]:

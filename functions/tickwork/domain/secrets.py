@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Protocol
 
-from tickwork.domain.errors import TickworkError
+from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Target
 
 SECRET_HEADERS = "secret_headers"  # in a request: header name -> value, stored as references
@@ -41,7 +41,8 @@ _CREDENTIAL_PARTS = frozenset(
 _ACCESS_KEYS = frozenset(
     {"api", "access", "auth", "subscription", "functions", "secret", "private", "client"}
 )
-REDACTED = "<redacted>"  # what answers show instead of a secret value
+# What answers show instead of a secret value; sent back in an edit, it keeps the stored one.
+REDACTED = "<redacted>"
 
 
 def is_credential_header(name: str) -> bool:
@@ -80,14 +81,40 @@ def has_secret_values(target: Target) -> bool:
     return bool(target.config.get(SECRET_HEADERS))
 
 
-def sealed(target: Target, put: Callable[[str], str]) -> Target:
-    """The target with its secret header values replaced by references (`put` stores one value and returns
-    its reference). A target without secret values comes back as it is."""
+def sealed(target: Target, reference: Callable[[str, str], str]) -> Target:
+    """The target with its secret header values replaced by references: `reference(name, value)` gives the
+    one for a value (the store's name for it; for REDACTED, the one the job already keeps for that header).
+    A target without secret values comes back as it is."""
     values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
     if not values:
         return target
     config = {key: value for key, value in target.config.items() if key != SECRET_HEADERS}
     refs = dict(config.get(SECRET_REFS) or {})
-    refs.update({name: put(value) for name, value in values.items()})
+    refs.update({name: reference(name, value) for name, value in values.items()})
     config[SECRET_REFS] = refs
     return Target(target.kind, config)
+
+
+def kept_reference(current: Target | None, name: str) -> str:
+    """The reference `current` (the job as stored) keeps for header `name`, in any case: what a REDACTED value
+    in an edit means ("keep it"). ValidationError when there is none to keep."""
+    refs: Mapping[str, str] = (current.config.get(SECRET_REFS) or {}) if current is not None else {}
+    found = [ref for kept, ref in refs.items() if kept.lower() == name.lower()]
+    if not found:
+        raise ValidationError(
+            f"target.config.headers.{name}",
+            f"is {REDACTED!r}, which keeps a stored secret value, and the job keeps none: send the value",
+        )
+    return found[0]
+
+
+def with_plain_values(target: Target, current: Target | None) -> Target:
+    """`target` with each REDACTED secret value that `current` still stores in plain text (a job written
+    before secret values were references) replaced by that value: an edit that keeps it seals it."""
+    values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
+    plain: Mapping[str, str] = (current.config.get("headers") or {}) if current is not None else {}
+    by_name = {name.lower(): value for name, value in plain.items() if value != REDACTED}
+    if not any(v == REDACTED and n.lower() in by_name for n, v in values.items()):
+        return target
+    restored = {n: by_name.get(n.lower(), v) if v == REDACTED else v for n, v in values.items()}
+    return Target(target.kind, {**target.config, SECRET_HEADERS: restored})

@@ -424,10 +424,14 @@ def _validate_http(cfg: _Config) -> dict[str, Any]:
     if method == "GET" and body:
         raise ValidationError(_field("body"), "a GET request carries no body; use POST or PUT")
     if cfg.stored:  # as written: its credential-like headers were moved when it was
+        if REDACTED in (*given.values(), *marked.values()):
+            raise ValidationError(_field("headers"), f"holds {REDACTED!r} as a stored value")
         plain, secret = given, marked
     else:
-        plain = {name: value for name, value in given.items() if not is_credential_header(name)}
-        secret = {**{n: v for n, v in given.items() if is_credential_header(n)}, **marked}
+        # A REDACTED value is an answer's placeholder sent back: keep the stored secret (a secret header).
+        kept = {name for name, value in given.items() if value == REDACTED or is_credential_header(name)}
+        plain = {name: value for name, value in given.items() if name not in kept}
+        secret = {**{name: given[name] for name in kept}, **marked}
     normalised: dict[str, Any] = {"method": method, "url": url, "headers": plain, "body": body}
     if secret:
         normalised[SECRET_HEADERS] = secret
@@ -509,9 +513,6 @@ def _http_headers(raw: Any, key: str) -> dict[str, str]:
             raise ValidationError(field, f"value must be a string, got {type(value).__name__}")
         if _BAD_HEADER_VALUE.search(value):
             raise ValidationError(field, "value must not contain CR, LF or NUL")
-        if value == REDACTED:
-            # An answer's placeholder sent back: storing it would replace the secret with these 10 bytes.
-            raise ValidationError(field, f"is {REDACTED!r}, an answer's placeholder; send the value itself")
         if len(value.encode()) > MAX_HEADER_VALUE_BYTES:
             raise ValidationError(field, f"value larger than {MAX_HEADER_VALUE_BYTES} bytes")
         headers[name] = value
@@ -837,12 +838,12 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
             "type": "string",
             "maxLength": MAX_HEADER_VALUE_BYTES // 4,
             "pattern": r"^[^\r\n\u0000]*$",
-            "not": {"const": REDACTED},  # an answer's placeholder sent back would replace the secret
         },
     }
     together = (
         f"A header name appears once across `headers` and `secret_headers`, in any case; together they hold "
-        f"at most {MAX_HEADERS} headers."
+        f"at most {MAX_HEADERS} headers. A value of {REDACTED!r} (as answers show secret values) keeps the "
+        f"value the job stores for that header; a job that keeps none refuses it."
     )
     return {
         "http": {

@@ -54,11 +54,14 @@ from tickwork.domain.schedule import (
     preview,
 )
 from tickwork.domain.secrets import (
+    REDACTED,
     SECRET_HEADERS,
     SECRET_REFS,
     HeaderSecretStore,
     has_secret_values,
+    kept_reference,
     sealed,
+    with_plain_values,
 )
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, ManagedJobStore
@@ -221,22 +224,28 @@ class JobService:
         if grants is not None and not grants.allows(owner, target):
             raise TargetNotGrantedError(refusal(owner, target))
 
-    def _sealed(self, owner: str, target: Target) -> Target:
-        """The target as it is stored: references in place of its secret header values (domain/secrets.py).
+    def _sealed(self, owner: str, target: Target, current: Target | None = None) -> Target:
+        """The target as it is stored: references in place of its secret header values (domain/secrets.py);
+        a REDACTED value keeps the reference `current` (the job's stored target) has for that header.
         Nothing is stored yet: `_keep_secrets` does, once the write is known to be allowed."""
         if not has_secret_values(target):
             return target
         store = self._secret_store()
-        return sealed(target, lambda value: store.reference(owner, value))
+
+        def reference(name: str, value: str) -> str:
+            return kept_reference(current, name) if value == REDACTED else store.reference(owner, value)
+
+        return sealed(target, reference)
 
     def _keep_secrets(self, owner: str, target: Target) -> None:
         """Store the target's secret header values (idempotent: a value's reference names it), just before
-        the write that references them, after every check passed."""
+        the write that references them, after every check passed. A kept value (REDACTED) is stored."""
         values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
         if values:
             store = self._secret_store()
             for value in values.values():
-                store.put(owner, value)
+                if value != REDACTED:
+                    store.put(owner, value)
 
     def _secret_store(self) -> HeaderSecretStore:
         if self._secrets is None:
@@ -350,17 +359,21 @@ class JobService:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
         given = patch.target if isinstance(patch.target, Target) else None
-        if given is not None:
-            patch = replace(patch, target=self._sealed(owner, given))
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
-            edited = apply_patch(job, patch, now)
+            # Sealed against the job as read: a REDACTED value keeps what it stores for that header.
+            target = None if given is None else with_plain_values(given, job.target)
+            if target is not None:
+                patch_now = replace(patch, target=self._sealed(owner, target, job.target))
+            else:
+                patch_now = patch
+            edited = apply_patch(job, patch_now, now)
             if edited.target != job.target:  # (sealed: equal secret values give equal references)
                 self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
-            if given is not None:
-                self._keep_secrets(owner, given)  # (checks passed; a lost write's retry stores nothing new)
+            if target is not None:
+                self._keep_secrets(owner, target)  # (checks passed; a lost write's retry stores nothing new)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
                 return edited, ()
             return self._plan_own_horizon(edited, now, room)
