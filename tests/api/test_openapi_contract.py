@@ -186,6 +186,7 @@ RULES_IN_WORDS = (
     ("target.config.headers", "secret ones included"),
     # "<redacted>" keeps the value the job stores: a create has none to keep (the descriptions say so)
     ("target.config.headers.*", "keeps a stored secret value"),
+    ("target.config.url", "moves kept secret headers"),
 )
 
 

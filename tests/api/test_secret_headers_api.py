@@ -114,3 +114,32 @@ def test_jobs_update_http_moves_the_url_and_keeps_method_body_and_headers(cli: A
     assert (after.config["method"], after.config["body"]) == ("PUT", "{}")
     assert after.config["headers"] == {"X-Team": "payments"}
     assert after.config["secret_refs"] == before.config["secret_refs"]
+
+
+def test_kept_secret_values_stay_with_their_origin(call: Api, cli: Any) -> None:
+    job = created(call)
+    answered = job["target"]["config"]
+    elsewhere = {"kind": "http", "config": {**answered, "url": "https://collector.example.net/a"}}
+    refused = call("PATCH", f"/jobs/{job['id']}", body={"target": elsewhere})
+    assert refused.status == 422 and refused.body["errors"][0]["field"] == "target.config.url"
+    assert "another origin" in refused.body["detail"]
+    assert cli("jobs", "update", job["id"], "--http", "http://hooks.example.com/a").exit_code == 1  # scheme
+    with_values = {"kind": "http", "config": {**CONFIG, "url": "https://collector.example.net/a"}}
+    assert call("PATCH", f"/jobs/{job['id']}", body={"target": with_values}).status == 200  # values given
+
+
+def test_jobs_update_http_writes_only_the_job_it_read(
+    cli: Any, call: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = created(call)
+    read = commands._moved_http_target
+
+    def read_then_someone_edits(ctx: Any, job_id: str, url: str) -> Any:
+        answer = read(ctx, job_id, url)
+        assert call("PATCH", f"/jobs/{job_id}", body={"name": "renamed meanwhile"}).status == 200
+        return answer
+
+    monkeypatch.setattr(commands, "_moved_http_target", read_then_someone_edits)
+    stale = cli("jobs", "update", job["id"], "--http", "https://hooks.example.com/d")
+    assert stale.exit_code == 1 and "412" in stale.stderr + stale.stdout
+    assert stored_target(job["id"]).config["url"] == URL

@@ -164,3 +164,11 @@ def test_sigv4_signs_for_execute_api_in_the_region(monkeypatch: pytest.MonkeyPat
     assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
     assert "/eu-west-1/execute-api/aws4_request" in authorization
     assert "X-Amz-Date" in headers
+
+
+def test_a_new_job_whose_target_keeps_a_stored_secret_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    desired = load_file(_write(tmp_path, [_job("a", headers={"Authorization": "<redacted>"})]))
+    with pytest.raises(ApplyFileError, match="keeps a stored secret value"):
+        plan(desired, [], prune=False)

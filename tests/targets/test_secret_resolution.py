@@ -122,7 +122,7 @@ def test_the_value_is_sent_and_a_target_that_echoes_it_does_not_get_it_stored(
     url, seen = echoing
     store = SecretsManagerHeaderSecrets(FakeSecretsManager(), PREFIX, lambda: b"k")
     given = validate_target("http", {"url": url, "headers": {"Authorization": "Bearer s3cr3t-t0k3n"}})
-    target: Target = sealed(given, lambda value: store.put("alice", value))
+    target: Target = sealed(given, lambda _name, value: store.put("alice", value))
     invoker = HttpInvoker(b"signing", lambda: 1_764_676_800.0, allow_loopback=True, header_secrets=store)
     at = datetime(2026, 12, 2, 12, tzinfo=UTC)
     invocation = Invocation("job_1:20261202T120000Z", "job_1", at, 1, 10, owner="alice")

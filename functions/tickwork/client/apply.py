@@ -182,6 +182,13 @@ def plan(
     for body in desired:
         existing = by_name.pop(str(body["name"]), None)
         if existing is None:
+            config = body.get("target", {}).get("config", {})
+            headers = {**(config.get("headers") or {}), **(config.get("secret_headers") or {})}
+            if REDACTED in headers.values():
+                raise ApplyFileError(
+                    f"{body['name']!r} is new here and its target holds {REDACTED!r}, which keeps a stored "
+                    "secret value: give the value itself"
+                )
             changes.append(Change(Action.CREATE, str(body["name"]), body=body))
             continue
         answered = _as_answered(body)

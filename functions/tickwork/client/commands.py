@@ -336,7 +336,11 @@ _QUICK = [
     click.option("--name"),
     click.option("--schedule", "expression", help="Cron expression, e.g. '30 2 * * *'."),
     click.option("--tz", "timezone", help="IANA time zone (default UTC)."),
-    click.option("--http", "http_url", help="Target: call this URL (POST)."),
+    click.option(
+        "--http",
+        "http_url",
+        help="Target: call this URL (create: POST; update: moves the URL, keeps method, body and headers).",
+    ),
     click.option(
         "--completion",
         type=click.Choice(["response", "callback", "delivery", "tracked"]),
@@ -491,7 +495,9 @@ def jobs_update(
         raise click.UsageError("give --concurrency-key and --concurrency-limit, or --no-concurrency-key")
     body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
     if http_url:
-        body["target"] = _moved_http_target(ctx, job_id, http_url)
+        body["target"], read_version = _moved_http_target(ctx, job_id, http_url)
+        # The rest of the target is the job as read: written only if no one changed it since (412).
+        if_match = read_version if if_match is None else if_match
     body = _with_concurrency(body, concurrency_key, concurrency_limit)
     if no_heartbeat:
         body["heartbeat_seconds"] = None
@@ -505,13 +511,15 @@ def jobs_update(
     ctx.emit(job, lambda: _job_detail(job))
 
 
-def _moved_http_target(ctx: Context, job_id: str, url: str) -> dict[str, Any]:
+def _moved_http_target(ctx: Context, job_id: str, url: str) -> tuple[dict[str, Any], int]:
     """--http on an HTTP job moves its URL and keeps the rest of its target: method, body, headers, and its
-    secret headers (answered "<redacted>", which the API reads as "keep the stored value")."""
-    target = ctx.client.request("GET", f"/jobs/{job_id}").body["target"]
+    secret headers (answered "<redacted>", which the API reads as "keep the stored value"; only on the same
+    scheme, host and port). With the version it was read at."""
+    job = ctx.client.request("GET", f"/jobs/{job_id}").body
+    target = job["target"]
     if target.get("kind") != "http":
-        return {"kind": "http", "config": {"url": url, "method": "POST"}}
-    return {"kind": "http", "config": {**target["config"], "url": url}}
+        return {"kind": "http", "config": {"url": url, "method": "POST"}}, int(job["version"])
+    return {"kind": "http", "config": {**target["config"], "url": url}}, int(job["version"])
 
 
 def _state_change(action: str) -> Callable[[Context, str, int | None], None]:

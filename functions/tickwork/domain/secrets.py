@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Target
@@ -102,7 +103,7 @@ def kept_reference(current: Target | None, name: str) -> str:
     found = [ref for kept, ref in refs.items() if kept.lower() == name.lower()]
     if not found:
         raise ValidationError(
-            f"target.config.headers.{name}",
+            f"target.config.headers.{name}",  # (answers show every secret header among the headers)
             f"is {REDACTED!r}, which keeps a stored secret value, and the job keeps none: send the value",
         )
     return found[0]
@@ -113,8 +114,23 @@ def with_plain_values(target: Target, current: Target | None) -> Target:
     before secret values were references) replaced by that value: an edit that keeps it seals it."""
     values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
     plain: Mapping[str, str] = (current.config.get("headers") or {}) if current is not None else {}
-    by_name = {name.lower(): value for name, value in plain.items() if value != REDACTED}
+    # Only the names answers hide: a plain header is answered with its value, never as REDACTED.
+    by_name = {n.lower(): v for n, v in plain.items() if v != REDACTED and is_credential_header(n)}
     if not any(v == REDACTED and n.lower() in by_name for n, v in values.items()):
         return target
     restored = {n: by_name.get(n.lower(), v) if v == REDACTED else v for n, v in values.items()}
     return Target(target.kind, {**target.config, SECRET_HEADERS: restored})
+
+
+def check_kept_origin(target: Target, current: Target) -> None:
+    """A kept secret value (REDACTED in an edit) goes only where it went: to another scheme, host or port,
+    whoever sends the edit must know the values and send them, or a writer who does not could send them
+    elsewhere."""
+    if REDACTED not in (target.config.get(SECRET_HEADERS) or {}).values():
+        return
+    new, old = urlsplit(str(target.config.get("url"))), urlsplit(str(current.config.get("url", "")))
+    if current.kind != "http" or (new.scheme, new.hostname, new.port) != (old.scheme, old.hostname, old.port):
+        raise ValidationError(
+            "target.config.url",
+            f"moves kept secret headers ({REDACTED!r}) to another origin: send their values with it",
+        )

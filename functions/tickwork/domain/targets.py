@@ -843,7 +843,8 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
     together = (
         f"A header name appears once across `headers` and `secret_headers`, in any case; together they hold "
         f"at most {MAX_HEADERS} headers. A value of {REDACTED!r} (as answers show secret values) keeps the "
-        f"value the job stores for that header; a job that keeps none refuses it."
+        f"value the job stores for that header, at the same scheme, host and port only; a job that keeps "
+        f"none refuses it."
     )
     return {
         "http": {

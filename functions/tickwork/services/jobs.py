@@ -58,6 +58,7 @@ from tickwork.domain.secrets import (
     SECRET_HEADERS,
     SECRET_REFS,
     HeaderSecretStore,
+    check_kept_origin,
     has_secret_values,
     kept_reference,
     sealed,
@@ -239,7 +240,8 @@ class JobService:
 
     def _keep_secrets(self, owner: str, target: Target) -> None:
         """Store the target's secret header values (idempotent: a value's reference names it), just before
-        the write that references them, after every check passed. A kept value (REDACTED) is stored."""
+        the write that references them, after every check passed. A kept value (REDACTED) is stored
+        already: it is skipped."""
         values: Mapping[str, str] = target.config.get(SECRET_HEADERS) or {}
         if values:
             store = self._secret_store()
@@ -363,6 +365,8 @@ class JobService:
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             # Sealed against the job as read: a REDACTED value keeps what it stores for that header.
             target = None if given is None else with_plain_values(given, job.target)
+            if target is not None:
+                check_kept_origin(target, job.target)
             if target is not None:
                 patch_now = replace(patch, target=self._sealed(owner, target, job.target))
             else:
