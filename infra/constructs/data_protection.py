@@ -107,11 +107,11 @@ class DataProtection(Construct):
 
     def allow_use(self, functions: Iterable[lambda_.Function]) -> None:
         """The key policy names each function's role: no other principal may decrypt with the key."""
-        roles = [f.role for f in functions if f.role is not None]
+        roles = [iam.ArnPrincipal(f.role.role_arn) for f in functions if f.role is not None]
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="UseThroughTheTablesAndSecrets",
-                principals=[iam.ArnPrincipal(role.role_arn) for role in roles],
+                principals=roles,
                 actions=_USE_ACTIONS,
                 resources=["*"],
                 conditions={"StringEquals": {"kms:ViaService": self._via}},
@@ -121,7 +121,7 @@ class DataProtection(Construct):
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="GrantForTheTables",
-                principals=[iam.ArnPrincipal(role.role_arn) for role in roles],
+                principals=roles,
                 actions=["kms:CreateGrant"],
                 resources=["*"],
                 conditions={

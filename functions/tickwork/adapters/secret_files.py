@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from tickwork.adapters.secrets import header_secret_digest
+from tickwork.adapters.secrets import header_secret_digest, owned_document, owned_value
 from tickwork.domain.errors import StoreError
 from tickwork.domain.secrets import SecretUnavailableError
 
@@ -42,7 +41,7 @@ class FileHeaderSecrets:
         path = self._values / reference
         if path.exists():
             return reference  # this owner stored this value before
-        token = self._fernet.encrypt(json.dumps({"owner": owner, "value": value}).encode())
+        token = self._fernet.encrypt(owned_document(owner, value).encode())
         try:
             _write_atomically(path, token)
         except OSError as error:
@@ -63,14 +62,12 @@ class FileHeaderSecrets:
                 f"the secret header value {reference} could not be read: {error}", retryable=True
             ) from error
         try:
-            document = json.loads(self._fernet.decrypt(token))
-        except (InvalidToken, json.JSONDecodeError):
+            held = self._fernet.decrypt(token).decode()
+        except InvalidToken:
             raise SecretUnavailableError(
                 f"the secret header value {reference} does not decrypt with this state's key", retryable=False
             ) from None
-        if not isinstance(document, dict) or document.get("owner") != owner:
-            raise SecretUnavailableError(f"{reference} belongs to another owner", retryable=False)
-        return str(document["value"])
+        return owned_value(held, owner, reference)
 
 
 def _key(path: Path) -> bytes:

@@ -94,7 +94,7 @@ class SecretsManagerHeaderSecrets:
             self._client.create_secret(
                 Name=name,
                 Description="A secret header value of a Tickwork job",
-                SecretString=json.dumps({"owner": owner, "value": value}),
+                SecretString=owned_document(owner, value),
                 **({"KmsKeyId": self._kms_key_id} if self._kms_key_id else {}),
             )
         except ClientError as error:
@@ -121,14 +121,14 @@ class SecretsManagerHeaderSecrets:
             held = self._resolved.get(reference)
             if held is not None and now - held[0] < HEADER_CACHE_SECONDS:
                 self._resolved.move_to_end(reference)
-                return _owned_value(held[1], owner, reference)
+                return owned_value(held[1], owner, reference)
         text = self._read(reference)
         with self._lock:
             self._resolved[reference] = (now, text)
             self._resolved.move_to_end(reference)
             while len(self._resolved) > _HEADER_CACHE_SIZE:
                 self._resolved.popitem(last=False)
-        return _owned_value(text, owner, reference)
+        return owned_value(text, owner, reference)
 
     def _read(self, reference: str) -> str:
         try:
@@ -165,8 +165,13 @@ def header_secret_digest(key: bytes, owner: str, value: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()[:40]
 
 
-def _owned_value(held: str, owner: str, reference: str) -> str:
-    """The value of a stored {"owner", "value"} document, for its owner only."""
+def owned_document(owner: str, value: str) -> str:
+    """What a header secret holds, in either store: the value beside its owner."""
+    return json.dumps({"owner": owner, "value": value})
+
+
+def owned_value(held: str, owner: str, reference: str) -> str:
+    """The value of a stored `owned_document`, for its owner only."""
     try:
         document = json.loads(held)
     except json.JSONDecodeError:

@@ -365,12 +365,10 @@ class JobService:
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             # Sealed against the job as read: a REDACTED value keeps what it stores for that header.
             target = None if given is None else with_plain_values(given, job.target)
+            patch_now = patch
             if target is not None:
                 check_kept_origin(target, job.target)
-            if target is not None:
                 patch_now = replace(patch, target=self._sealed(owner, target, job.target))
-            else:
-                patch_now = patch
             edited = apply_patch(job, patch_now, now)
             if edited.target != job.target:  # (sealed: equal secret values give equal references)
                 self._check_grant(owner, edited.target)

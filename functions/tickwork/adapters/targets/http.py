@@ -316,12 +316,12 @@ class HttpInvoker:
         never written anywhere). A target never stored has its values still in `secret_headers`."""
         values: dict[str, str] = dict(config.get(SECRET_HEADERS) or {})
         refs: dict[str, str] = config.get(SECRET_REFS) or {}
-        if refs and self._header_secrets is None:
+        if not refs:
+            return values
+        store = self._header_secrets
+        if store is None:
             raise SecretUnavailableError("this executor has no secret store to resolve them", retryable=False)
-        for name, reference in refs.items():
-            assert self._header_secrets is not None
-            values[name] = self._header_secrets.get(owner, reference)
-        return values
+        return {**values, **{name: store.get(owner, reference) for name, reference in refs.items()}}
 
     def _exchange(
         self,
