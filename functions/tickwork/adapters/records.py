@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from tickwork.domain.alert_rules import NO_ALERTS, alerts_from_mapping, alerts_to_mapping
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
     Completion,
@@ -112,6 +113,9 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "heartbeat_seconds": job.heartbeat_seconds,
         "retention_days": job.retention_days,
         "run_requests": job.run_requests or None,
+        # Stored only when set: most jobs keep the default rules and no channel.
+        "alerts": alerts_to_mapping(job.alerts) if job.alerts != NO_ALERTS else None,
+        "paused_reason": job.paused_reason,
         "created_at": format_instant_ms(job.created_at),
         "updated_at": format_instant_ms(job.updated_at),
     }
@@ -146,6 +150,8 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         heartbeat_seconds=_opt_int(item.get("heartbeat_seconds")),
         retention_days=int(item.get("retention_days", 30)),
         run_requests=int(item.get("run_requests", 0)),
+        alerts=alerts_from_mapping(item["alerts"]) if item.get("alerts") else NO_ALERTS,
+        paused_reason=item.get("paused_reason"),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
     )

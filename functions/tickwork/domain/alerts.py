@@ -4,8 +4,8 @@ Pure: a run as it was and as it is now (one change of the runs table), the job's
 the events out. Each event has a dedupe key that is the same however often the same change is seen (a change
 feed delivers at least once), so a notification sent for it is sent once per channel.
 
-Not wired yet: nothing reads a job's rules or records these events (the change feed, the events table and
-the notifier are the issue's next steps; see the issues' closing note).
+The rules and channels themselves are domain/alert_rules.py (a job carries them); services/watching.py
+feeds this module the runs table's changes and records and sends what it gives.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from tickwork.domain.errors import ValidationError
+from tickwork.domain.alert_rules import AlertRules
 from tickwork.domain.models import Run, RunState
 from tickwork.domain.timekeys import format_instant
 
+__all__ = ["AlertRules", "EventKind", "JobEvent", "deadline_missed", "events_of_change"]
+
 DEAD_LETTERED = "dead-lettered"  # how a run failed from the dead-letter queue starts its reason
 BASELINE_RUNS = 5  # succeeded runs a duration baseline needs before a run can be far from it
-MAX_RULE_SECONDS = 7 * 24 * 3600
 
 
 class EventKind(StrEnum):
@@ -36,42 +37,8 @@ class EventKind(StrEnum):
     DURATION_ANOMALY = "duration_anomaly"
     FAILURES_IN_A_ROW = "failures_in_a_row"
     AUTO_PAUSED = "auto_paused"
-
-
-@dataclass(frozen=True, slots=True)
-class AlertRules:
-    """A job's rules; each off unless set (failures and dead letters are on: the least an owner needs)."""
-
-    on_failure: bool = True
-    on_dead_letter: bool = True
-    on_skip: bool = False  # a slot recorded skipped or missed
-    late_after_seconds: int | None = None  # started later than this after its due time
-    deadline_seconds: int | None = None  # not finished this long after its scheduled time
-    duration_min_seconds: float | None = None
-    duration_max_seconds: float | None = None
-    anomaly_factor: float | None = None  # a duration this many times above or below the job's median
-    failures_in_a_row: int | None = None
-    auto_pause_after: int | None = None  # failures in a row that pause the job
-
-    def __post_init__(self) -> None:
-        for name in (
-            "late_after_seconds",
-            "deadline_seconds",
-            "duration_min_seconds",
-            "duration_max_seconds",
-        ):
-            value = getattr(self, name)
-            if value is not None and not 0 < value <= MAX_RULE_SECONDS:
-                raise ValidationError(f"alerts.{name}", f"must be above 0 and at most {MAX_RULE_SECONDS}")
-        low, high = self.duration_min_seconds, self.duration_max_seconds
-        if low is not None and high is not None and low >= high:
-            raise ValidationError("alerts.duration_min_seconds", "must be below duration_max_seconds")
-        if self.anomaly_factor is not None and not 1.5 <= self.anomaly_factor <= 100:
-            raise ValidationError("alerts.anomaly_factor", "must be between 1.5 and 100")
-        for name in ("failures_in_a_row", "auto_pause_after"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 100:
-                raise ValidationError(f"alerts.{name}", "must be between 1 and 100")
+    RESUMED = "resumed"  # a resume that cleared an auto-pause
+    CHANNEL_UNHEALTHY = "channel_unhealthy"  # a channel failed every retry of a message
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Final, TypeVar
 
+from tickwork.domain.alert_rules import NO_ALERTS, AlertRules
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import (
     Completion,
@@ -114,6 +115,7 @@ class JobSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     completion: Completion | None = None  # None: the target's default (targets.default_completion)
     heartbeat_seconds: int | None = None
+    alerts: AlertRules = NO_ALERTS
 
     def __post_init__(self) -> None:
         check_completion(self.target, self.resolved_completion, self.heartbeat_seconds, self.timeout_seconds)
@@ -179,6 +181,7 @@ class JobPatch:
     retention_days: int | _Unset = UNSET
     completion: Completion | _Unset = UNSET
     heartbeat_seconds: int | _Unset | None = UNSET  # None removes it
+    alerts: AlertRules | _Unset = UNSET  # replaces the rules and channels whole
 
 
 def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
@@ -272,6 +275,7 @@ def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
         completion=completion,
         heartbeat_seconds=heartbeat_seconds,
         retention_days=_pick(patch.retention_days, job.retention_days),
+        alerts=_pick(patch.alerts, job.alerts),
         version=job.version + 1,
         updated_at=now,
     )

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from tickwork.domain.alert_rules import NO_ALERTS, AlertRules
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.schedule import Schedule, jitter_offset
 from tickwork.domain.timekeys import compact_instant, due_key, parse_compact_instant
@@ -168,6 +169,10 @@ class Job:
     # Counts the runs created on request (run now, retry, backfill). Each request moves it, and job writes
     # are conditional on it, so an edit or a delete cannot miss a run requested while it was being written.
     run_requests: int = 0
+    # What the owner is told about, and where (domain/alert_rules.py).
+    alerts: AlertRules = NO_ALERTS
+    # Why the job is paused when Tickwork paused it (auto-pause after failures in a row); None otherwise.
+    paused_reason: str | None = None
 
     @property
     def due_key(self) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from tickwork.domain.alert_rules import AlertRules, ChannelKind
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
     ConflictError,
@@ -64,6 +65,7 @@ from tickwork.domain.secrets import (
     sealed,
     with_plain_values,
 )
+from tickwork.domain.targets import validate_target
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
 from tickwork.services.ports import Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
@@ -88,6 +90,9 @@ class JobServiceConfig:
     quotas: OwnerQuotas = field(default_factory=OwnerQuotas)
 
 
+# What a channel's address is checked with: the payload a target of its kind needs (the real one is the
+# event, added at send time).
+_PROBE_PAYLOAD = {"http": {"body": "{}"}, "sns": {"message": "{}"}}
 MAX_WRITE_ATTEMPTS = 5  # re-reads after the ticker advanced the job between our read and our write
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
@@ -132,6 +137,8 @@ class PausedFires:
 class ResumeResult:
     job: Job
     paused_fires: PausedFires
+    # The auto-pause this resume cleared (its reason), None if the owner had paused the job.
+    cleared_auto_pause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +232,18 @@ class JobService:
         if grants is not None and not grants.allows(owner, target):
             raise TargetNotGrantedError(refusal(owner, target))
 
+    def _check_channels(self, owner: str, rules: AlertRules) -> None:
+        """A channel is a target Tickwork calls for the owner: its address is checked as that target's is
+        (a 422 naming the channel's field), and a topic against the owner's grants (a 403)."""
+        for index, channel in enumerate(rules.channels):
+            key = "topic_arn" if channel.kind is ChannelKind.SNS else "url"
+            try:
+                config = {**channel.target_config(), **_PROBE_PAYLOAD[channel.target_kind]}
+                target = validate_target(channel.target_kind, config)
+            except ValidationError as error:
+                raise ValidationError(f"alerts.channels[{index}].{key}", error.message) from None
+            self._check_grant(owner, target)
+
     def _sealed(self, owner: str, target: Target, current: Target | None = None) -> Target:
         """The target as it is stored: references in place of its secret header values (domain/secrets.py);
         a REDACTED value keeps the reference `current` (the job's stored target) has for that header.
@@ -271,6 +290,7 @@ class JobService:
 
     def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
         self._check_grant(owner, spec.target)
+        self._check_channels(owner, spec.alerts)
         quotas = self._config.quotas
         quotas.check_schedule(spec.schedule)
         if quotas.max_jobs is not None:
@@ -295,6 +315,7 @@ class JobService:
             completion=spec.resolved_completion,
             heartbeat_seconds=spec.heartbeat_seconds,
             retention_days=spec.retention_days,
+            alerts=spec.alerts,
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)
@@ -374,6 +395,8 @@ class JobService:
                 self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
+            if edited.alerts != job.alerts:
+                self._check_channels(owner, edited.alerts)
             if target is not None:
                 self._keep_secrets(owner, target)  # (checks passed; a lost write's retry stores nothing new)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:
@@ -389,14 +412,31 @@ class JobService:
             raise NotFoundError(f"job {job_id} not found")
         return job.owner
 
-    def pause(self, owner: str, job_id: str, if_match: int | None = None) -> Job:
-        """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them."""
+    def pause(
+        self,
+        owner: str,
+        job_id: str,
+        if_match: int | None = None,
+        *,
+        reason: str | None = None,
+        cause_at: datetime | None = None,
+    ) -> Job:
+        """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them.
+        `reason`: Tickwork pauses the job itself (auto-pause), and says why on the job; such a pause does
+        nothing to a job resumed after `cause_at` (the owner resumed it after the failure that paused it)."""
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             if job.state is JobState.PAUSED:
                 return None
+            if cause_at is not None and job.resumed_at is not None and job.resumed_at > cause_at:
+                return None
             paused = replace(
-                job, state=JobState.PAUSED, paused_at=now, updated_at=now, version=job.version + 1
+                job,
+                state=JobState.PAUSED,
+                paused_at=now,
+                paused_reason=reason,
+                updated_at=now,
+                version=job.version + 1,
             )
             return paused, ()
 
@@ -414,6 +454,7 @@ class JobService:
                 job,
                 state=JobState.ACTIVE,
                 paused_at=None,
+                paused_reason=None,
                 resumed_at=now,
                 updated_at=now,
                 version=job.version + 1,
@@ -431,6 +472,7 @@ class JobService:
         if before is after or before.paused_at is None or after.resumed_at is None:
             effect = describe_paused_fires(after.policies.missed_fire, 0, False, None)
             return ResumeResult(after, PausedFires(0, False, after.policies.missed_fire, effect))
+        cleared = before.paused_reason
         fires, capped = fires_between(
             after.schedule, before.paused_at, after.resumed_at, PAUSED_FIRES_COUNT_CAP
         )
@@ -442,7 +484,9 @@ class JobService:
             effect = describe_paused_fires(
                 after.policies.missed_fire, count, capped, fires[-1] if fires else None
             )
-        return ResumeResult(after, PausedFires(count, capped, after.policies.missed_fire, effect, outcomes))
+        return ResumeResult(
+            after, PausedFires(count, capped, after.policies.missed_fire, effect, outcomes), cleared
+        )
 
     def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
         """Planned runs stay as history; an executor that claims one records it `cancelled` (the delete
