@@ -12,11 +12,13 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from tickwork.adapters.dynamodb.events import DynamoEventLog
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
 from tickwork.adapters.sqlite.store import SqliteStore
@@ -29,16 +31,17 @@ from tickwork.domain.clock import Clock
 from tickwork.domain.grants import GrantedTargets
 from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
-from tickwork.resources import SLOTS
+from tickwork.resources import EVENTS, SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
-from tickwork.services.ports import Metrics, SlotStore
+from tickwork.services.ports import EventLog, Metrics, SlotStore
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
+from tickwork.services.watching import JobMetrics, Watcher, WithoutJob
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
@@ -252,6 +255,29 @@ class Components:
             threads=1 if settings.engine == "sqlite" else AUDIT_THREADS,  # SQLite: one writer, as planning
         )
         return Auditor(self.store, self.sweeper(), self.dispatcher, self.clock, self.metrics, config)
+
+    @cached_property
+    def event_log(self) -> EventLog:
+        """The events table, every call retried on throttling (as the store's)."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteEventLog(self.database), self.clock, Random())
+        names = self.settings.resource_names
+        tables = TableNames.from_resources(names)
+        log = DynamoEventLog(self.client_for("dynamodb"), tables, names.table(EVENTS))
+        return retrying(log, self.clock, Random())
+
+    def run_change_feed(self) -> SqliteRunChangeFeed:
+        """The embedded engine's change feed (DynamoDB's stream reaches the watcher through its mapping)."""
+        return SqliteRunChangeFeed(self.database)
+
+    def watcher(self) -> Watcher:
+        jobs = self.job_service()
+
+        def pause(owner: str, job_id: str, reason: str, cause_at: datetime) -> None:
+            jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)
+
+        per_job = self.metrics if isinstance(self.metrics, JobMetrics) else WithoutJob(self.metrics)
+        return Watcher(self.store, self.event_log, self.targets, pause, self.clock, self.metrics, per_job)
 
     def job_service(self) -> JobService:
         config = JobServiceConfig(

@@ -30,6 +30,8 @@ class TableDef:
     indexes: tuple[IndexDef, ...] = ()
     ttl_attribute: str | None = None
     purpose: str = ""
+    # Its changes, old and new item, feed the watcher (a DynamoDB stream; the embedded engine's trigger).
+    change_feed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ RUNS = TableDef(
     ),
     ttl_attribute="expires_at",
     purpose="one record per scheduled fire: state, attempts, timings, outcome",
+    # The watcher (services/watching.py) learns of every run's change from here: nothing on the run's own
+    # path waits for, or can fail because of, what its owner is told.
+    change_feed=True,
 )
 
 SHARDS = TableDef(
@@ -95,7 +100,25 @@ SLOTS = TableDef(
     purpose="concurrency slots: the run attempts holding a slot of each pool (all, owner, key), with leases",
 )
 
-TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS, SLOTS)
+EVENTS = TableDef(
+    logical_name="events",
+    # `scope`: the job's id for its events and deadline timers, `owner#<owner>` for the owner's channel
+    # windows, messages owed and channel health. `key` orders a job's events by time (domain/notify.py).
+    partition=KeyAttr("scope"),
+    sort=KeyAttr("key"),
+    indexes=(
+        # Sparse: only events carry `event_owner`; "what happened across my jobs", newest first.
+        IndexDef("by_owner", KeyAttr("event_owner"), KeyAttr("owner_order")),
+        # Sparse: only what is owed later carries `outbox_key` (one of a few partitions): messages to send or
+        # retry, windows owing a digest, deadline timers. Read by time, so nothing scans jobs.
+        IndexDef("outbox", KeyAttr("outbox_key"), KeyAttr("send_at")),
+    ),
+    ttl_attribute="expires_at",
+    purpose="what each job's owner is told: events (run failed, late, deadline missed...), messages owed, "
+    "channel windows and health",
+)
+
+TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS, SLOTS, EVENTS)
 
 DISPATCH_DLQ = QueueDef(
     logical_name="dispatch-dlq",
@@ -169,6 +192,8 @@ def create_table_request(table: TableDef, physical_name: str) -> dict[str, Any]:
         )
     if indexes:
         request["GlobalSecondaryIndexes"] = indexes
+    if table.change_feed:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
     request["AttributeDefinitions"] = [
         {"AttributeName": n, "AttributeType": t} for n, t in attributes.items()
     ]

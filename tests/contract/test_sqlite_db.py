@@ -19,6 +19,7 @@ from tests.conftest import ANCHOR
 from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError, _table_ddl
+from tickwork.adapters.sqlite.events import SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
@@ -76,11 +77,12 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
         )
         raw.execute("PRAGMA user_version = 1")
     store = SqliteStore(Database(path).open())
-    assert store.db.schema_version() == SCHEMA_VERSION == 3
+    assert store.db.schema_version() == SCHEMA_VERSION == 4
     with sqlite3.connect(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "requests" in tables and "runs_failed_runs" in indexes
+    assert {"events", "run_changes"} <= tables and "events_outbox" in indexes
     kept = store.get_run(old_run.job_id, old_run.scheduled_for)
     assert kept is not None and kept.state is RunState.PLANNED and kept.owner == ""
     failed = replace(
@@ -95,6 +97,9 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
     assert [r.run_id for r in store.failed_runs("alice", since=None, before=None, limit=5)[0]] == [
         failed.run_id
     ]
+    # The change feed starts with the upgrade: the run written after it is in it, the old one is not.
+    changes = SqliteRunChangeFeed(store.db).take_changes(10)
+    assert [(c.before, c.after.run_id) for _, c in changes] == [(None, failed.run_id)]
 
 
 def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -26,6 +26,18 @@ class PowertoolsMetrics:
         with self._lock:
             self._metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value_ms)
 
+    def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
+        """Its own EMF line with a JobId dimension (on the shared metrics it would split them all)."""
+        from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+        with (
+            self._lock,
+            single_metric(
+                name=name, unit=MetricUnit.Count, value=value, namespace=self._metrics.namespace
+            ) as metric,
+        ):
+            metric.add_dimension(name="JobId", value=job_id)
+
 
 class InMemoryMetrics:
     """Counters and timings kept in the process (local runtime status line, tests)."""
@@ -42,3 +54,7 @@ class InMemoryMetrics:
     def timing_ms(self, name: str, value_ms: float) -> None:
         with self._lock:
             self.timings[name].append(value_ms)
+
+    def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
+        with self._lock:
+            self.counts[f"{name}|{job_id}"] += value

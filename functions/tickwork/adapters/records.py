@@ -46,6 +46,8 @@ REMOVABLE_JOB_ATTRIBUTES = (
     "completion",
     "heartbeat_seconds",
     "concurrency",
+    "alerts",
+    "paused_reason",
 )
 
 

@@ -20,7 +20,7 @@ from tickwork.domain.alert_rules import AlertRules
 from tickwork.domain.models import Run, RunState
 from tickwork.domain.timekeys import format_instant
 
-__all__ = ["AlertRules", "EventKind", "JobEvent", "deadline_missed", "events_of_change"]
+__all__ = ["AlertRules", "EventKind", "JobEvent", "RunChange", "deadline_missed", "events_of_change"]
 
 DEAD_LETTERED = "dead-lettered"  # how a run failed from the dead-letter queue starts its reason
 BASELINE_RUNS = 5  # succeeded runs a duration baseline needs before a run can be far from it
@@ -39,6 +39,14 @@ class EventKind(StrEnum):
     AUTO_PAUSED = "auto_paused"
     RESUMED = "resumed"  # a resume that cleared an auto-pause
     CHANNEL_UNHEALTHY = "channel_unhealthy"  # a channel failed every retry of a message
+
+
+@dataclass(frozen=True, slots=True)
+class RunChange:
+    """One change of a run record: as it was (None: just written) and as it is. Delivered at least once."""
+
+    before: Run | None
+    after: Run
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,9 @@ class SnapshotMetrics:
             self._timings[name].append((time.time(), value_ms))
             self._changed = True
 
+    def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
+        self.count(f"{name}|{job_id}", value)
+
     def write_if_due(self) -> None:
         """Write when something changed, and at least every REWRITE_SECONDS (the last-minute timings age
         out of the file): an idle role does not rewrite the same file every second."""

@@ -6,10 +6,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.audit import AuditedJob
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
+from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.prescale import MappingState
 from tickwork.domain.requests import RunRequest
 from tickwork.domain.slots import Pool, SlotHold
@@ -310,3 +313,65 @@ class Carrier(Protocol):
     def deadline(self) -> datetime | None: ...
 
     def keep_hidden_until(self, instant: datetime | None) -> None: ...
+
+
+class RunChangeFeed(Protocol):
+    """The runs table's changes, oldest first (the embedded engine's; DynamoDB's come as a stream)."""
+
+    def take_changes(self, limit: int) -> list[tuple[int, RunChange]]:
+        """Up to `limit` changes with their positions, oldest first, without removing them."""
+        ...
+
+    def forget_changes(self, through: int) -> None:
+        """Remove the changes up to and including position `through` (handled)."""
+        ...
+
+
+class EventLog(Protocol):
+    """The events table (adapters/event_records.py): events, channel windows, messages, timers, health."""
+
+    def record_event(
+        self,
+        event: JobEvent,
+        expires_at: datetime,
+        windows: Sequence[tuple[Window | None, Window]],
+        messages: Sequence[Message],
+    ) -> bool:
+        """Atomically: store the event unless it is stored (False, and nothing written: a re-delivered
+        change), each window if still at its read version (None: not stored yet), and the messages.
+        ConflictError when a window moved meanwhile (the caller reads them again)."""
+        ...
+
+    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
+        """The owner's windows of this kind for these channels, by channel id (strongly consistent)."""
+        ...
+
+    def job_events(self, job_id: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        """A job's events, newest first, a page after cursor `before`; the next page's cursor or None."""
+        ...
+
+    def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        """An owner's events across jobs, newest first (the by_owner index: eventually consistent)."""
+        ...
+
+    def put_timer(self, timer: DeadlineTimer) -> None: ...
+
+    def due(self, now: datetime, limit: int) -> list[Message | Window | DeadlineTimer]:
+        """What the outbox owes at `now`: messages to send, windows owing a digest, timers to look at."""
+        ...
+
+    def settle_message(self, message: Message, retry: Message | None) -> None:
+        """The message is sent (None) or will be tried again as `retry`."""
+        ...
+
+    def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
+        """Write the digest and the window with nothing owed, if the window is still at its version."""
+        ...
+
+    def drop_timer(self, timer: DeadlineTimer) -> None: ...
+
+    def set_health(self, health: ChannelHealth) -> None: ...
+
+    def health(self, owner: str, channels: Sequence[Channel]) -> dict[str, ChannelHealth]:
+        """The recorded health of these channels of the owner, by channel id (none recorded: healthy)."""
+        ...

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tickwork.domain.errors import StoreError, TransientStoreError
-from tickwork.resources import REQUESTS, RUNS, SLOTS, TABLES, IndexDef, TableDef
+from tickwork.resources import EVENTS, REQUESTS, RUNS, SLOTS, TABLES, IndexDef, TableDef
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
 # (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a write waits for another process's write transaction before it counts as throttled.
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
@@ -97,6 +97,19 @@ _SLOT_HOLDS_DDL = [
     "PRIMARY KEY (pool, holder)) WITHOUT ROWID",
     "CREATE INDEX slot_holds_lease ON slot_holds (pool, lease_ms)",
 ]
+# The runs table's change feed (DynamoDB Streams' NEW_AND_OLD_IMAGES, here): a row per change of a run's
+# state, its record before (NULL: a new run) and after, appended in the writing transaction itself, read
+# and deleted by the watcher. A BEFORE trigger, since a record is written with INSERT OR REPLACE (an
+# AFTER trigger would see the replaced row gone); writes that leave the state as it was (a heartbeat, a
+# lease extension) are not changes the watcher needs.
+_RUN_CHANGES_DDL = [
+    "CREATE TABLE run_changes (id INTEGER PRIMARY KEY AUTOINCREMENT, before TEXT, after TEXT NOT NULL)",
+    "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
+    "WHEN (SELECT json_extract(item, '$.state') FROM runs WHERE job_id = NEW.job_id "
+    "AND scheduled_for = NEW.scheduled_for) IS NOT json_extract(NEW.item, '$.state') "
+    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT item FROM runs WHERE job_id = NEW.job_id "
+    "AND scheduled_for = NEW.scheduled_for), NEW.item); END",
+]
 # The tables of `tickwork.resources` this engine keeps as such (the slots live in `slot_holds`).
 EMBEDDED_TABLES = tuple(table for table in TABLES if table is not SLOTS)
 
@@ -106,7 +119,7 @@ def _create_current(connection: sqlite3.Connection) -> None:
     for table in EMBEDDED_TABLES:
         for statement in _table_ddl(table):
             connection.execute(statement)
-    for statement in [*_MESSAGES_DDL, *_SLOT_HOLDS_DDL]:
+    for statement in [*_MESSAGES_DDL, *_SLOT_HOLDS_DDL, *_RUN_CHANGES_DDL]:
         connection.execute(statement)
 
 
@@ -129,8 +142,15 @@ def _v2_to_v3(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
+def _v3_to_v4(connection: sqlite3.Connection) -> None:
+    """What owners are told: the events table and the runs' change feed (from now on: changes made before
+    the upgrade were not told, as a stream turned on later does not replay them)."""
+    for statement in [*_table_ddl(EVENTS), *_RUN_CHANGES_DDL]:
+        connection.execute(statement)
+
+
 # MIGRATIONS[v]: from schema version v to v + 1, for a file written at version v >= 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def translate(error: sqlite3.Error) -> Exception:

@@ -1,0 +1,201 @@
+"""DynamoDB records of the events table (adapters/event_records.py): the same records and conditions as
+adapters/sqlite/events.py, an event and its channels' windows and messages in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from tickwork.adapters.dynamodb.base import StoreBase, TableNames, _Cancelled, _code
+from tickwork.adapters.dynamodb.items import serialize
+from tickwork.adapters.event_records import (
+    OutboxEntry,
+    event_from_item,
+    event_to_item,
+    health_from_item,
+    health_key,
+    health_to_item,
+    message_key,
+    message_to_item,
+    outbox_entry,
+    outbox_keys,
+    owner_scope,
+    timer_key,
+    timer_to_item,
+    window_from_item,
+    window_key,
+    window_to_item,
+)
+from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alerts import EventKind, JobEvent
+from tickwork.domain.errors import ConflictError, TransientStoreError
+from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+KEEP = 14 * 24 * 3600  # as adapters/sqlite/events.py: windows and messages outlive any retry
+
+
+def _keep(at: datetime) -> int:
+    return int(at.timestamp()) + KEEP
+
+
+class DynamoEventLog(StoreBase):
+    def __init__(self, client: DynamoDBClient, tables: TableNames, events_table: str) -> None:
+        super().__init__(client, tables)
+        self._table = events_table
+
+    def _put(
+        self, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None
+    ) -> Any:
+        put: dict[str, Any] = {"TableName": self._table, "Item": serialize(item)}
+        if condition is not None:
+            put["ConditionExpression"] = condition
+        if values:
+            put["ExpressionAttributeValues"] = serialize(values)
+        return {"Put": put}
+
+    def record_event(
+        self,
+        event: JobEvent,
+        expires_at: datetime,
+        windows: Sequence[tuple[Window | None, Window]],
+        messages: Sequence[Message],
+    ) -> bool:
+        items = [self._put(event_to_item(event, epoch_seconds(expires_at)), "attribute_not_exists(#k)")]
+        items[0]["Put"]["ExpressionAttributeNames"] = {"#k": "key"}
+        for before, after in windows:
+            if before is None:
+                put = self._put(window_to_item(after, _keep(after.ends_at)), "attribute_not_exists(#k)")
+                put["Put"]["ExpressionAttributeNames"] = {"#k": "key"}
+            else:
+                put = self._put(
+                    window_to_item(after, _keep(after.ends_at)), "version = :v", {":v": before.version}
+                )
+            items.append(put)
+        items.extend(self._put(message_to_item(m, _keep(m.at))) for m in messages)
+        try:
+            self._transact(items)
+        except _Cancelled as cancelled:
+            if cancelled.failed(0):
+                return False  # recorded before: a re-delivered change
+            raise ConflictError(f"a channel window of {event.owner} moved") from None
+        return True
+
+    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
+        found = {}
+        for channel in channels:
+            item = self._get(self._table, {"scope": owner_scope(owner), "key": window_key(channel, kind)})
+            if item is not None:
+                found[channel.channel_id] = window_from_item(item)
+        return found
+
+    def job_events(self, job_id: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        request = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
+            "ExpressionAttributeValues": serialize({":s": job_id, ":lo": "e#", ":hi": before or "e#~"}),
+            "ScanIndexForward": False,
+            "Limit": limit + 2,
+        }
+        # BETWEEN includes the cursor's own event: read one more and leave it out.
+        items = [i for i in self._first(request, limit + 2) if i["key"] != before]
+        return _page(items, "key", limit)
+
+    def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        request = {
+            "TableName": self._table,
+            "IndexName": "by_owner",
+            "KeyConditionExpression": "event_owner = :o AND owner_order < :before",
+            "ExpressionAttributeValues": serialize({":o": owner, ":before": before or "~"}),
+            "ScanIndexForward": False,
+            "Limit": limit + 1,
+        }
+        return _page(self._first(request, limit + 1), "owner_order", limit)
+
+    def _first(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
+        found = []
+        for item in self._query_items(request):
+            found.append(item)
+            if len(found) >= count:
+                break
+        return found
+
+    def put_timer(self, timer: DeadlineTimer) -> None:
+        self._write(self._put(timer_to_item(timer)))
+
+    def due(self, now: datetime, limit: int) -> list[OutboxEntry]:
+        found: list[dict[str, Any]] = []
+        for key in outbox_keys():
+            request = {
+                "TableName": self._table,
+                "IndexName": "outbox",
+                "KeyConditionExpression": "outbox_key = :k AND send_at <= :now",
+                "ExpressionAttributeValues": serialize({":k": key, ":now": format_instant_ms(now)}),
+                "Limit": limit,
+            }
+            found.extend(self._first(request, limit))
+        found.sort(key=lambda item: str(item["send_at"]))
+        return [outbox_entry(item) for item in found[:limit]]
+
+    def settle_message(self, message: Message, retry: Message | None) -> None:
+        if retry is not None:
+            self._write(self._put(message_to_item(retry, _keep(retry.at))))
+            return
+        try:
+            self._client.delete_item(
+                TableName=self._table,
+                Key=serialize({"scope": owner_scope(message.owner), "key": message_key(message)}),
+            )
+        except ClientError as error:
+            raise self._translate(error) from error
+
+    def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
+        items = [
+            self._put(window_to_item(closed, _keep(closed.ends_at)), "version = :v", {":v": window.version}),
+            self._put(message_to_item(digest, _keep(digest.at))),
+        ]
+        try:
+            self._transact(items)
+        except _Cancelled:
+            return False
+        return True
+
+    def drop_timer(self, timer: DeadlineTimer) -> None:
+        try:
+            self._client.delete_item(
+                TableName=self._table, Key=serialize({"scope": timer.job_id, "key": timer_key(timer)})
+            )
+        except ClientError as error:
+            raise self._translate(error) from error
+
+    def set_health(self, health: ChannelHealth) -> None:
+        self._write(self._put(health_to_item(health)))
+
+    def health(self, owner: str, channels: Sequence[Channel]) -> dict[str, ChannelHealth]:
+        found = {}
+        for channel in channels:
+            item = self._get(self._table, {"scope": owner_scope(owner), "key": health_key(channel)})
+            if item is not None:
+                found[channel.channel_id] = health_from_item(item)
+        return found
+
+    def _write(self, put: dict[str, Any]) -> None:
+        try:
+            self._client.put_item(**put["Put"])
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                raise TransientStoreError("a conditional write of the events table was refused") from error
+            raise self._translate(error) from error
+
+
+def _page(items: list[dict[str, Any]], order: str, limit: int) -> tuple[list[JobEvent], str | None]:
+    events = [event_from_item(item) for item in items[:limit]]
+    cursor = str(items[limit - 1][order]) if len(items) > limit else None
+    return events, cursor

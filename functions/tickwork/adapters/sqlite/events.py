@@ -1,0 +1,174 @@
+"""SQLite records of the events table (adapters/event_records.py) and the runs' change feed (db.py's
+trigger): what the watcher reads and writes in the embedded engine."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.adapters.event_records import (
+    OutboxEntry,
+    event_from_item,
+    event_key,
+    event_to_item,
+    health_from_item,
+    health_key,
+    health_to_item,
+    message_key,
+    message_to_item,
+    outbox_entry,
+    outbox_keys,
+    owner_scope,
+    timer_key,
+    timer_to_item,
+    window_from_item,
+    window_key,
+    window_to_item,
+)
+from tickwork.adapters.records import run_from_item
+from tickwork.adapters.sqlite.base import SqliteBase, load, put
+from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alerts import EventKind, JobEvent, RunChange
+from tickwork.domain.errors import ConflictError
+from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
+from tickwork.resources import EVENTS
+
+# How long a window or a message is kept once written (TTL): long past any window or retry.
+KEEP = 14 * 24 * 3600
+
+
+def _get(connection: sqlite3.Connection, scope: str, key: str) -> dict[str, Any] | None:
+    row = connection.execute("SELECT item FROM events WHERE scope = ? AND key = ?", (scope, key)).fetchone()
+    return None if row is None else load(row[0])
+
+
+def _delete(connection: sqlite3.Connection, scope: str, key: str) -> None:
+    connection.execute("DELETE FROM events WHERE scope = ? AND key = ?", (scope, key))
+
+
+class SqliteEventLog(SqliteBase):
+    """The events table: each write one immediate transaction, its conditions checked inside it."""
+
+    def record_event(
+        self,
+        event: JobEvent,
+        expires_at: datetime,
+        windows: Sequence[tuple[Window | None, Window]],
+        messages: Sequence[Message],
+    ) -> bool:
+        with self.db.write() as connection:
+            if _get(connection, event.job_id, event_key(event)) is not None:
+                return False
+            for before, after in windows:
+                stored = _get(connection, owner_scope(after.owner), window_key(after.channel, after.kind))
+                version = None if stored is None else int(stored["version"])
+                if version != (None if before is None else before.version):
+                    raise ConflictError(f"window {after.channel.channel_id} {after.kind} moved")
+            put(connection, EVENTS, event_to_item(event, epoch_seconds(expires_at)))
+            for _, after in windows:
+                put(connection, EVENTS, window_to_item(after, _keep(after.ends_at)))
+            for message in messages:
+                put(connection, EVENTS, message_to_item(message, _keep(message.at)))
+            return True
+
+    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
+        found = {}
+        with self.db.read() as connection:
+            for channel in channels:
+                item = _get(connection, owner_scope(owner), window_key(channel, kind))
+                if item is not None:
+                    found[channel.channel_id] = window_from_item(item)
+        return found
+
+    def job_events(self, job_id: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        items = self._select_items(
+            "SELECT item FROM events WHERE scope = ? AND key > 'e#' AND key < ? ORDER BY key DESC LIMIT ?",
+            (job_id, before or "e#~", limit + 1),
+        )
+        return _page([event_from_item(i) for i in items], [str(i["key"]) for i in items], limit)
+
+    def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
+        items = self._select_items(
+            "SELECT item FROM events WHERE event_owner = ? AND owner_order < ? ORDER BY owner_order DESC "
+            "LIMIT ?",
+            (owner, before or "~", limit + 1),
+        )
+        return _page([event_from_item(i) for i in items], [str(i["owner_order"]) for i in items], limit)
+
+    def put_timer(self, timer: DeadlineTimer) -> None:
+        with self.db.write() as connection:
+            put(connection, EVENTS, timer_to_item(timer))
+
+    def due(self, now: datetime, limit: int) -> list[OutboxEntry]:
+        keys = outbox_keys()
+        items = self._select_items(
+            f"SELECT item FROM events WHERE outbox_key IN ({', '.join('?' for _ in keys)}) AND send_at <= ? "
+            "ORDER BY send_at LIMIT ?",
+            (*keys, format_instant_ms(now), limit),
+        )
+        return [outbox_entry(item) for item in items]
+
+    def settle_message(self, message: Message, retry: Message | None) -> None:
+        with self.db.write() as connection:
+            if retry is None:
+                _delete(connection, owner_scope(message.owner), message_key(message))
+            else:
+                put(connection, EVENTS, message_to_item(retry, _keep(retry.at)))
+
+    def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
+        with self.db.write() as connection:
+            stored = _get(connection, owner_scope(window.owner), window_key(window.channel, window.kind))
+            if stored is None or int(stored["version"]) != window.version:
+                return False
+            put(connection, EVENTS, window_to_item(closed, _keep(closed.ends_at)))
+            put(connection, EVENTS, message_to_item(digest, _keep(digest.at)))
+            return True
+
+    def drop_timer(self, timer: DeadlineTimer) -> None:
+        with self.db.write() as connection:
+            _delete(connection, timer.job_id, timer_key(timer))
+
+    def set_health(self, health: ChannelHealth) -> None:
+        with self.db.write() as connection:
+            put(connection, EVENTS, health_to_item(health))
+
+    def health(self, owner: str, channels: Sequence[Channel]) -> dict[str, ChannelHealth]:
+        found = {}
+        with self.db.read() as connection:
+            for channel in channels:
+                item = _get(connection, owner_scope(owner), health_key(channel))
+                if item is not None:
+                    found[channel.channel_id] = health_from_item(item)
+        return found
+
+
+class SqliteRunChangeFeed(SqliteBase):
+    """The `run_changes` rows the trigger on `runs` appends (db.py), oldest first."""
+
+    def take_changes(self, limit: int) -> list[tuple[int, RunChange]]:
+        with self.db.read() as connection:
+            rows = connection.execute(
+                "SELECT id, before, after FROM run_changes ORDER BY id LIMIT ?", (limit,)
+            ).fetchall()
+        changes = []
+        for position, before, after in rows:
+            was = None if before is None else run_from_item(load(before))
+            changes.append((int(position), RunChange(was, run_from_item(load(after)))))
+        return changes
+
+    def forget_changes(self, through: int) -> None:
+        with self.db.write() as connection:
+            connection.execute("DELETE FROM run_changes WHERE id <= ?", (through,))
+
+
+def _keep(at: datetime) -> int:
+    return int(at.timestamp()) + KEEP
+
+
+def _page(events: list[JobEvent], keys: list[str], limit: int) -> tuple[list[JobEvent], str | None]:
+    if len(events) <= limit:
+        return events, None
+    return events[:limit], keys[limit - 1]

@@ -1,0 +1,29 @@
+"""Watcher Lambda: the runs table's stream (through its event source mapping) and a minutely schedule.
+A batch of stream records is judged and recorded (services/watching.py), then what the outbox owes is sent;
+the schedule sends what is owed later (retries, digests, deadlines)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tickwork.adapters.dynamodb.stream import run_changes
+from tickwork.handlers.runtime import components, logger, metrics, tracer
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    watcher = components().watcher()
+    report: dict[str, Any] = {}
+    records = event.get("Records")
+    if records is not None:
+        # An error here fails the batch: the mapping retries it (bisecting), then sends it to its
+        # on-failure queue; a change is recorded once however often it is seen.
+        report["observed"] = asdict(watcher.observe(run_changes(records)))
+    report["delivered"] = asdict(watcher.deliver())
+    logger.info("watch done", extra=report)
+    return report

@@ -1,0 +1,256 @@
+"""The watcher (issue 32): from the runs table's changes to the events an owner reads and the messages their
+channels get, plus the auto-pause. Downstream of every run path (a stream on AWS, a trigger's outbox in the
+embedded engine), so what an owner is told never delays or fails a run, and a change is seen whichever of
+the run's paths (executor, sweeper, callback, tracked poll) made it.
+
+Planned work without scanning jobs: a run of a job with a deadline gets one timer when it is written, looked
+at once when its deadline passes (the outbox index is read by time); a run's end is judged against the job's
+recent runs only when a rule needs them (a streak or a baseline): one query of the job's own partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alerts import EventKind, JobEvent, RunChange, deadline_missed, events_of_change
+from tickwork.domain.clock import Clock
+from tickwork.domain.errors import ConflictError, NotFoundError
+from tickwork.domain.models import Job, Run, RunState
+from tickwork.domain.notify import (
+    ChannelHealth,
+    DeadlineTimer,
+    Message,
+    Window,
+    admit,
+    after_failure,
+    digest_of,
+    message_target,
+)
+from tickwork.domain.targets import Invocation, TargetInvoker
+from tickwork.services.ports import EventLog, Metrics
+
+logger = logging.getLogger(__name__)
+
+RECENT_RUNS = 30  # the job's latest runs a streak or a baseline is judged on
+JOB_CACHE_SECONDS = 30.0  # a job's rules are re-read at most this often per process
+RECORD_ATTEMPTS = 5  # a channel window moved by another watcher: read it again
+SEND_TIMEOUT_SECONDS = 10.0
+OUTBOX_PAGE = 500
+
+
+class WatchedRuns(Protocol):
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
+
+    def list_runs(self, job_id: str, *, newest_first: bool = True, limit: int = 1000) -> list[Run]: ...
+
+
+@runtime_checkable
+class JobMetrics(Protocol):
+    def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
+        """A count with the job's id as a dimension: which job skipped, not only that one did."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WithoutJob:
+    """Per-job counts where the metrics have no dimensions (a test's recorder): counted by name only."""
+
+    metrics: Metrics
+
+    def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
+        self.metrics.count(name, value)
+
+
+# Pauses a job on Tickwork's own account: (owner, job id, reason, the time of the failure that paused it).
+Pauser = Callable[[str, str, str, datetime], None]
+
+
+@dataclass
+class WatchReport:
+    changes: int = 0
+    events: int = 0
+    sent: int = 0
+    failed_sends: int = 0
+    digests: int = 0
+    timers: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+class Watcher:
+    def __init__(
+        self,
+        runs: WatchedRuns,
+        log: EventLog,
+        invoker: TargetInvoker,
+        pause: Pauser,
+        clock: Clock,
+        metrics: Metrics,
+        job_metrics: JobMetrics,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._runs = runs
+        self._log = log
+        self._invoker = invoker
+        self._pause = pause
+        self._clock = clock
+        self._metrics = metrics
+        self._job_metrics = job_metrics
+        self._monotonic = monotonic
+        self._jobs: dict[str, tuple[float, Job | None]] = {}
+
+    # -- changes -> events ----------------------------------------------------------------------------------
+
+    def observe(self, changes: Sequence[RunChange]) -> WatchReport:
+        """Every change once or more (a stream re-delivers): the same change records nothing twice."""
+        report = WatchReport()
+        for change in changes:
+            if change.before is not None and change.before.state is change.after.state:
+                continue  # a write that moved no state (a lease, a heartbeat)
+            report.changes += 1
+            for event in self._events_of(change, report):
+                if self._record(event):
+                    report.events += 1
+                    report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
+        return report
+
+    def _events_of(self, change: RunChange, report: WatchReport) -> list[JobEvent]:
+        after = change.after
+        if after.state in (RunState.SKIPPED, RunState.MISSED):
+            self._job_metrics.count_for_job(f"Slots{str(after.state).capitalize()}", after.job_id)
+        job = self._job(after.job_id)
+        if job is None:
+            return []  # deleted: its owner asked for nothing more
+        rules = job.alerts
+        if change.before is None and rules.deadline_seconds is not None and not after.state.is_terminal:
+            fire_at = after.scheduled_for + timedelta(seconds=rules.deadline_seconds)
+            timer = DeadlineTimer(job.job_id, job.owner, after.scheduled_for, fire_at, after.expires_at)
+            self._log.put_timer(timer)
+            report.timers += 1
+        ended = after.state.is_terminal
+        recent = self._recent(after) if ended and rules.needs_history else ()
+        events = list(events_of_change(change.before, after, rules, recent))
+        for event in events:
+            if event.kind is EventKind.AUTO_PAUSED:
+                self._auto_pause(job, event)
+        return events
+
+    def _recent(self, run: Run) -> list[Run]:
+        """The job's runs that ended before this one, newest first (a streak or a baseline reads them)."""
+        return [
+            r
+            for r in self._runs.list_runs(run.job_id, newest_first=True, limit=RECENT_RUNS)
+            if r.scheduled_for < run.scheduled_for and r.state in (RunState.SUCCEEDED, RunState.FAILED)
+        ]
+
+    def _auto_pause(self, job: Job, event: JobEvent) -> None:
+        try:
+            self._pause(job.owner, job.job_id, event.detail, event.at)
+        except NotFoundError:
+            logger.info("auto-pause: job %s is gone", job.job_id)
+        self._jobs.pop(job.job_id, None)
+
+    def _job(self, job_id: str) -> Job | None:
+        now = self._monotonic()
+        cached = self._jobs.get(job_id)
+        if cached is not None and now - cached[0] < JOB_CACHE_SECONDS:
+            return cached[1]
+        job = self._runs.get_job(job_id)
+        self._jobs[job_id] = (now, job)
+        return job
+
+    def _record(self, event: JobEvent, *, besides: Channel | None = None) -> bool:
+        """Store the event and what its channels (all but `besides`) are owed: a message, or a count in
+        their window's digest. False: recorded before (a re-delivered change)."""
+        job = self._job(event.job_id)
+        rules = job.alerts if job is not None else None
+        channels = [c for c in (rules.channels if rules is not None else ()) if c != besides]
+        length = timedelta(seconds=rules.window_seconds if rules is not None else 300)
+        keep = timedelta(days=job.retention_days if job is not None else 30)
+        for attempt in range(RECORD_ATTEMPTS):
+            stored = self._log.windows(event.owner, channels, event.kind)
+            pairs: list[tuple[Window | None, Window]] = []
+            messages: list[Message] = []
+            for channel in channels:
+                before = stored.get(channel.channel_id)
+                window, message = admit(event, channel, before, length)
+                pairs.append((before, window))
+                if message is not None:
+                    messages.append(message)
+            try:
+                return self._log.record_event(event, event.at + keep, pairs, messages)
+            except ConflictError:
+                if attempt + 1 == RECORD_ATTEMPTS:  # another watcher moved a window: read them again
+                    raise
+        return False
+
+    # -- the outbox: messages, digests, deadlines -----------------------------------------------------------
+
+    def deliver(self, limit: int = OUTBOX_PAGE) -> WatchReport:
+        """One pass over what the outbox owes now. A send that fails is tried again later; once its
+        attempts are spent the channel is recorded unhealthy (and healthy again at its next success)."""
+        report = WatchReport()
+        now = self._clock.now()
+        for entry in self._log.due(now, limit):
+            if isinstance(entry, Message):
+                self._send(entry, now, report)
+            elif isinstance(entry, Window):
+                digest, closed = digest_of(entry)
+                if self._log.close_window(entry, closed, digest):
+                    report.digests += 1
+                    self._send(digest, now, report)
+            else:
+                self._check_deadline(entry, now, report)
+        return report
+
+    def _check_deadline(self, timer: DeadlineTimer, now: datetime, report: WatchReport) -> None:
+        job = self._job(timer.job_id)
+        run = self._runs.get_run(timer.job_id, timer.scheduled_for)
+        if job is not None and run is not None:
+            event = deadline_missed(run, job.alerts, now)
+            if event is not None and self._record(event):
+                report.events += 1
+                report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
+        self._log.drop_timer(timer)
+
+    def _send(self, message: Message, now: datetime, report: WatchReport) -> None:
+        invocation = Invocation(
+            run_id=message.message_id,
+            job_id=message.job_id or "",
+            scheduled_for=message.at,
+            attempt=message.attempts + 1,
+            timeout_seconds=SEND_TIMEOUT_SECONDS,
+            owner=message.owner,
+        )
+        result = self._invoker.invoke(message_target(message), invocation)
+        health = self._log.health(message.owner, (message.channel,)).get(message.channel.channel_id)
+        if result.ok:
+            self._log.settle_message(message, None)
+            report.sent += 1
+            self._metrics.count("NotificationsSent")
+            if health is not None and not health.healthy:
+                self._log.set_health(ChannelHealth(message.owner, message.channel, True, now))
+            return
+        report.failed_sends += 1
+        self._metrics.count("NotificationSendFailures")
+        error = f"{result.status}: {result.detail}"
+        retry = after_failure(message, error, now) if result.retryable else None
+        if retry is None:
+            logger.warning("channel %s of %s failed: %s", message.channel.channel_id, message.owner, error)
+            if health is None or health.healthy:
+                self._log.set_health(ChannelHealth(message.owner, message.channel, False, now, error[:500]))
+                if message.job_id is not None:
+                    detail = f"{message.channel.channel_id} failed {message.attempts + 1} time(s): {error}"
+                    unhealthy = JobEvent(
+                        message.job_id, message.owner, EventKind.CHANNEL_UNHEALTHY, now, None, detail[:500]
+                    )
+                    self._record(unhealthy, besides=message.channel)
+        self._log.settle_message(message, retry)

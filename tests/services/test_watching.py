@@ -1,0 +1,247 @@
+"""The watcher (services/watching.py) over a real engine's change feed, with a frozen clock: each rule gives
+its event from the runs table's changes, N failures pause the job, a deadline passes with no scan, a storm
+folds into a digest, a failing channel is retried then recorded unhealthy, and a re-delivered change sends
+nothing twice (the message id is the event's dedupe key on every attempt).
+
+The engine is SQLite (the trigger on `runs` is its change feed); tests/handlers/test_watcher_stream.py runs
+the DynamoDB stream through the same service."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ANCHOR
+from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker, failure
+from tickwork.adapters.metrics import InMemoryMetrics
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
+from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.jobs import JobPatch, JobSpec
+from tickwork.domain.models import Job, JobState, Run, RunState, Target, Trigger
+from tickwork.domain.notify import MAX_SEND_ATTEMPTS
+from tickwork.domain.schedule import parse_schedule
+from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.watching import Watcher
+
+HOOK = Channel(ChannelKind.WEBHOOK, "https://hooks.example.com/tickwork")
+SLACK = Channel(ChannelKind.SLACK, "https://hooks.slack.example.com/T000/B000")
+
+
+@dataclass
+class World:
+    clock: FakeClock
+    store: SqliteStore
+    log: SqliteEventLog
+    feed: SqliteRunChangeFeed
+    jobs: JobService
+    invoker: ScriptedInvoker
+    watcher: Watcher
+    job_metrics: InMemoryMetrics
+
+    def job(self, rules: AlertRules, owner: str = "alice", name: str = "nightly") -> Job:
+        spec = JobSpec(
+            name=name,
+            schedule=parse_schedule("0 3 * * *", "UTC"),
+            target=Target("http", {"url": "https://example.com/x", "method": "POST", "body": ""}),
+            alerts=rules,
+        )
+        return self.jobs.create(owner, spec)
+
+    def plan(self, job: Job, at_minutes: int) -> Run:
+        """A run of the job `at_minutes` after the anchor, written as the ticker writes one."""
+        fire = ANCHOR.replace(second=0) + timedelta(minutes=at_minutes)
+        run = Run.for_fire(job, fire, now=self.clock.now(), trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+        self.store.restore_runs([run])
+        return run
+
+    def end(
+        self, run: Run, state: RunState, *, late_s: float = 1.0, took_s: float = 2.0, reason: str = ""
+    ) -> Run:
+        started = run.due_at + timedelta(seconds=late_s)
+        running = replace(
+            run, state=RunState.RUNNING, attempt=1, started_at=started, start_delay_ms=int(late_s * 1000)
+        )
+        self.store.transition_run(run, running)
+        ended = replace(
+            running, state=state, finished_at=started + timedelta(seconds=took_s), reason=reason or None
+        )
+        self.store.transition_run(running, ended)
+        if ended.finished_at is not None and ended.finished_at > self.clock.now():
+            self.clock.set(ended.finished_at)  # the watcher sees a change after it happened
+        return ended
+
+    def watch(self) -> None:
+        """Drain the change feed as the watcher role does, then one outbox pass."""
+        changes = self.feed.take_changes(10_000)
+        if changes:
+            self.watcher.observe([change for _, change in changes])
+            self.feed.forget_changes(changes[-1][0])
+        self.watcher.deliver()
+
+    def kinds(self, job_id: str) -> list[str]:
+        return [str(e.kind) for e in self.log.job_events(job_id, 100, None)[0]]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    db = Database(tmp_path / "tickwork.db").open()
+    clock = FakeClock(ANCHOR)
+    store = SqliteStore(db)
+    log = SqliteEventLog(db)
+    jobs = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=2))
+    invoker = ScriptedInvoker()
+    job_metrics = InMemoryMetrics()
+
+    def pause(owner: str, job_id: str, reason: str, cause_at: object) -> None:
+        jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)  # type: ignore[arg-type]
+
+    watcher = Watcher(store, log, invoker, pause, clock, RecordingMetrics(), job_metrics)
+    yield World(clock, store, log, SqliteRunChangeFeed(db), jobs, invoker, watcher, job_metrics)
+    db.close()
+
+
+def test_a_failed_run_is_an_event_and_one_signed_message_per_channel(world: World) -> None:
+    job = world.job(AlertRules(channels=(HOOK, SLACK)))
+    world.end(world.plan(job, 1), RunState.FAILED, reason="HTTP 500")
+    world.watch()
+    assert world.kinds(job.job_id) == ["run_failed"]
+    assert len(world.invoker.calls) == 2
+    by_url = {target.config["url"]: (target, invocation) for target, invocation in world.invoker.calls}
+    hook_target, hook_call = by_url[HOOK.address]
+    body = json.loads(hook_target.config["body"])
+    assert body["kind"] == "run_failed" and body["job_id"] == job.job_id and body["detail"] == "HTTP 500"
+    # The idempotency key a receiver dedupes on is the event's, and the call is signed for the owner.
+    assert hook_call.run_id == body["id"] and hook_call.owner == "alice"
+    assert "HTTP 500" in json.loads(by_url[SLACK.address][0].config["body"])["text"]
+
+
+def test_a_re_delivered_change_records_and_sends_nothing_twice(world: World) -> None:
+    job = world.job(AlertRules(channels=(HOOK,)))
+    world.end(world.plan(job, 1), RunState.FAILED, reason="boom")
+    changes = [change for _, change in world.feed.take_changes(100)]
+    world.watcher.observe(changes)
+    world.watcher.observe(changes)  # the stream delivers the batch again
+    world.watcher.deliver()
+    assert world.kinds(job.job_id) == ["run_failed"]
+    assert len(world.invoker.calls) == 1
+
+
+def test_a_send_that_fails_is_retried_with_the_same_key_then_the_channel_is_unhealthy(world: World) -> None:
+    job = world.job(AlertRules(channels=(HOOK,)))
+    world.invoker.results = [failure(status="503")] * MAX_SEND_ATTEMPTS
+    world.end(world.plan(job, 1), RunState.FAILED, reason="boom")
+    world.watch()
+    for _ in range(MAX_SEND_ATTEMPTS):
+        world.clock.advance(20 * 60)
+        world.watcher.deliver()
+    keys = {invocation.run_id for _, invocation in world.invoker.calls}
+    attempts = [invocation.attempt for _, invocation in world.invoker.calls]
+    assert len(keys) == 1, "every retry carries the event's dedupe key"
+    assert attempts == list(range(1, MAX_SEND_ATTEMPTS + 1))
+    health = world.log.health("alice", (HOOK,))[HOOK.channel_id]
+    assert not health.healthy and "503" in health.detail
+    assert "channel_unhealthy" in world.kinds(job.job_id)
+    # Recovered at its next success.
+    world.end(world.plan(job, 2), RunState.FAILED, reason="again")
+    world.clock.advance(3600)  # past the window: a message of its own
+    world.watch()
+    assert world.log.health("alice", (HOOK,))[HOOK.channel_id].healthy
+
+
+def test_n_failures_in_a_row_pause_the_job_with_its_reason_and_resume_clears_it(world: World) -> None:
+    job = world.job(AlertRules(failures_in_a_row=2, auto_pause_after=3, channels=(HOOK,)))
+    world.end(world.plan(job, 1), RunState.SUCCEEDED)
+    for minute in (2, 3):
+        world.end(world.plan(job, minute), RunState.FAILED, reason=f"fail {minute}")
+    world.watch()
+    assert world.jobs.get("alice", job.job_id).state is JobState.ACTIVE
+    assert "failures_in_a_row" in world.kinds(job.job_id)
+    world.end(world.plan(job, 4), RunState.FAILED, reason="fail 4")
+    world.watch()
+    paused = world.jobs.get("alice", job.job_id)
+    assert paused.state is JobState.PAUSED
+    assert paused.paused_reason is not None and "3 failures in a row" in paused.paused_reason
+    assert "auto_paused" in world.kinds(job.job_id)
+    resumed = world.jobs.resume("alice", job.job_id)
+    assert resumed.cleared_auto_pause == paused.paused_reason
+    assert world.jobs.get("alice", job.job_id).paused_reason is None
+
+
+def test_a_deadline_passes_for_a_run_still_running_and_not_for_one_that_finished(world: World) -> None:
+    job = world.job(AlertRules(deadline_seconds=120))
+    late, on_time = world.plan(job, 1), world.plan(job, 2)
+    world.watch()  # the planned runs' timers
+    running = replace(late, state=RunState.RUNNING, attempt=1, started_at=late.due_at)
+    world.store.transition_run(late, running)
+    world.end(on_time, RunState.SUCCEEDED, took_s=30)
+    world.clock.set(late.scheduled_for + timedelta(seconds=119))
+    world.watch()
+    assert "deadline_missed" not in world.kinds(job.job_id)
+    world.clock.set(on_time.scheduled_for + timedelta(seconds=121))
+    world.watch()
+    events = world.log.job_events(job.job_id, 10, None)[0]
+    assert [(str(e.kind), e.run_id) for e in events] == [("deadline_missed", late.run_id)]
+    world.watch()  # the timer is gone: nothing more
+    assert len(world.log.job_events(job.job_id, 10, None)[0]) == 1
+
+
+def test_durations_out_of_bounds_and_far_from_the_baseline(world: World) -> None:
+    job = world.job(AlertRules(duration_max_seconds=60, anomaly_factor=3))
+    for minute in range(1, 6):
+        world.end(world.plan(job, minute), RunState.SUCCEEDED, took_s=10)
+    world.end(world.plan(job, 6), RunState.SUCCEEDED, took_s=45)  # 4.5x the median, inside the bound
+    world.end(world.plan(job, 7), RunState.SUCCEEDED, took_s=90)  # out of bounds and far off
+    world.watch()
+    kinds = world.kinds(job.job_id)
+    assert kinds.count("duration_anomaly") == 2
+    assert kinds.count("duration_out_of_bounds") == 1
+
+
+def test_late_starts_and_skipped_slots_are_events_and_skips_counted_per_job(world: World) -> None:
+    job = world.job(AlertRules(late_after_seconds=30, on_skip=True))
+    world.end(world.plan(job, 1), RunState.SUCCEEDED, late_s=45)
+    world.end(world.plan(job, 2), RunState.SUCCEEDED, late_s=5)
+    skipped = world.plan(job, 3)
+    world.store.transition_run(skipped, replace(skipped, state=RunState.SKIPPED, finished_at=skipped.due_at))
+    world.watch()
+    assert sorted(world.kinds(job.job_id)) == ["run_late", "slot_skipped"]
+    assert world.job_metrics.counts[f"SlotsSkipped|{job.job_id}"] == 1
+
+
+def test_a_storm_of_1000_failing_jobs_is_two_messages_per_channel(world: World) -> None:
+    jobs = [world.job(AlertRules(channels=(HOOK, SLACK)), name=f"j{n}") for n in range(1000)]
+    for job in jobs:
+        world.end(world.plan(job, 1), RunState.FAILED, reason="upstream down")
+    world.watch()
+    assert sum(len(world.log.job_events(j.job_id, 10, None)[0]) for j in jobs[:50]) == 50
+    per_channel = {HOOK.address: 0, SLACK.address: 0}
+    for target, _ in world.invoker.calls:
+        per_channel[target.config["url"]] += 1
+    assert per_channel == {HOOK.address: 1, SLACK.address: 1}, "the first event goes out at once"
+    world.clock.advance(6 * 60)  # the window ends: one digest each, counting the rest
+    world.watcher.deliver()
+    calls = world.invoker.calls
+    digests = [json.loads(t.config["body"]) for t, _ in calls if t.config["url"] == HOOK.address]
+    assert len(digests) == 2 and digests[1]["type"] == "tickwork.digest"
+    assert digests[1]["count"] == 999
+    assert sum(digests[1]["jobs"].values()) == 999
+
+
+def test_an_edit_of_the_rules_applies_to_the_next_change(world: World) -> None:
+    job = world.job(AlertRules(on_failure=False))
+    world.end(world.plan(job, 1), RunState.FAILED)
+    world.watch()
+    assert world.kinds(job.job_id) == []
+    world.jobs.update("alice", job.job_id, JobPatch(alerts=AlertRules()))
+    world.watcher._jobs.clear()  # the 30 s cache of rules, as its expiry would
+    world.end(world.plan(job, 2), RunState.FAILED)
+    world.watch()
+    assert world.kinds(job.job_id) == ["run_failed"]
