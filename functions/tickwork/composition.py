@@ -15,6 +15,7 @@ from typing import Any
 from tickwork.adapters.dynamodb.events import DynamoEventLog
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
@@ -31,13 +32,13 @@ from tickwork.domain.clock import Clock
 from tickwork.domain.grants import GrantedTargets
 from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
-from tickwork.resources import EVENTS, SLOTS
+from tickwork.resources import EVENTS, RUNS, SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
-from tickwork.services.ports import EventLog, Metrics, SlotStore
+from tickwork.services.ports import EventLog, Metrics, RunChangeFeed, SlotStore
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
@@ -266,9 +267,13 @@ class Components:
         log = DynamoEventLog(self.client_for("dynamodb"), tables, names.table(EVENTS))
         return retrying(log, self.clock, Random())
 
-    def run_change_feed(self) -> SqliteRunChangeFeed:
-        """The embedded engine's change feed (DynamoDB's stream reaches the watcher through its mapping)."""
-        return SqliteRunChangeFeed(self.database)
+    def run_change_feed(self) -> RunChangeFeed:
+        """The runs' changes for a watcher that reads them itself (`tickwork local`): the embedded engine's
+        trigger outbox, or the emulator's stream (on AWS the stream's mapping hands them to the Lambda)."""
+        if self.settings.engine == "sqlite":
+            return SqliteRunChangeFeed(self.database)
+        runs = self.settings.resource_names.table(RUNS)
+        return DynamoStreamFeed(self.client_for("dynamodb"), self.client_for("dynamodbstreams"), runs)
 
     def watcher(self) -> Watcher:
         jobs = self.job_service()

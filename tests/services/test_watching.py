@@ -3,8 +3,10 @@ its event from the runs table's changes, N failures pause the job, a deadline pa
 folds into a digest, a failing channel is retried then recorded unhealthy, and a re-delivered change sends
 nothing twice (the message id is the event's dedupe key on every attempt).
 
-The engine is SQLite (the trigger on `runs` is its change feed); tests/handlers/test_watcher_stream.py runs
-the DynamoDB stream through the same service."""
+Each test runs on both engines: SQLite (the trigger on `runs` is its change feed) and DynamoDB on moto (the
+runs table's stream, read as `tickwork local --engine emulator` reads it); the storm runs on SQLite only
+(moto's calls make 1,000 jobs a minute). tests/handlers/test_watcher_stream.py feeds the Lambda handler
+the stream's records."""
 
 from __future__ import annotations
 
@@ -13,11 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
-from tests.conftest import ANCHOR
+from tests.conftest import ANCHOR, NAMES
 from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker, failure
+from tickwork.adapters.dynamodb.events import DynamoEventLog
+from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
+from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
 from tickwork.adapters.metrics import InMemoryMetrics
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
@@ -28,7 +35,9 @@ from tickwork.domain.jobs import JobPatch, JobSpec
 from tickwork.domain.models import Job, JobState, Run, RunState, Target, Trigger
 from tickwork.domain.notify import MAX_SEND_ATTEMPTS
 from tickwork.domain.schedule import parse_schedule
+from tickwork.resources import EVENTS, RUNS
 from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.ports import EventLog, RunChangeFeed
 from tickwork.services.watching import Watcher
 
 HOOK = Channel(ChannelKind.WEBHOOK, "https://hooks.example.com/tickwork")
@@ -38,9 +47,9 @@ SLACK = Channel(ChannelKind.SLACK, "https://hooks.slack.example.com/T000/B000")
 @dataclass
 class World:
     clock: FakeClock
-    store: SqliteStore
-    log: SqliteEventLog
-    feed: SqliteRunChangeFeed
+    store: Any
+    log: EventLog
+    feed: RunChangeFeed
     jobs: JobService
     invoker: ScriptedInvoker
     watcher: Watcher
@@ -90,12 +99,27 @@ class World:
         return [str(e.kind) for e in self.log.job_events(job_id, 100, None)[0]]
 
 
+@pytest.fixture(params=["sqlite", "moto"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, EventLog, RunChangeFeed]]:
+    if request.param == "sqlite":
+        db = Database(tmp_path / "tickwork.db").open()
+        yield SqliteStore(db), SqliteEventLog(db), SqliteRunChangeFeed(db)
+        db.close()
+        return
+    dynamodb = request.getfixturevalue("dynamodb")
+    tables = TableNames.from_resources(NAMES)
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    yield (
+        DynamoStore(dynamodb, tables),
+        DynamoEventLog(dynamodb, tables, NAMES.table(EVENTS)),
+        DynamoStreamFeed(dynamodb, streams, NAMES.table(RUNS)),
+    )
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    db = Database(tmp_path / "tickwork.db").open()
+def world(engine: tuple[Any, EventLog, RunChangeFeed]) -> World:
+    store, log, feed = engine
     clock = FakeClock(ANCHOR)
-    store = SqliteStore(db)
-    log = SqliteEventLog(db)
     jobs = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=2))
     invoker = ScriptedInvoker()
     job_metrics = InMemoryMetrics()
@@ -104,8 +128,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)  # type: ignore[arg-type]
 
     watcher = Watcher(store, log, invoker, pause, clock, RecordingMetrics(), job_metrics)
-    yield World(clock, store, log, SqliteRunChangeFeed(db), jobs, invoker, watcher, job_metrics)
-    db.close()
+    return World(clock, store, log, feed, jobs, invoker, watcher, job_metrics)
 
 
 def test_a_failed_run_is_an_event_and_one_signed_message_per_channel(world: World) -> None:
@@ -216,6 +239,7 @@ def test_late_starts_and_skipped_slots_are_events_and_skips_counted_per_job(worl
     assert world.job_metrics.counts[f"SlotsSkipped|{job.job_id}"] == 1
 
 
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_a_storm_of_1000_failing_jobs_is_two_messages_per_channel(world: World) -> None:
     jobs = [world.job(AlertRules(channels=(HOOK, SLACK)), name=f"j{n}") for n in range(1000)]
     for job in jobs:

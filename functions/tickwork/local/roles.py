@@ -17,6 +17,7 @@ from types import FrameType
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
+from tickwork.domain.errors import TickworkError
 from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.local.lifeline import set_parent_death_signal, watch_parent
@@ -25,7 +26,7 @@ from tickwork.settings import Settings, SettingsError
 
 logger = logging.getLogger("tickwork.local")
 
-ROLES = ("ticker", "executor", "sweeper", "api")
+ROLES = ("ticker", "executor", "sweeper", "watcher", "api")
 
 
 def _float_env(name: str, default: float) -> float:
@@ -91,6 +92,30 @@ def run_sweeper(parts: Components, stop: threading.Event) -> None:
             logger.info("deleted %d runs past their retention", expired)
 
     _every(interval, stop, sweep)
+
+
+def run_watcher(parts: Components, stop: threading.Event) -> None:
+    """The runs' changes as they come (every WATCH_INTERVAL), then what the outbox owes: as the watcher
+    Lambda does with its stream batches and its minutely schedule."""
+    watcher = parts.watcher()
+    feed = parts.run_change_feed()
+    interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
+    while not stop.is_set():
+        changes = []
+        try:
+            changes = feed.take_changes(1000)
+            if changes:
+                report = watcher.observe([change for _, change in changes])
+                feed.forget_changes(changes[-1][0])
+                if report.events:
+                    logger.info("watch: %s", report)
+            delivered = watcher.deliver()
+            if delivered.sent or delivered.failed_sends or delivered.events:
+                logger.info("outbox: %s", delivered)
+        except TickworkError as error:  # a busy store or an unreachable emulator: the next round retries
+            logger.warning("watch round failed: %s", error)
+        if not changes:
+            stop.wait(interval)
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:
@@ -197,6 +222,7 @@ RUNNERS: dict[str, Callable[[Components, threading.Event], None]] = {
     "ticker": run_ticker,
     "executor": run_executor,
     "sweeper": run_sweeper,
+    "watcher": run_watcher,
     "api": run_api,
 }
 

@@ -50,7 +50,7 @@ from tickwork.signing import ROTATION_OVERLAP_SECONDS
 
 logger = logging.getLogger("tickwork.local")
 
-ROLE_ORDER = ("api", "executor", "ticker", "sweeper")
+ROLE_ORDER = ("api", "executor", "ticker", "sweeper", "watcher")
 ENGINES = ("sqlite", "emulator")
 HEALTH_FILE = "health.json"  # in the run dir: the console's health page (see _write_health)
 DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
@@ -59,7 +59,14 @@ DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
 # power cut the at-least-once design recovers: a plan lost with its job's advance is planned again, a lost
 # claim or finish runs the run again (its message's delete was later, so it was lost too). A crash of any
 # process loses nothing either way.
-SQLITE_SYNCHRONOUS = {"api": "FULL", "ticker": "NORMAL", "executor": "NORMAL", "sweeper": "NORMAL"}
+SQLITE_SYNCHRONOUS = {
+    "api": "FULL",
+    "ticker": "NORMAL",
+    "executor": "NORMAL",
+    "sweeper": "NORMAL",
+    # Its commits survive in order: a lost tail loses the feed's deletes with the events, seen again.
+    "watcher": "NORMAL",
+}
 EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
 ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
 
