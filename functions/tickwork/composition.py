@@ -42,7 +42,7 @@ from tickwork.services.ports import EventLog, Metrics, RunChangeFeed, SlotStore
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
-from tickwork.services.watching import JobMetrics, Watcher, WithoutJob
+from tickwork.services.watching import EventReader, JobMetrics, Watcher, WithoutJob
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
@@ -283,6 +283,9 @@ class Components:
 
         per_job = self.metrics if isinstance(self.metrics, JobMetrics) else WithoutJob(self.metrics)
         return Watcher(self.store, self.event_log, self.targets, pause, self.clock, self.metrics, per_job)
+
+    def event_reader(self) -> EventReader:
+        return EventReader(self.job_service(), self.event_log)
 
     def job_service(self) -> JobService:
         config = JobServiceConfig(

@@ -34,6 +34,7 @@ from tickwork.domain.notify import (
 )
 from tickwork.domain.targets import Invocation, TargetInvoker
 from tickwork.services.ports import EventLog, Metrics
+from tickwork.services.runs import decode_cursor, encode_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -254,3 +255,42 @@ class Watcher:
                     )
                     self._record(unhealthy, besides=message.channel)
         self._log.settle_message(message, retry)
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    events: list[JobEvent]
+    next_cursor: str | None
+
+
+MAX_EVENTS_PAGE = 100
+
+
+class JobOwnership(Protocol):
+    def get(self, owner: str, job_id: str) -> Job:
+        """The owner's job; NotFoundError for another owner's or a missing one."""
+        ...
+
+
+class EventReader:
+    """What `GET /events` answers: a job's events (its owner's only) or an owner's across their jobs,
+    newest first, a page at a time, with a cursor only this listing accepts."""
+
+    def __init__(self, jobs: JobOwnership, log: EventLog) -> None:
+        self._jobs = jobs
+        self._log = log
+
+    def page(self, owner: str, job_id: str | None, limit: int, cursor: str | None) -> EventPage:
+        limit = max(1, min(limit, MAX_EVENTS_PAGE))
+        scope = f"events|{owner}|{job_id or '*'}"
+        before = decode_cursor(cursor, ("k",), scope)["k"] if cursor else None
+        if job_id is not None:
+            self._jobs.get(owner, job_id)  # NotFoundError for another owner's job: nothing of it is shown
+            events, after = self._log.job_events(job_id, limit, before)
+        else:
+            events, after = self._log.owner_events(owner, limit, before)
+        return EventPage(events, None if after is None else encode_cursor({"k": after}, scope))
+
+    def channel_health(self, owner: str, job: Job) -> dict[str, ChannelHealth]:
+        """The recorded health of the job's channels (a channel never failed has none: healthy)."""
+        return self._log.health(owner, job.alerts.channels)
