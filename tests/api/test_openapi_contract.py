@@ -187,6 +187,10 @@ RULES_IN_WORDS = (
     # "<redacted>" keeps the value the job stores: a create has none to keep (the descriptions say so)
     ("target.config.headers.*", "keeps a stored secret value"),
     ("target.config.url", "moves kept secret headers"),
+    # Alert rules: one bound against another, and a duration the job store cannot hold (below 1e-130 s,
+    # above the schema's exclusive minimum of 0).
+    ("alerts.duration_min_seconds", "must be below duration_max_seconds"),
+    ("alerts.*", "is a number outside"),
 )
 
 

@@ -97,7 +97,7 @@ class Local:
             "--state-dir",
             str(self.state_dir),
             "--roles",
-            "api,executor,sweeper",  # the test runs the ticker itself, to stop it for a while
+            "api,executor,sweeper,watcher",  # the test runs the ticker itself, to stop it for a while
             "--tick-interval",
             "2",
             "--lookahead",
@@ -349,3 +349,34 @@ def test_secret_header_values_reach_the_target_and_no_table_index_or_log_holds_t
     assert PLAIN in stored  # the scan reads what the engine holds
     for secret in (BEARER, BEARER.split()[1], MARKED):
         assert secret not in stored, f"{secret!r} is stored in plain text"
+
+
+def test_a_failing_job_tells_its_webhook_once_lists_the_event_and_pauses_itself(
+    local: Local, target: Target
+) -> None:
+    """Issue 32 through `tickwork local` (the watcher role over each engine's change feed): each failure is
+    an event, the first goes to the webhook signed (the rest of the window fold into its digest), and the
+    second failure in a row pauses the job with its reason."""
+    closed = f"http://127.0.0.1:{free_port()}/down"  # nothing listens: every call fails
+    alerts = {"auto_pause_after": 2, "channels": [{"kind": "webhook", "url": f"{target.url}/hook"}]}
+    policies = {"retry": {"max_attempts": 1}}
+    job_id = local.create("failing", closed, alerts=alerts, policies=policies)
+
+    def paused() -> bool:
+        return bool(local.call("GET", f"/jobs/{job_id}")[1]["state"] == "paused")
+
+    local.wait_for("the job paused by its failures", paused, 90)
+    status, job = local.call("GET", f"/jobs/{job_id}")
+    assert status == 200 and "2 failures in a row" in job["paused_reason"]
+    status, page = local.call("GET", f"/events?job_id={job_id}")
+    assert status == 200, page
+    kinds = [e["kind"] for e in page["items"]]
+    assert kinds.count("run_failed") >= 2 and "auto_paused" in kinds
+    local.wait_for("the webhook's message", lambda: any(c["path"] == "/hook" for c in target.calls), 30)
+    hooks = [c for c in target.calls if c["path"] == "/hook"]
+    first = next(e for e in reversed(page["items"]) if e["kind"] == "run_failed")
+    assert [c["run_id"] for c in hooks if c["run_id"] == first["id"]] == [first["id"]], "sent once, by key"
+    assert "X-Tickwork-Signature" in hooks[0]["headers"]
+    status, resumed = local.call("POST", f"/jobs/{job_id}/resume")
+    assert status == 200 and resumed["cleared_auto_pause"] == job["paused_reason"]
+    local.call("POST", f"/jobs/{job_id}/pause")

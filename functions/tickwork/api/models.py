@@ -17,11 +17,25 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    StrictBool,
     StrictFloat,
     StringConstraints,
 )
-from pydantic.config import JsonDict
+from pydantic.config import JsonDict, JsonValue
 
+from tickwork.domain.alert_rules import (
+    DEFAULT_WINDOW_SECONDS,
+    MAX_CHANNELS,
+    MAX_RULE_SECONDS,
+    MAX_WINDOW_SECONDS,
+    MIN_WINDOW_SECONDS,
+    NO_ALERTS,
+    AlertRules,
+    ChannelKind,
+    alerts_from_mapping,
+    alerts_to_mapping,
+)
+from tickwork.domain.alerts import JobEvent
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.jobs import (
     MAX_CALLBACK_TIMEOUT_SECONDS,
@@ -325,6 +339,159 @@ class PoliciesIn(RequestModel):
         )
 
 
+# --- alerts (domain/alert_rules.py) ------------------------------------------------------------------------
+
+# The domain's bounds (AlertRules.__post_init__), stated in the document; the domain checks them again.
+MAX_STREAK = 100  # failures_in_a_row, auto_pause_after: 1-100
+MIN_ANOMALY_FACTOR, MAX_ANOMALY_FACTOR = 1.5, 100.0
+RuleSeconds = Annotated[int, Strict(), Field(ge=1, le=MAX_RULE_SECONDS), _INTEGRAL]
+RuleDuration = Annotated[float, Strict(), Field(gt=0, le=MAX_RULE_SECONDS)]
+Streak = Annotated[int, Strict(), Field(ge=1, le=MAX_STREAK), _INTEGRAL]
+AnomalyFactor = Annotated[float, Strict(), Field(ge=MIN_ANOMALY_FACTOR, le=MAX_ANOMALY_FACTOR)]
+_RULE_SECONDS = f"above 0, at most {MAX_RULE_SECONDS:,} s (7 days); null: off."
+
+
+def _channel_schemas(*, checked: bool) -> list[JsonValue]:
+    """A channel's two shapes, as domain.alert_rules.parse_channel reads them. `checked` (a request): the
+    address as a target of the same kind states it (an http target's url, an sns target's topic_arn); an
+    answer's is a string (as a target's config in an answer is unconstrained)."""
+    configs = config_json_schemas()
+    text: JsonDict = {"type": "string"}
+    url = configs["http"]["properties"]["url"] if checked else text
+    topic_arn = configs["sns"]["properties"]["topic_arn"] if checked else text
+    return [
+        {
+            "type": "object",
+            "description": "webhook: a JSON POST of the event, signed with the owner's key like a run's "
+            'call; slack: a Slack-compatible incoming webhook (`{"text": ...}`). The URL is checked '
+            "as an http target's is (its address when a message is sent).",
+            "additionalProperties": False,
+            "required": ["kind", "url"],
+            "properties": {
+                "kind": {"type": "string", "enum": [str(ChannelKind.WEBHOOK), str(ChannelKind.SLACK)]},
+                "url": url,
+            },
+        },
+        {
+            "type": "object",
+            "description": "An SNS topic the event is published to (e.g. one with e-mail subscriptions); "
+            "with target grants configured, the topic must be granted to the owner (a 403 otherwise).",
+            "additionalProperties": False,
+            "required": ["kind", "topic_arn"],
+            "properties": {
+                "kind": {"type": "string", "const": str(ChannelKind.SNS)},
+                "topic_arn": topic_arn,
+            },
+        },
+    ]
+
+
+_CHANNELS_RULE = (
+    f'Where the events are sent, at most {MAX_CHANNELS}, none twice: `{{"kind": "webhook" or "slack", '
+    f'"url": ...}}` or `{{"kind": "sns", "topic_arn": ...}}`. No channel: the events are recorded, '
+    "nothing is sent."
+)
+
+
+class AlertsIn(RequestModel):
+    """What the job's owner is told about, and where. Every rule is off unless set, except failures and dead
+    letters; nothing is sent unless a channel is named."""
+
+    on_failure: StrictBool = Field(default=True, description="Tell when a run fails.")
+    on_dead_letter: StrictBool = Field(
+        default=True, description="Tell when a run fails from the dead-letter queue (its message was lost)."
+    )
+    on_skip: StrictBool = Field(
+        default=False,
+        description="Tell when a slot is recorded skipped (overlap policy) or missed (missed-fire policy).",
+    )
+    late_after_seconds: RuleSeconds | None = Field(
+        default=None,
+        description=f"Tell when a run starts later than this after its due time: {_RULE_SECONDS}",
+    )
+    deadline_seconds: RuleSeconds | None = Field(
+        default=None,
+        description="Tell when a run has not finished this long after its scheduled time (a dead-man's "
+        f"switch; a run cancelled or skipped is not late): {_RULE_SECONDS}",
+    )
+    duration_min_seconds: RuleDuration | None = Field(
+        default=None,
+        description="Tell when a finished run took less than this; below duration_max_seconds when both are "
+        f"set: {_RULE_SECONDS}",
+    )
+    duration_max_seconds: RuleDuration | None = Field(
+        default=None, description=f"Tell when a finished run took more than this: {_RULE_SECONDS}"
+    )
+    anomaly_factor: AnomalyFactor | None = Field(
+        default=None,
+        description=f"Tell when a finished run took this many times more (or less) than the median of the "
+        f"job's recent succeeded runs (once it has a few): {MIN_ANOMALY_FACTOR}-{MAX_ANOMALY_FACTOR:g}; "
+        "null: off.",
+    )
+    failures_in_a_row: Streak | None = Field(
+        default=None,
+        description=f"Tell when this many runs in a row have failed (once, at that count): 1-{MAX_STREAK}; "
+        "null: off.",
+    )
+    auto_pause_after: Streak | None = Field(
+        default=None,
+        description=f"Pause the job when this many runs in a row have failed, and tell: 1-{MAX_STREAK}; the "
+        "job's `paused_reason` says why, and the resume that clears it answers `cleared_auto_pause`. "
+        "null: off.",
+    )
+    window_seconds: Annotated[int, Strict(), _INTEGRAL] = Field(
+        default=DEFAULT_WINDOW_SECONDS,
+        ge=MIN_WINDOW_SECONDS,
+        le=MAX_WINDOW_SECONDS,
+        description="At most one message per rule per job in this window; what else happens in it is "
+        "counted into one digest.",
+    )
+    channels: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=MAX_CHANNELS,
+        description=_CHANNELS_RULE,
+        json_schema_extra={"items": {"oneOf": _channel_schemas(checked=True)}, "uniqueItems": True},
+    )
+
+    def to_rules(self) -> AlertRules:
+        """The domain's rules (its checks, with fields named `alerts.<field>`, `alerts.channels[i].<key>`);
+        whether a channel's address may be called is the service's to decide."""
+        value = self.model_dump(mode="json")
+        _check_storable(value, "alerts", 0)  # a duration DynamoDB cannot hold (below 1e-130)
+        return alerts_from_mapping(value)
+
+
+class AlertsOut(BaseModel):
+    """The job's rules as they are: every field, unset rules null."""
+
+    on_failure: bool
+    on_dead_letter: bool
+    on_skip: bool
+    late_after_seconds: int | None
+    deadline_seconds: int | None
+    duration_min_seconds: float | None
+    duration_max_seconds: float | None
+    anomaly_factor: float | None
+    failures_in_a_row: int | None
+    auto_pause_after: int | None
+    window_seconds: int
+    channels: list[dict[str, str]] = Field(
+        description="`{kind, url}` (webhook, slack) or `{kind, topic_arn}` (sns), as written.",
+        json_schema_extra={"items": {"oneOf": _channel_schemas(checked=False)}},
+    )
+
+    @classmethod
+    def of(cls, rules: AlertRules) -> AlertsOut:
+        return cls.model_validate(alerts_to_mapping(rules))
+
+
+_ALERTS_RULE = (
+    "What the job's owner is told about, and where: rules for failures, dead letters, skipped or "
+    "missed slots, late starts, deadlines, durations, failures in a row (and an auto-pause), and up to "
+    f"{MAX_CHANNELS} channels."
+)
+
+
 _TIMEOUT_RULE = (
     f"1-{MAX_TIMEOUT_SECONDS} s for completion response and delivery (an executor holds the call); up to "
     f"{MAX_CALLBACK_TIMEOUT_SECONDS:,} s (24 h) for completion callback and tracked, whose attempt outlives "
@@ -424,6 +591,11 @@ class JobCreate(RequestModel):
         "RequestResponse, tracked for stepfunctions and ecs, delivery for the rest.",
     )
     heartbeat_seconds: Heartbeat | None = Field(default=None, description=_HEARTBEAT_RULE)
+    alerts: AlertsIn | None = Field(
+        default=None,
+        description=f"{_ALERTS_RULE} Omitted (or null): the defaults (failures and dead letters on, no "
+        "channel: recorded, not sent).",
+    )
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -437,11 +609,13 @@ class JobCreate(RequestModel):
             retention_days=self.retention_days,
             completion=self.completion,
             heartbeat_seconds=self.heartbeat_seconds,
+            alerts=NO_ALERTS if self.alerts is None else self.alerts.to_rules(),
         )
 
     def fingerprint(self, secret_refs: Mapping[str, str] | None = None) -> str:
         """sha256 of the request with defaults filled in: equal requests give equal fingerprints. The
-        completion is left out when it is the target's default and the heartbeat when it is not given, so a
+        completion is left out when it is the target's default and the heartbeat and alerts when they are
+        not given, so a
         request that does not name them has the fingerprint it had before they existed (so is a concurrency
         key left out when there is none). Secret header values are replaced by `secret_refs`, the references
         the store gave them (equal for equal values): the fingerprint is stored, the values never are."""
@@ -458,6 +632,8 @@ class JobCreate(RequestModel):
             del body["completion"]
         if self.heartbeat_seconds is None:
             del body["heartbeat_seconds"]
+        if self.alerts is None:
+            del body["alerts"]
         if self.policies.concurrency is None:
             del body["policies"]["concurrency"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -526,8 +702,8 @@ class PoliciesPatchIn(RequestModel):
 
 class JobPatchIn(RequestModel):
     """Fields to change; omitted (or null) fields keep their value, except schedule.start_at / end_at where
-    null removes the bound, and heartbeat_seconds where null removes the heartbeat. `target` replaces the
-    whole target."""
+    null removes the bound, heartbeat_seconds where null removes the heartbeat, and alerts where null sets
+    the default rules back. `target` and `alerts` are replaced whole."""
 
     name: Name | None = None
     description: Description | None = None
@@ -549,8 +725,15 @@ class JobPatchIn(RequestModel):
     heartbeat_seconds: Heartbeat | None = Field(
         default=None, description=f"{_HEARTBEAT_RULE} Here null removes it; omitted, it stays."
     )
+    alerts: AlertsIn | None = Field(
+        default=None,
+        description=f"{_ALERTS_RULE} Replaces the rules and channels whole (a field not given takes its "
+        "default). Here null sets the defaults back (failures and dead letters on, no channel); omitted, "
+        "they stay.",
+    )
 
     def to_patch(self) -> JobPatch:
+        alerts = self.alerts
         return JobPatch(
             name=_given(self.name),
             description=_given(self.description),
@@ -563,6 +746,9 @@ class JobPatchIn(RequestModel):
             completion=_given(self.completion),
             heartbeat_seconds=self.heartbeat_seconds
             if "heartbeat_seconds" in self.model_fields_set
+            else UNSET,
+            alerts=(NO_ALERTS if alerts is None else alerts.to_rules())
+            if "alerts" in self.model_fields_set
             else UNSET,
         )
 
@@ -700,8 +886,13 @@ class JobOut(BaseModel):
         "(null: none)."
     )
     retention_days: int
+    alerts: AlertsOut = Field(description=_ALERTS_RULE)
     next_fire_at: datetime | None = Field(description="Next fire not yet planned (UTC, before jitter).")
     paused_at: datetime | None
+    paused_reason: str | None = Field(
+        description="Why Tickwork paused the job itself (alerts.auto_pause_after: failures in a row); null "
+        "when it is not paused or its owner paused it."
+    )
     resumed_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -726,8 +917,10 @@ def job_fields(job: Job) -> dict[str, Any]:
         "completion": job.completion,
         "heartbeat_seconds": job.heartbeat_seconds,
         "retention_days": job.retention_days,
+        "alerts": AlertsOut.of(job.alerts),
         "next_fire_at": job.next_fire_at,
         "paused_at": job.paused_at,
+        "paused_reason": job.paused_reason,
         "resumed_at": job.resumed_at,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
@@ -749,11 +942,16 @@ class PausedFiresOut(BaseModel):
 
 class ResumedJobOut(JobOut):
     paused_fires: PausedFiresOut
+    cleared_auto_pause: str | None = Field(
+        description="The auto-pause this resume cleared (the reason Tickwork paused the job for); null when "
+        "the owner had paused it, or the job was not paused."
+    )
 
     @classmethod
-    def of_resume(cls, job: Job, paused: PausedFires) -> ResumedJobOut:
+    def of_resume(cls, job: Job, paused: PausedFires, cleared_auto_pause: str | None = None) -> ResumedJobOut:
         return cls(
             **job_fields(job),
+            cleared_auto_pause=cleared_auto_pause,
             paused_fires=PausedFiresOut(
                 count=paused.count,
                 count_capped=paused.count_capped,
@@ -884,6 +1082,37 @@ class RunOut(BaseModel):
 
 class RunListOut(BaseModel):
     items: list[RunOut]
+    next_cursor: str | None
+
+
+class EventOut(BaseModel):
+    """Something that happened to a job that its owner is told about (docs/alerts.md)."""
+
+    id: str = Field(description="The event's dedupe key: a channel's message carries it as Idempotency-Key.")
+    kind: str = Field(
+        description="run_failed, run_dead_lettered, slot_skipped, slot_missed, run_late, deadline_missed, "
+        "duration_out_of_bounds, duration_anomaly, failures_in_a_row, auto_paused, resumed, "
+        "channel_unhealthy."
+    )
+    job_id: str
+    run_id: str | None = Field(description="The run it is about, if any.")
+    at: datetime = Field(description="When it happened (UTC).")
+    detail: str
+
+    @classmethod
+    def of(cls, event: JobEvent) -> EventOut:
+        return cls(
+            id=event.dedupe_key,
+            kind=str(event.kind),
+            job_id=event.job_id,
+            run_id=event.run_id,
+            at=event.at,
+            detail=event.detail,
+        )
+
+
+class EventListOut(BaseModel):
+    items: list[EventOut]
     next_cursor: str | None
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tickwork.api.models import JobCreate, ScheduleIn
 from tickwork.client.connection import ApiClient, ApiError
+from tickwork.domain.alert_rules import NO_ALERTS, alerts_to_mapping
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.secrets import REDACTED, is_credential_header
 
@@ -95,6 +96,8 @@ def load_file(path: Path) -> list[dict[str, Any]]:
         # A job that does not name its completion has its target's (as the API stores it), and no heartbeat.
         body["completion"] = str(spec.resolved_completion)
         body["heartbeat_seconds"] = spec.heartbeat_seconds
+        # Its alert rules as the API answers them (every field); a job that names none has the defaults.
+        body["alerts"] = alerts_to_mapping(spec.alerts)
         jobs.append(body)
     return jobs
 
@@ -113,6 +116,7 @@ def comparable(job: Mapping[str, Any]) -> dict[str, Any]:
         "retention_days": job["retention_days"],
         "completion": job.get("completion"),
         "heartbeat_seconds": job.get("heartbeat_seconds"),
+        "alerts": dict(job.get("alerts") or alerts_to_mapping(NO_ALERTS)),
     }
 
 

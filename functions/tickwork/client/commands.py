@@ -137,7 +137,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
     rows = [
         ("id", job["id"]),
         ("name", job["name"]),
-        ("state", job["state"]),
+        ("state", job["state"] + (f" ({job['paused_reason']})" if job.get("paused_reason") else "")),
         ("version", str(job["version"])),
         ("schedule", f"{schedule['expression']} ({schedule['timezone']}): {schedule['description']}"),
         ("next fire", str(job.get("next_fire_at") or "-")),
@@ -146,6 +146,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         ("timeout", f"{job['timeout_seconds']} s"),
         ("completion", completion_text(job)),
         ("concurrency", concurrency_text(job)),
+        ("alerts", json.dumps(job.get("alerts") or {})),
         ("tags", json.dumps(job["tags"])),
     ]
     for name, value in rows:

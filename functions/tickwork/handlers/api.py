@@ -38,6 +38,8 @@ from tickwork.api.models import (
     MIN_YEAR,
     BackfillIn,
     BackfillOut,
+    EventListOut,
+    EventOut,
     HealthOut,
     JobCreate,
     JobListOut,
@@ -475,7 +477,8 @@ def get_job(job_id: str, request: Request) -> Response[JobOut]:
     "/jobs/<job_id>",
     operation_id="updateJob",
     summary="Update a job",
-    description="Partial update: omitted fields keep their value; `target` and `tags` are replaced whole. A "
+    description="Partial update: omitted fields keep their value; `target`, `tags` and `alerts` are replaced "
+    "whole. A "
     "schedule change computes the next fire from now and plans fires within the lookahead at once. "
     f"{RUN_RULE}",
     tags=["jobs"],
@@ -538,7 +541,8 @@ def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respon
 def resume_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[ResumedJobOut]:
     owner = current_owner(request)
     result = jobs().resume(owner, job_id, expected_version(if_match, owner, job_id))
-    return job_response(ResumedJobOut.of_resume(result.job, result.paused_fires), result.job)
+    resumed = ResumedJobOut.of_resume(result.job, result.paused_fires, result.cleared_auto_pause)
+    return job_response(resumed, result.job)
 
 
 @router.get(
@@ -739,6 +743,32 @@ def list_failed_runs(
     _check_query_instant("from", start)
     page = runs().failed(owner, since=start, limit=limit, cursor=cursor)
     return json_response(RunListOut(items=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
+
+
+@router.get(
+    "/events",
+    operation_id="listEvents",
+    summary="List what happened to a job, or to all the caller's jobs",
+    description="Events (a run failed, started late, missed its deadline, a slot skipped, the job paused "
+    "itself...), newest first, kept as long as the job's runs. With `job_id`, that job's (404 for another "
+    "owner's); without, the caller's across their jobs. docs/alerts.md lists the kinds.",
+    tags=["runs"],
+    responses={
+        **ok(EventListOut, "A page of events."),
+        **problems.problem_responses(400, 404, 422),
+    },
+)
+def list_events(
+    request: Request,
+    job_id: Annotated[str | None, Query(min_length=1, max_length=200, description="Only this job's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Cursor = None,
+) -> Response[EventListOut]:
+    owner = current_owner(request)
+    page = components().event_reader().page(owner, job_id, limit, cursor)
+    return json_response(
+        EventListOut(items=[EventOut.of(e) for e in page.events], next_cursor=page.next_cursor)
+    )
 
 
 @router.get(
