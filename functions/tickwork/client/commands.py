@@ -796,6 +796,35 @@ def runs_failed(ctx: Context, since: str, limit: int) -> None:
     ctx.emit(page, lambda: _runs_table(page["items"]))
 
 
+# --- events --------------------------------------------------------------------------------------------
+
+
+@tickwork.command("events")
+@click.option("--job", "job_id", help="Only this job's events (default: across all your jobs).")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--cursor", help="The next page: the previous answer's next_cursor.")
+@click.pass_obj
+@api_call
+def events(ctx: Context, job_id: str | None, limit: int, cursor: str | None) -> None:
+    """What happened to your jobs, newest first: failures, late starts, missed deadlines, skipped slots,
+    auto-pauses (docs/alerts.md)."""
+    page = ctx.client.request(
+        "GET", "/events", query={"job_id": job_id, "limit": limit, "cursor": cursor}
+    ).body
+
+    def table() -> Table:
+        shown = Table()
+        for column in ("at", "kind", "job", "run", "detail"):
+            shown.add_column(column, overflow="fold")
+        for event in page["items"]:
+            shown.add_row(
+                str(event["at"]), event["kind"], event["job_id"], event.get("run_id") or "-", event["detail"]
+            )
+        return shown
+
+    ctx.emit(page, table)
+
+
 # --- preview ---------------------------------------------------------------------------------------------
 
 
