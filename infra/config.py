@@ -134,6 +134,10 @@ class DeploymentConfig:
     # ~30-60 ms in the function (one transaction, a few small writes), so 20 environments carry ~300-600/s:
     # the stage throttle (200/s, bursts of 400) binds first, and one bulk apply leaves others room.
     api_reserved_concurrency: int = 20
+    # The watcher (constructs/watcher.py): the runs stream's batches (one at a time per stream shard) and the
+    # minutely outbox pass share it. Above the stream's shard count its mapping never waits for an
+    # environment; below, a shard's batch waits (throttled, retried until the mapping's record age).
+    watcher_reserved_concurrency: int = 10
     # DynamoDB warm throughput (units per second) of the jobs and runs tables; None: DynamoDB's default start.
     jobs_warm_reads: int | None = None
     jobs_warm_writes: int | None = None
@@ -228,6 +232,7 @@ class DeploymentConfig:
             "ticker_reserved_concurrency": _int(1, 1000),
             "sweeper_reserved_concurrency": _int(1, 100),
             "api_reserved_concurrency": _int(1, 10_000),
+            "watcher_reserved_concurrency": _int(1, 1000),
             "jobs_warm_reads": _int(WARM_READ_MIN, 10_000_000),
             "jobs_warm_writes": _int(WARM_WRITE_MIN, 10_000_000),
             "runs_warm_reads": _int(WARM_READ_MIN, 10_000_000),

@@ -40,6 +40,36 @@ def suppress(stack: TickworkStack) -> None:
         ],
         apply_to_children=True,
     )
+    watcher = stack.watcher
+    NagSuppressions.add_resource_suppressions(
+        [watcher.function, watcher.schedule],
+        [
+            NagPackSuppression(
+                id=rule,
+                reason="The watcher's asynchronous invocations are its minutely schedule's `{}`: they carry "
+                "no work of their own (what is owed is in the events table's outbox index), so a failed or "
+                "undelivered one is redone by the next minute's. Its stream invocations are synchronous and "
+                "have their own on-failure queue; failures show in WatcherErrors and WatcherFailedBatches.",
+            )
+            for rule in (
+                "Serverless-LambdaDLQ",
+                "Serverless-LambdaAsyncFailureDestination",
+                "Serverless-EventBusDLQ",
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        watcher.failures,
+        [
+            NagPackSuppression(
+                id=rule,
+                reason="This is a dead-letter destination itself: the watcher's stream mapping describes "
+                "here the batches it gave up on (kept 14 days, WatcherFailedBatches alarms on any).",
+            )
+            for rule in ("AwsSolutions-SQS3", "Serverless-SQSRedrivePolicy")
+        ],
+    )
     NagSuppressions.add_resource_suppressions(
         stack.api.console_routes,
         [
@@ -124,12 +154,12 @@ def suppress(stack: TickworkStack) -> None:
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
-                reason="The schedules' role may invoke the ticker and the sweeper only; CDK's Scheduler "
-                "target adds `:*` for their versions and aliases. Only this deployment's schedule group may "
-                "assume it.",
+                reason="The schedules' role may invoke the ticker, the sweeper and the watcher only; CDK's "
+                "Scheduler target adds `:*` for their versions and aliases. Only this deployment's schedule "
+                "group may assume it.",
                 applies_to=[
                     RegexAppliesTo(
-                        regex=r"/^Resource::<Scheduler(Ticker|Sweeper)Function[0-9A-F]+\.Arn>:\*$/g"
+                        regex=r"/^Resource::<(Scheduler(Ticker|Sweeper)|Watcher)Function[0-9A-F]+\.Arn>:\*$/g"
                     )
                 ],
             )
@@ -153,6 +183,23 @@ def suppress(stack: TickworkStack) -> None:
                     RegexAppliesTo(
                         regex=r"/^Resource::arn:(<AWS::Partition>|aws[a-z-]*):(lambda|sqs|sns|events|states|ecs|iam):.*\*$/g"
                     )
+                ],
+            )
+        ],
+        apply_to_children=True,
+    )
+    watcher_role = watcher.function.role
+    assert watcher_role is not None
+    NagSuppressions.add_resource_suppressions(
+        watcher_role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="SNS channels of jobs' alert rules are user data, as SNS targets are: the watcher may "
+                "publish only to the topics the executor may (context `target_arns` or, by default, topics "
+                "named `<prefix>-target-*` in this account and region), sns:Publish only.",
+                applies_to=[
+                    RegexAppliesTo(regex=r"/^Resource::arn:(<AWS::Partition>|aws[a-z-]*):sns:.*\*$/g")
                 ],
             )
         ],

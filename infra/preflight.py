@@ -8,10 +8,11 @@ endpoint follows `AWS_ENDPOINT_URL` (botocore reads it; passed explicitly here t
 an emulator as well.
 
 Two refusals, exit code 2, each with what to do:
-- **Capacity.** The stack reserves concurrency for the executor (`size_executor`), ticker, sweeper and API.
-  Lambda refuses a reservation that leaves fewer than 100 concurrent executions unreserved, and CloudFormation
-  then rolls the deploy back at that function. The check reads `GetAccountSettings`, adds back what this
-  stack's functions already reserve (an update replaces them), and names the account quota to ask for.
+- **Capacity.** The stack reserves concurrency for the executor (`size_executor`), ticker, sweeper, API and
+  watcher. Lambda refuses a reservation that leaves fewer than 100 concurrent executions unreserved, and
+  CloudFormation then rolls the deploy back at that function. The check reads `GetAccountSettings`, adds back
+  what this stack's functions already reserve (an update replaces them), and names the account quota to ask
+  for.
 - **Prefix collision.** A table `<prefix>-jobs` (etc.) that exists but is not a resource of the CloudFormation
   stack `Tickwork-<prefix>` belongs to someone else: the deploy would fail on it (or, with a second stack,
   two deployments would share one name space). Choose another prefix.
@@ -45,7 +46,7 @@ EXIT_REFUSED = 2
 
 UNRESERVED_MINIMUM = 100  # Lambda keeps this many concurrent executions unreserved per account and region
 CONCURRENCY_QUOTA_CODE = "L-B99A9384"  # Service Quotas: AWS Lambda "Concurrent executions"
-FUNCTIONS = ("executor", "ticker", "sweeper", "api")
+FUNCTIONS = ("executor", "ticker", "sweeper", "api", "watcher")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +57,17 @@ class Reservations:
     ticker: int
     sweeper: int
     api: int
+    watcher: int
 
     @property
     def total(self) -> int:
-        return self.executor + self.ticker + self.sweeper + self.api
+        return self.executor + self.ticker + self.sweeper + self.api + self.watcher
 
     def describe(self) -> str:
-        return f"executor {self.executor} + ticker {self.ticker} + sweeper {self.sweeper} + API {self.api}"
+        return (
+            f"executor {self.executor} + ticker {self.ticker} + sweeper {self.sweeper} + API {self.api} "
+            f"+ watcher {self.watcher}"
+        )
 
 
 def reservations(config: DeploymentConfig) -> Reservations:
@@ -74,6 +79,7 @@ def reservations(config: DeploymentConfig) -> Reservations:
         ticker=config.ticker_reserved_concurrency or groups,
         sweeper=config.sweeper_reserved_concurrency,
         api=config.api_reserved_concurrency,
+        watcher=config.watcher_reserved_concurrency,
     )
 
 

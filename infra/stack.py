@@ -20,6 +20,7 @@ from infra.constructs.scheduler import Scheduler
 from infra.constructs.signing import SigningSecret
 from infra.constructs.storage import Storage
 from infra.constructs.targets import default_target_arns
+from infra.constructs.watcher import Watcher
 from tickwork.resources import ResourceNames
 
 
@@ -71,6 +72,7 @@ class TickworkStack(Stack):
             ticker_reserved_concurrency=config.ticker_reserved_concurrency,
             sweeper_reserved_concurrency=config.sweeper_reserved_concurrency,
         )
+        target_arns = config.target_arns or default_target_arns(config.prefix)
         self.executor = ExecutorFunction(
             self,
             "Executor",
@@ -79,7 +81,18 @@ class TickworkStack(Stack):
             dispatch=self.dispatch,
             signing_secret=self.signing.secret,
             sizing=self.sizing,
-            target_arns=config.target_arns or default_target_arns(config.prefix),
+            target_arns=target_arns,
+        )
+        self.watcher = Watcher(
+            self,
+            "Watcher",
+            factory=self.factory,
+            storage=self.storage,
+            scheduler=self.scheduler,
+            signing_secret=self.signing.secret,
+            target_arns=target_arns,
+            reserved_concurrency=config.watcher_reserved_concurrency,
+            production=config.production,
         )
         self.api = Api(
             self,
@@ -115,6 +128,8 @@ class TickworkStack(Stack):
                 sweeper=self.scheduler.sweeper,
                 executor=self.executor.function,
                 api=self.api.function,
+                watcher=self.watcher.function,
+                watcher_failures=self.watcher.failures,
                 http_api_id=self.api.http_api.api_id,
                 executor_reserved_concurrency=self.sizing.reserved_concurrency,
                 queues=self.dispatch.all_queues,

@@ -21,7 +21,7 @@ from constructs import Construct
 from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, DYNAMODB_WRITE, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
-from tickwork.resources import JOBS, REQUESTS, RUNS, SLOTS
+from tickwork.resources import EVENTS, JOBS, REQUESTS, RUNS, SLOTS
 
 CONSOLE_PATHS = ("/ui", "/ui/{file}")  # the web console's files: no data, no authorizer
 CONSOLE_RATE_LIMIT = 20  # requests/s over both routes' keys, each; a page load is four requests
@@ -124,6 +124,11 @@ class Api(Construct):
         # and a heartbeat moves the attempt's run lease and its concurrency slot's lease.
         callback_key.grant_read(self.function)
         allow(self.function, ("dynamodb:UpdateItem",), [storage.table(SLOTS).table_arn])
+        # GET /events: a job's events from the events table itself, an owner's across their jobs from the
+        # `by_owner` index (adapters/dynamodb/events.py); the watcher writes them.
+        events = storage.table(EVENTS)
+        allow(self.function, ("dynamodb:GetItem",), [events.table_arn])
+        allow(self.function, ("dynamodb:Query",), [events.table_arn, storage.index_arn(EVENTS, "by_owner")])
 
         authorizer: Any
         if jwt_issuer:

@@ -66,6 +66,8 @@ REPAIR_COUNTS = (
     "DispatchFailures",
     "PlanConflicts",
 )
+# The watcher (services/watching.py): messages to owners' channels.
+NOTIFICATION_COUNTS = ("NotificationsSent", "NotificationSendFailures")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class Monitored:
     sweeper: lambda_.Function
     executor: lambda_.Function
     api: lambda_.Function
+    watcher: lambda_.Function
+    watcher_failures: sqs.Queue  # the watcher's stream batches given up (its mapping's on-failure queue)
     http_api_id: str
     executor_reserved_concurrency: int
     queues: Sequence[sqs.Queue]
@@ -165,6 +169,7 @@ class Observability(Construct):
             "sweeper": self.m.sweeper,
             "executor": self.m.executor,
             "api": self.m.api,
+            "watcher": self.m.watcher,
         }
 
     def _queue_age(self, queues: Sequence[sqs.Queue], period: Duration) -> cw.IMetric:
@@ -452,6 +457,15 @@ class Observability(Construct):
                 "Executor invocations failed (a whole batch returns to its queue).",
             ),
             ("Api", self.m.api, FIVE_MINUTES, 1, 1, "API function invocations failed."),
+            (
+                "Watcher",
+                self.m.watcher,
+                MINUTE,
+                3,
+                2,
+                "Watcher invocations failed in 2 of 3 minutes (a stream batch is retried, split, then "
+                "given up to its on-failure queue; a minutely pass is redone by the next).",
+            ),
         ]
         for name, function, period, periods, datapoints, description in errors:
             self._alarm(
@@ -462,6 +476,15 @@ class Observability(Construct):
                 periods=periods,
                 datapoints=datapoints,
             )
+        self._alarm(
+            "WatcherFailedBatches",
+            self.m.watcher_failures.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=MINUTE
+            ),
+            1,
+            "The watcher gave up on a batch of run changes: their events were not recorded nor sent. The "
+            "runs stream keeps the records 24 h from their write.",
+        )
         self._alarm(
             "Api5xx",
             cw.Metric(
@@ -591,5 +614,26 @@ class Observability(Construct):
                 width=third,
             ),
             cw.GraphWidget(title="DynamoDB throttles", left=[self._dynamodb_throttles(MINUTE)], width=third),
+        )
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Notifications to owners' channels per minute",
+                left=[self.metric(n) for n in NOTIFICATION_COUNTS],
+                width=third,
+            ),
+            cw.GraphWidget(
+                title="Watcher: age of the run changes it reads (ms)",
+                left=[self.m.watcher.metric("IteratorAge", statistic="Maximum", period=MINUTE)],
+                width=third,
+            ),
+            cw.GraphWidget(
+                title="Watcher: batches given up",
+                left=[
+                    self.m.watcher_failures.metric_approximate_number_of_messages_visible(
+                        statistic="Maximum", period=MINUTE
+                    )
+                ],
+                width=third,
+            ),
         )
         board.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=wide))

@@ -16,6 +16,9 @@ without code changes.
 Reservations. The ticker reserves one concurrent execution per shard group by default (the groups start
 together and end within the minute), the sweeper a small fixed number: neither shares the account's
 unreserved pool with Lambda targets, and neither can take more than its share.
+
+Other minutely functions (the watcher's outbox pass, constructs/watcher.py) get their schedule here too
+(`every_minute`): one schedule group per deployment, one role that invokes them.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ class Scheduler(Construct):
         self.invoke_role = iam.Role(
             self,
             "InvokeRole",
-            description="Lets this deployment's schedules invoke the ticker and the sweeper",
+            description="Lets this deployment's schedules invoke its minutely functions",
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com",
                 conditions={
@@ -105,7 +108,8 @@ class Scheduler(Construct):
             ),
         )
         self.ticker_schedules = [
-            self._every_minute(
+            self.every_minute(
+                self,
                 f"TickerSchedule{number}",
                 f"Tickwork ticker, shards {group[0]}..{group[-1]}",
                 self.ticker,
@@ -113,18 +117,26 @@ class Scheduler(Construct):
             )
             for number, group in enumerate(self.groups)
         ]
-        self.sweeper_schedule = self._every_minute(
+        self.sweeper_schedule = self.every_minute(
+            self,
             "SweeperSchedule",
             "Tickwork sweeper",
             self.sweeper,
             {"time": scheduler.ContextAttribute.scheduled_time},
         )
 
-    def _every_minute(
-        self, construct_id: str, description: str, function: lambda_.Function, payload: dict[str, object]
+    def every_minute(
+        self,
+        scope: Construct,
+        construct_id: str,
+        description: str,
+        function: lambda_.Function,
+        payload: dict[str, object],
     ) -> scheduler.Schedule:
+        """A schedule at second :00 of every minute in this deployment's group, invoking `function`
+        asynchronously with `payload` through the group's role."""
         return scheduler.Schedule(
-            self,
+            scope,
             construct_id,
             description=description,
             schedule_group=self.group,

@@ -32,7 +32,8 @@ def warm_throughput(units: WarmUnits) -> dynamodb.WarmThroughput | None:
 class Storage(Construct):
     """One on-demand table per `TableDef`, encrypted with the deployment's key, with point-in-time recovery in
     every environment. Production also keeps the data: RETAIN and deletion protection. `warm` pre-warms a
-    table (and its indexes, which throttle on their own) by logical name."""
+    table (and its indexes, which throttle on their own) by logical name. A table with a `change_feed` has a
+    stream of its old and new items (the runs table's feeds the watcher, constructs/watcher.py)."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class Storage(Construct):
             encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
             encryption_key=self._key,
             time_to_live_attribute=definition.ttl_attribute,
+            stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES if definition.change_feed else None,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
@@ -100,5 +102,17 @@ class Storage(Construct):
 
     def index_arns(self, definition: TableDef) -> list[str]:
         """Each index's own ARN (no `index/*` wildcard in policies)."""
-        table = self.table(definition)
-        return [f"{table.table_arn}/index/{index.name}" for index in definition.indexes]
+        return [self.index_arn(definition, index.name) for index in definition.indexes]
+
+    def index_arn(self, definition: TableDef, name: str) -> str:
+        """One index's ARN, by its name in the definition."""
+        if name not in {index.name for index in definition.indexes}:
+            raise ValueError(f"table {definition.logical_name} has no index {name!r}")
+        return f"{self.table(definition).table_arn}/index/{name}"
+
+    def stream_arn(self, definition: TableDef) -> str:
+        """The table's stream (its `change_feed`)."""
+        arn = self.table(definition).table_stream_arn
+        if not definition.change_feed or arn is None:
+            raise ValueError(f"table {definition.logical_name} has no change feed")
+        return arn

@@ -35,8 +35,8 @@ def _functions(synth: Synth) -> dict[str, dict[str, Any]]:
 def test_the_default_stack_fits_a_default_account(default: Synth) -> None:
     reserved = sum(p["ReservedConcurrentExecutions"] for p in _functions(default).values())
     # Executor (10 queues x 2 pollers x 10, plus the long-call lane's 2 x 10), ticker (16 shard groups of
-    # one), sweeper, API.
-    assert reserved == 200 + 20 + 16 + 2 + 20
+    # one), sweeper, API, watcher.
+    assert reserved == 200 + 20 + 16 + 2 + 20 + 10
     assert reserved + UNRESERVED_MINIMUM <= DEFAULT_ACCOUNT_QUOTA
 
 
@@ -49,6 +49,8 @@ def test_every_function_has_its_own_reservation(fixture: str, request: pytest.Fi
     assert functions["ticker"]["ReservedConcurrentExecutions"] == groups
     assert functions["sweeper"]["ReservedConcurrentExecutions"] == config.sweeper_reserved_concurrency == 2
     assert functions["api"]["ReservedConcurrentExecutions"] == config.api_reserved_concurrency == 20
+    assert functions["watcher"]["ReservedConcurrentExecutions"] == config.watcher_reserved_concurrency == 10
+    assert set(functions) == {"executor", "ticker", "sweeper", "api", "watcher"}
 
 
 def test_production_states_its_cap_explicitly() -> None:
@@ -69,6 +71,7 @@ def test_production_states_its_cap_explicitly() -> None:
         ({"executor_min_pollers": "5", "executor_max_pollers": "4"}, "below executor_min_pollers"),
         ({"jobs_warm_writes": "100"}, "jobs_warm_writes=100 is outside"),
         ({"api_reserved_concurrency": "0"}, "api_reserved_concurrency=0 is outside"),
+        ({"watcher_reserved_concurrency": "0"}, "watcher_reserved_concurrency=0 is outside"),
     ],
 )
 def test_capacity_context_is_validated_by_name(context: dict[str, Any], message: str) -> None:
@@ -178,12 +181,18 @@ def test_a_named_warm_throughput_wins_over_the_cap() -> None:
 
 def test_only_the_executor_may_loop_through_its_own_queues(default: Synth) -> None:
     loops = {name: p["RecursiveLoop"] for name, p in _functions(default).items()}
-    assert loops == {"executor": "Allow", "ticker": "Terminate", "sweeper": "Terminate", "api": "Terminate"}
+    assert loops == {
+        "executor": "Allow",
+        "ticker": "Terminate",
+        "sweeper": "Terminate",
+        "api": "Terminate",
+        "watcher": "Terminate",
+    }
 
 
 def test_every_function_is_traced(default: Synth) -> None:
     assert {name: p["TracingConfig"] for name, p in _functions(default).items()} == {
-        name: {"Mode": "Active"} for name in ("executor", "ticker", "sweeper", "api")
+        name: {"Mode": "Active"} for name in ("executor", "ticker", "sweeper", "api", "watcher")
     }
 
 

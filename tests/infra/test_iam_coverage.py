@@ -46,13 +46,15 @@ from tests.infra.conftest import Synth, as_list, policy_statements
 from tickwork.adapters.secrets import header_secrets_prefix
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
+from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage, queue_index
 from tickwork.domain.jobs import JobSpec
-from tickwork.domain.models import Run, RunState
+from tickwork.domain.models import Run, RunState, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import Invocation, validate_target
-from tickwork.handlers import executor, runtime, sweeper, ticker
+from tickwork.handlers import executor, runtime, sweeper, ticker, watcher
+from tickwork.resources import RUNS
 from tickwork.services.executing import Executor, ExecutorConfig
 
 REGION = "us-east-1"
@@ -356,7 +358,8 @@ def performed(calls: Sequence[Call], prefix: str) -> set[Need]:
 class _Hook(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.send_response(500 if self.path.endswith("/fail") else 204)
+        status = 500 if self.path.endswith("/fail") else 404 if self.path.endswith("/gone") else 204
+        self.send_response(status)
         self.end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -365,7 +368,7 @@ class _Hook(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hook_url() -> Iterator[str]:
-    """A loopback HTTP target: `<url>/ok` answers 204, `<url>/fail` 500."""
+    """A loopback HTTP target: `<url>/ok` answers 204, `<url>/fail` 500 (retried), `<url>/gone` 404 (not)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -756,6 +759,118 @@ def test_the_sweeper_role_grants_every_operation_of_repairs_and_the_dead_letter_
     assert {("sqs:ReceiveMessage", dlq), ("sqs:DeleteMessage", dlq)} <= done
     assert ("dynamodb:Query", _arn("dynamodb", f"table/{prefix}-runs/index/open_runs")) in done
     assert missing_grants(default, "sweeper", recorder.calls) == []
+
+
+def stream_records(parts: Components) -> list[dict[str, Any]]:
+    """The runs table's stream on moto, as its event source mapping hands the records to the watcher."""
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    arn = dynamodb.describe_table(TableName=NAMES.table(RUNS))["Table"]["LatestStreamArn"]
+    streams = boto3.client("dynamodbstreams", region_name=REGION)
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records.extend(streams.get_records(ShardIterator=iterator)["Records"])
+    return records
+
+
+def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing(
+    base: Components, default: Synth, hook_url: str, secret_arn: str
+) -> None:
+    """Two late runs that fail in a row, of a job whose rules pause it at the second: events recorded, one
+    message per channel (a webhook, one that fails and is retried, one that is gone, an SNS topic), the
+    rest folded into a digest, the job paused (its planned runs' views rewritten); then the minutely pass:
+    the retry, the digests, and the deadline timers of the runs still planned."""
+    topic = boto3.client("sns", region_name=REGION).create_topic(Name=f"{NAMES.prefix}-target-alerts")[
+        "TopicArn"
+    ]
+    rules = AlertRules(
+        late_after_seconds=1,
+        deadline_seconds=60,
+        auto_pause_after=2,
+        window_seconds=300,  # the second run's lateness and failure are folded into digests
+        channels=(
+            Channel(ChannelKind.WEBHOOK, f"{hook_url}/ok"),
+            Channel(ChannelKind.WEBHOOK, f"{hook_url}/fail"),
+            Channel(ChannelKind.SLACK, f"{hook_url}/gone"),
+            Channel(ChannelKind.SNS, topic),
+        ),
+    )
+    job = base.job_service().create(
+        OWNER,
+        JobSpec(
+            name="watched",
+            schedule=parse_schedule("* * * * *"),  # its next fires are planned at once: pausing rewrites them
+            target=validate_target("http", {"url": f"{hook_url}/ok"}),
+            alerts=rules,
+        ),
+    )
+    assert base.store.claimable_runs(job.job_id, ANCHOR), "no planned run for the pause to rewrite"
+    for minutes in (3, 2):  # two fires before now, each started late and failed
+        fire = ANCHOR.replace(second=0) - timedelta(minutes=minutes)
+        run = Run.for_fire(job, fire, now=fire, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+        base.store.restore_runs([run])
+        running = replace(run, state=RunState.RUNNING, attempt=1, started_at=fire + timedelta(seconds=5))
+        running = replace(running, start_delay_ms=5000)
+        base.store.transition_run(run, running)
+        failed = replace(
+            running, state=RunState.FAILED, finished_at=fire + timedelta(seconds=8), reason="HTTP 500"
+        )
+        base.store.transition_run(running, failed)
+    records = stream_records(base)
+    recorder = Recorder()
+    parts = recording_components(base, recorder, signing_secret="", signing_secret_arn=secret_arn)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+
+    with recorder.recording():
+        parts.clock.set(ANCHOR)
+        streamed = watcher.handler({"Records": records}, LambdaContext())
+        parts.clock.set(ANCHOR + timedelta(minutes=20))  # past every window, retry and deadline
+        scheduled = watcher.handler({}, LambdaContext())
+
+    observed, first, later = streamed["observed"], streamed["delivered"], scheduled["delivered"]
+    assert observed["kinds"].keys() >= {"run_late", "run_failed", "auto_paused"}, observed
+    assert observed["timers"] >= 3, observed  # the two past runs and the planned ones
+    assert first["sent"] >= 2 and first["failed_sends"] >= 2, first  # /ok and SNS; /fail and /gone
+    assert later["digests"] >= 1 and later["events"] >= 1, (
+        later
+    )  # the runs still planned missed their deadline
+    assert base.store.get_job(job.job_id).state.value == "paused"  # type: ignore[union-attr]
+    prefix = default.stack.config.prefix
+    done = performed(recorder.calls, prefix)
+    events = _arn("dynamodb", f"table/{prefix}-events")
+    runs = _arn("dynamodb", f"table/{prefix}-runs")
+    jobs = _arn("dynamodb", f"table/{prefix}-jobs")
+    assert {
+        ("sns:Publish", deployed(("sns:Publish", topic), prefix)[1]),
+        ("dynamodb:Query", f"{events}/index/outbox"),
+        ("dynamodb:PutItem", events),  # a timer, a retry, a channel's health
+        ("dynamodb:DeleteItem", events),  # a message sent, a timer spent
+        ("dynamodb:Query", runs),  # the streak, and the pause's claimable runs
+        ("dynamodb:GetItem", runs),  # a run at its deadline
+        ("dynamodb:UpdateItem", jobs),  # the auto-pause
+        ("dynamodb:UpdateItem", runs),  # the pause rewrites its planned runs' views
+    } <= done, done
+    assert any(action == "secretsmanager:GetSecretValue" for action, _ in done)
+    assert missing_grants(default, "watcher", recorder.calls) == []
+
+
+def test_the_api_role_grants_reading_events(base: Components, default: Synth) -> None:
+    """GET /events: a job's events (the table) and an owner's (the `by_owner` index), as the API's event log
+    reads them."""
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    with recorder.recording():
+        assert parts.event_log.job_events("job_1", 10, None) == ([], None)
+        assert parts.event_log.owner_events(OWNER, 10, None) == ([], None)
+    prefix = default.stack.config.prefix
+    events = _arn("dynamodb", f"table/{prefix}-events")
+    assert {("dynamodb:Query", events), ("dynamodb:Query", f"{events}/index/by_owner")} <= performed(
+        recorder.calls, prefix
+    )
+    assert missing_grants(default, "api", recorder.calls) == []
 
 
 def test_a_missing_grant_is_reported_with_its_resource(base: Components, default: Synth) -> None:

@@ -60,31 +60,41 @@ def _single(props: dict[str, Any]) -> Signal:
 # index-level throttles ---------------------------------------------------------------------------------
 
 
+def _group(synth: Synth, name: str) -> list[dict[str, Any]]:
+    """A sum alarm split in groups of at most 10 metrics (`name`, `name1`, ...): each group's properties."""
+    names = [n for n in synth.stack.observability.alarms if re.fullmatch(rf"{name}[0-9]*", n)]
+    assert name in names
+    return [_alarm(synth, n) for n in sorted(names)]
+
+
 def test_index_throttles_cover_every_global_secondary_index(default: Synth) -> None:
-    props = _alarm(default, "DynamoDbIndexThrottles")
     tables = {
         json.dumps(_ref(default, default.stack.storage.table(d)), sort_keys=True): d.logical_name
         for d in TABLES
     }
-    watched = set()
-    for namespace, metric, dims in _signals(props):
-        assert namespace == "AWS/DynamoDB"
-        by_name = dict(dims)
-        watched.add((tables[by_name["TableName"]], json.loads(by_name["GlobalSecondaryIndexName"]), metric))
     expected = {
         (t.logical_name, i.name, f"{kind}ThrottleEvents")
         for t in TABLES
         for i in t.indexes
         for kind in ("Read", "Write")
     }
-    assert expected and watched == expected
-    assert props["Threshold"] == 1 and props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    (expression,) = [q["Expression"] for q in props["Metrics"] if "Expression" in q]
-    assert expression.count("FILL(") == len(expected)
+    watched: list[tuple[str, str, str]] = []
+    for props in _group(default, "DynamoDbIndexThrottles"):
+        signals = _signals(props)
+        assert len(signals) <= 10  # CloudWatch's limit for one alarm's metric math
+        for namespace, metric, dims in signals:
+            assert namespace == "AWS/DynamoDB"
+            by_name = dict(dims)
+            table, index = tables[by_name["TableName"]], json.loads(by_name["GlobalSecondaryIndexName"])
+            watched.append((table, index, metric))
+        assert props["Threshold"] == 1 and props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        (expression,) = [q["Expression"] for q in props["Metrics"] if "Expression" in q]
+        assert expression.count("FILL(") == len(signals)
+    assert expected and sorted(watched) == sorted(expected)  # each index once, in one group
 
 
 def test_the_table_throttle_alarm_still_watches_the_tables_only(default: Synth) -> None:
-    dims = [dict(d) for _, _, d in _signals(_alarm(default, "DynamoDbThrottles"))]
+    dims = [dict(d) for props in _group(default, "DynamoDbThrottles") for _, _, d in _signals(props)]
     assert len(dims) == 2 * len(TABLES)
     assert all(set(d) == {"TableName"} for d in dims)
 
@@ -94,7 +104,12 @@ def test_the_table_throttle_alarm_still_watches_the_tables_only(default: Synth) 
 
 @pytest.mark.parametrize(
     ("name", "function", "period"),
-    [("ExecutorErrors", "executor", 300), ("SweeperErrors", "sweeper", 60), ("ApiErrors", "api", 300)],
+    [
+        ("ExecutorErrors", "executor", 300),
+        ("SweeperErrors", "sweeper", 60),
+        ("ApiErrors", "api", 300),
+        ("WatcherErrors", "watcher", 60),
+    ],
 )
 def test_function_errors_alarm(default: Synth, name: str, function: str, period: int) -> None:
     props = _alarm(default, name)
@@ -153,6 +168,28 @@ def test_concurrency_alarm_is_at_90_percent_of_the_reservation(
     assert props["Statistic"] == "Maximum" and props["ComparisonOperator"] == "GreaterThanThreshold"
 
 
+def test_the_watchers_failed_batches_alarm_reads_its_on_failure_queue(default: Synth) -> None:
+    props = _alarm(default, "WatcherFailedBatches")
+    queue = default.stack.watcher.failures
+    assert _single(props) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        _dimensions(
+            [{"Name": "QueueName", "Value": {"Fn::GetAtt": [_ref(default, queue)["Ref"], "QueueName"]}}]
+        ),
+    )
+    assert props["Statistic"] == "Maximum" and props["Period"] == 60
+    assert props["Threshold"] == 1 and props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The alarm watches the queue the stream mapping gives up to.
+    (mapping,) = [
+        m["Properties"]
+        for m in default.resources("AWS::Lambda::EventSourceMapping").values()
+        if "DestinationConfig" in m["Properties"]
+    ]
+    destination = mapping["DestinationConfig"]["OnFailure"]["Destination"]
+    assert destination == {"Fn::GetAtt": [_ref(default, queue)["Ref"], "Arn"]}
+
+
 def test_oldest_overdue_run_alarm(default: Synth) -> None:
     props = _alarm(default, "OldestOverdueRun")
     assert _single(props) == (
@@ -200,5 +237,12 @@ def test_emulator_alarms_are_single_metric_and_cover_the_same_signals(
     emulated = {_single(a["Properties"]) for a in single}
     assert emulated == aws
     # The new alarms are there under their own names.
-    for name in ("DynamoDbIndexThrottles", "ExecutorErrors", "Api5xx", "OldestOverdueRun"):
+    for name in (
+        "DynamoDbIndexThrottles",
+        "ExecutorErrors",
+        "Api5xx",
+        "OldestOverdueRun",
+        "WatcherErrors",
+        "WatcherFailedBatches",
+    ):
         assert any(n == name or n.startswith(f"{name}-") for n in emulator.stack.observability.alarms), name

@@ -29,6 +29,7 @@ from infra.preflight import (
     run,
 )
 
+from tests.infra.conftest import Synth
 from tickwork.adapters.dynamodb.provision import ensure_tables
 from tickwork.resources import TABLES, ResourceNames
 
@@ -131,8 +132,9 @@ def test_the_development_default_fits_a_default_account(moto: None, cdk_json: Pa
         code, output = _run([], cdk_json, client)
     assert code == EXIT_OK, output
     # executor 220 (10 queues x 2 pollers x 10, the long-call lane's 2 x 10) + ticker 16 groups + sweeper 2 +
-    # API 20
-    assert "reserves 258 concurrent executions" in output
+    # API 20 + watcher 10
+    assert "reserves 268 concurrent executions" in output
+    assert "+ watcher 10" in output
 
 
 def test_a_production_cap_that_cannot_fit_is_refused_with_the_quota_to_ask_for(
@@ -141,15 +143,15 @@ def test_a_production_cap_that_cannot_fit_is_refused_with_the_quota_to_ask_for(
     for client in _lambda(quota=1000, unreserved=1000):
         code, output = _run(["-c", "production=true", "-c", "concurrency_cap=10000"], cdk_json, client)
     assert code == EXIT_REFUSED
-    # 1,000 + 1,000 (the long-call lane: a tenth of the cap, one per invocation) + 16 + 2 + 20 = 2,038
-    # reserved, 100 unreserved: 2,138
-    assert "reserves 2038 concurrent executions" in output
-    assert "quota of at least 2138" in output and "L-B99A9384" in output
+    # 1,000 + 1,000 (the long-call lane: a tenth of the cap, one per invocation) + 16 + 2 + 20 + 10 = 2,048
+    # reserved, 100 unreserved: 2,148
+    assert "reserves 2048 concurrent executions" in output
+    assert "quota of at least 2148" in output and "L-B99A9384" in output
 
 
 def test_an_update_counts_what_the_stack_already_reserves(moto: None, cdk_json: Path) -> None:
-    own = {"executor": 220, "ticker": 16, "sweeper": 2, "api": 20}
-    for client in _lambda(quota=400, unreserved=142, own=own):  # 400 - 258 already reserved by this stack
+    own = {"executor": 220, "ticker": 16, "sweeper": 2, "api": 20, "watcher": 10}
+    for client in _lambda(quota=400, unreserved=132, own=own):  # 400 - 268 already reserved by this stack
         code, output = _run([], cdk_json, client)
     assert code == EXIT_OK, output
 
@@ -158,7 +160,7 @@ def test_other_reservations_in_the_account_count(moto: None, cdk_json: Path) -> 
     for client in _lambda(quota=1000, unreserved=300):  # 700 reserved by other functions
         code, output = _run([], cdk_json, client)
     assert code == EXIT_REFUSED
-    assert "quota of at least 1058" in output  # 1,000 + 258 - (300 - 100)
+    assert "quota of at least 1068" in output  # 1,000 + 268 - (300 - 100)
 
 
 def test_headroom_for_lambda_targets_is_kept_unreserved(moto: None, cdk_json: Path) -> None:
@@ -188,7 +190,31 @@ def test_production_without_an_explicit_cap_is_refused(cdk_json: Path, tmp_path:
 def test_reservations_match_what_the_stack_reserves() -> None:
     config = DeploymentConfig(concurrency_cap=10_000, shard_count=10, ticker_shards_per_invocation=3)
     wanted = reservations(config)
-    assert (wanted.executor, wanted.ticker, wanted.sweeper, wanted.api) == (1000 + 1000, 4, 2, 20)
+    assert (wanted.executor, wanted.ticker, wanted.sweeper, wanted.api, wanted.watcher) == (
+        1000 + 1000,
+        4,
+        2,
+        20,
+        10,
+    )
+
+
+@pytest.mark.parametrize("fixture", ["default", "production"])
+def test_preflight_counts_every_function_the_stack_reserves_for(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    prefix = synth.stack.config.prefix
+    reserved = {
+        f["Properties"]["FunctionName"].removeprefix(f"{prefix}-"): f["Properties"][
+            "ReservedConcurrentExecutions"
+        ]
+        for f in synth.resources("AWS::Lambda::Function").values()
+    }
+    wanted = reservations(synth.stack.config)
+    assert set(reserved) == set(FUNCTIONS)
+    assert reserved == {name: getattr(wanted, name) for name in FUNCTIONS}
+    assert wanted.total == sum(reserved.values())
 
 
 def test_context_is_cdk_json_overridden_by_the_command_line(cdk_json: Path) -> None:

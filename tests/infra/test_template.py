@@ -32,6 +32,7 @@ HANDLERS = {
     "sweeper": "tickwork.handlers.sweeper.handler",
     "executor": "tickwork.handlers.executor.handler",
     "api": "tickwork.handlers.api.handler",
+    "watcher": "tickwork.handlers.watcher.handler",
 }
 
 
@@ -150,7 +151,8 @@ def test_dispatch_queues_redrive_to_the_dlq_after_max_receive_count(default: Syn
         "maxReceiveCount": DISPATCH.max_receive_count,
     }
     assert long_calls["VisibilityTimeout"] == DISPATCH.visibility_timeout_seconds
-    assert len(default.resources("AWS::SQS::Queue")) == 12  # 10 dispatch, the long-call queue, the DLQ
+    # 10 dispatch, the long-call queue, the DLQ, the watcher's on-failure queue
+    assert len(default.resources("AWS::SQS::Queue")) == 13
 
 
 def test_visibility_timeout_exceeds_the_executor_timeout(default: Synth) -> None:
@@ -159,7 +161,7 @@ def test_visibility_timeout_exceeds_the_executor_timeout(default: Synth) -> None
 
 def test_queues_refuse_unencrypted_transport(default: Synth) -> None:
     policies = default.resources("AWS::SQS::QueuePolicy").values()
-    assert len(policies) == 12
+    assert len(policies) == len(default.resources("AWS::SQS::Queue")) == 13
     for policy in policies:
         (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
         assert statement["Effect"] == "Deny"
@@ -187,7 +189,7 @@ def test_every_function_has_its_own_role(default: Synth) -> None:
     roles = [
         f["Properties"]["Role"]["Fn::GetAtt"][0] for f in default.resources("AWS::Lambda::Function").values()
     ]
-    assert len(set(roles)) == len(roles) == 4
+    assert len(set(roles)) == len(roles) == len(HANDLERS) == 5
     for role in default.resources("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]
 
@@ -227,7 +229,12 @@ def test_event_source_mappings_share_the_reserved_concurrency(
     synth: Synth = request.getfixturevalue(fixture)
     config = synth.stack.config
     sizing = size_executor(config.concurrency_cap, config.queue_count, config.executor_batch_size)
-    every_mapping = list(synth.resources("AWS::Lambda::EventSourceMapping").values())
+    executor_id = _logical_id(synth, "AWS::Lambda::Function", FunctionName=f"{config.prefix}-executor")
+    every_mapping = [
+        m
+        for m in synth.resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": executor_id}
+    ]
     [long_calls] = [m for m in every_mapping if m["Properties"]["BatchSize"] == 1]
     mappings = [m for m in every_mapping if m is not long_calls]
     assert len(mappings) == config.queue_count
@@ -317,7 +324,7 @@ def test_only_the_deployments_schedules_may_invoke_its_functions(default: Synth)
 
 def test_scheduled_functions_do_not_retry_into_the_next_minute(default: Synth) -> None:
     configs = list(default.resources("AWS::Lambda::EventInvokeConfig").values())
-    assert len(configs) == 2
+    assert len(configs) == 3  # the ticker, the sweeper and the watcher
     for config in configs:
         assert config["Properties"]["MaximumRetryAttempts"] == 0
     assert _function(default, "ticker")["Properties"]["Timeout"] < 60
@@ -368,12 +375,21 @@ def test_data_actions_are_scoped_to_the_stacks_tables_and_queues(
                     assert resource["Fn::Join"][1][-1] == f":{synth.stack.config.prefix}-target-*"
 
 
-def test_only_the_api_deletes_and_only_the_sweeper_reads_the_dlq(default: Synth) -> None:
+def test_only_the_api_deletes_jobs_only_the_watcher_deletes_events_and_only_the_sweeper_reads_the_dlq(
+    default: Synth,
+) -> None:
     roles = {name: _function(default, name)["Properties"]["Role"]["Fn::GetAtt"][0] for name in HANDLERS}
-    by_role: dict[str, set[str]] = {}
+    tables = {
+        _logical_id(default, "AWS::DynamoDB::Table", TableName=f"tickwork-{t.logical_name}"): t.logical_name
+        for t in TABLES
+    }
+    deleters: dict[str, set[str]] = {}
     for role, statement in _statements(default):
-        by_role.setdefault(role, set()).update(_as_list(statement["Action"]))
-    assert {r for r, actions in by_role.items() if "dynamodb:DeleteItem" in actions} == {roles["api"]}
+        if "dynamodb:DeleteItem" in _as_list(statement["Action"]):
+            for resource in _as_list(statement["Resource"]):
+                deleters.setdefault(tables[resource["Fn::GetAtt"][0]], set()).add(role)
+    # A job is deleted by its owner (the API); sent messages and spent deadline timers by the watcher.
+    assert deleters == {"jobs": {roles["api"]}, "events": {roles["watcher"]}}
     dlq_id = _logical_id(default, "AWS::SQS::Queue", QueueName="tickwork-dispatch-dlq")
     readers = {
         role
@@ -390,7 +406,8 @@ def test_only_the_api_deletes_and_only_the_sweeper_reads_the_dlq(default: Synth)
         if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
             for resource in _as_list(statement["Resource"]):
                 secret_readers.setdefault(resource.get("Ref", ""), set()).add(role)
-    assert secret_readers[signing_id] == {roles["executor"]}
+    # The watcher signs its webhook messages as the executor signs target calls.
+    assert secret_readers[signing_id] == {roles["executor"], roles["watcher"]}
     assert secret_readers[callback_id] == {roles["executor"], roles["api"]}
 
 
@@ -509,6 +526,8 @@ ALARMS = {
     "ExecutorDurationNearTimeout": ({"Duration"}, 720_000, "GreaterThanThreshold"),
     "ExecutorConcurrencyNearCap": ({"ConcurrentExecutions"}, 0.9 * _DEFAULT_RESERVED, "GreaterThanThreshold"),
     "OldestOverdueRun": ({"OldestOverdueRunAge"}, 900, "GreaterThanThreshold"),
+    "WatcherErrors": ({"Errors"}, 1, "GreaterThanOrEqualToThreshold"),
+    "WatcherFailedBatches": ({"ApproximateNumberOfMessagesVisible"}, 1, "GreaterThanOrEqualToThreshold"),
 }
 
 
@@ -530,8 +549,13 @@ def test_alarm_details(default: Synth, production: Synth) -> None:
     assert lag["Namespace"] == NAMESPACE and lag["Dimensions"] == [{"Name": "service", "Value": "tickwork"}]
     assert _alarm(default, "StartDelayP99")["ExtendedStatistic"] == "p99"
     assert _alarm(production, "StartDelayP99")["Threshold"] == 2500
-    # 11 queues' ages take two alarms (at most 10 metrics in one alarm's math): OldestMessageAge1 is extra.
-    assert len(default.resources("AWS::CloudWatch::Alarm")) == len(ALARMS) + 1
+    # At most 10 metrics in one alarm's math: 11 queues' ages take two alarms (OldestMessageAge1 is extra),
+    # and so do 6 tables' read and write throttles (DynamoDbThrottles1) and 6 indexes'
+    # (DynamoDbIndexThrottles1).
+    assert len(default.resources("AWS::CloudWatch::Alarm")) == len(ALARMS) + 3
+    assert {"OldestMessageAge1", "DynamoDbThrottles1", "DynamoDbIndexThrottles1"} <= set(
+        default.stack.observability.alarms
+    )
     dlq = _alarm(default, "DlqNotEmpty")
     assert any(q.get("Expression") == "FILL(depth, 0) + FILL(drained, 0)" for q in dlq["Metrics"])
 
@@ -574,6 +598,9 @@ def test_dashboard_shows_every_emitted_metric(default: Synth) -> None:
         "ConcurrentExecutions",
         "Throttles",
         "WriteThrottleEvents",
+        "NotificationsSent",
+        "NotificationSendFailures",
+        "IteratorAge",
     ):
         assert f'\\"{metric}\\"' in body, metric
 

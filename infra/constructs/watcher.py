@@ -1,0 +1,147 @@
+"""The watcher (issue 32): what a job's owner is told about its runs (a run failed, started late, missed its
+deadline...), recorded in the events table and sent to the job's channels; and the auto-pause.
+
+Two triggers, one function (`tickwork.handlers.watcher.handler`):
+
+- The runs table's stream (NEW_AND_OLD_IMAGES, `RUNS.change_feed`) through one event source mapping. Each
+  batch of run changes is judged (services/watching.py) and recorded, then what the outbox owes is sent.
+  Downstream of every run path, so what an owner is told never delays or fails a run. Batches of up to
+  `BATCH_SIZE` records from the latest position (a new mapping does not replay the stream's last 24 hours);
+  only inserts and modifications invoke it (a removal is a run's retention ending: nothing an owner is told).
+  A batch that fails is split in two and retried (bisect), `RETRY_ATTEMPTS` times at most, and a record older
+  than `MAX_RECORD_AGE` is not retried: what is given up is described (the shard and its sequence numbers, not
+  the records) in the on-failure queue, kept 14 days, while the stream keeps the records 24 hours from their
+  write (the WatcherFailedBatches alarm; `MAX_RECORD_AGE` leaves 18 hours to read them again). A change seen
+  twice records nothing twice.
+- A minutely schedule (the scheduler's group and role, constructs/scheduler.py) invoking it with `{}`: what is
+  owed later is sent then (retries, a window's digest, deadline timers).
+
+It sends through the executor's own target invokers: webhooks and Slack-compatible URLs as HTTP calls signed
+with the signing secret, SNS topics by publishing, on the same topics the executor may publish to
+(`target_arns` or the `<prefix>-target-*` convention, constructs/targets.py).
+
+Reservation: `watcher_reserved_concurrency` (default 10). The stream mapping takes one environment per stream
+shard at a time (parallelization factor 1: a shard's changes are seen in order); a shard whose batch finds no
+environment waits (Lambda retries a throttled batch until `MAX_RECORD_AGE`).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+
+from constructs import Construct
+from infra.constructs.functions import FunctionFactory, FunctionSpec, allow
+from infra.constructs.scheduler import Scheduler
+from infra.constructs.storage import Storage
+from infra.constructs.targets import action_of, target_statements
+from tickwork.resources import EVENTS, JOBS, RUNS
+
+# A pass sends up to services/watching.OUTBOX_PAGE (500) messages one after another, each within its 10 s
+# send timeout: a pass of typical sends (~0.5 s) fits; what a pass cut short leaves is owed to the next.
+WATCHER_TIMEOUT = Duration.minutes(5)
+BATCH_SIZE = 100
+RETRY_ATTEMPTS = 5
+MAX_RECORD_AGE = Duration.hours(6)  # the stream keeps a record 24 h: 18 h are left to read it again
+FAILURES_RETENTION = Duration.days(14)  # SQS's longest
+# Only what services/watching.py looks at invokes the function (adapters/dynamodb/stream.run_changes).
+CHANGES_ONLY = lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.or_("INSERT", "MODIFY")})
+
+
+class Watcher(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        factory: FunctionFactory,
+        storage: Storage,
+        scheduler: Scheduler,
+        signing_secret: secretsmanager.ISecret,
+        target_arns: tuple[str, ...],
+        reserved_concurrency: int,
+        production: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = factory.create(
+            Construct(self, "Watcher"),
+            FunctionSpec(
+                name="watcher",
+                handler="tickwork.handlers.watcher.handler",
+                description="Turns run changes into owners' events and messages; sends what the outbox owes",
+                timeout=WATCHER_TIMEOUT,
+                memory_mb=512,
+                reserved_concurrency=reserved_concurrency,
+                async_retry_attempts=0,  # the minutely pass: the next one sends what this one did not
+            ),
+        )
+        # Batches the mapping gave up on: the shard and sequence numbers to read again (docs/deploy.md).
+        self.failures = sqs.Queue(
+            self,
+            "Failures",
+            queue_name=f"{factory.prefix}-watcher-failures",
+            retention_period=FAILURES_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+        )
+        stream = storage.stream_arn(RUNS)
+        self.mapping = self.function.add_event_source_mapping(
+            "RunChanges",
+            event_source_arn=stream,
+            starting_position=lambda_.StartingPosition.LATEST,
+            batch_size=BATCH_SIZE,
+            bisect_batch_on_error=True,
+            retry_attempts=RETRY_ATTEMPTS,
+            max_record_age=MAX_RECORD_AGE,
+            on_failure=sources.SqsDlq(self.failures),  # grants the function's role sending to it
+            filters=[CHANGES_ONLY],
+        )
+        # What the mapping reads the stream with (the function's role): these four, on this stream only.
+        allow(
+            self.function,
+            (
+                "dynamodb:DescribeStream",
+                "dynamodb:GetRecords",
+                "dynamodb:GetShardIterator",
+                "dynamodb:ListStreams",
+            ),
+            [stream],
+        )
+        self.schedule = scheduler.every_minute(
+            self,
+            "Schedule",
+            "Tickwork watcher: retries, digests and deadline timers the outbox owes",
+            self.function,
+            {},
+        )
+        self._grant(storage, signing_secret, target_arns)
+
+    def _grant(
+        self, storage: Storage, signing_secret: secretsmanager.ISecret, target_arns: tuple[str, ...]
+    ) -> None:
+        jobs, runs, events = storage.table(JOBS), storage.table(RUNS), storage.table(EVENTS)
+        # A job's rules (get_job); a run at its deadline (get_run); the job's recent runs when a streak or a
+        # baseline is judged (list_runs), and its claimable runs when it is auto-paused (claimable_runs).
+        allow(self.function, ("dynamodb:GetItem",), [jobs.table_arn, runs.table_arn])
+        allow(self.function, ("dynamodb:Query",), [runs.table_arn])
+        # The auto-pause (JobService.pause -> replace_job): one transaction of an update of the job and of
+        # the views of its claimable runs; it plans no run.
+        allow(self.function, ("dynamodb:UpdateItem",), [jobs.table_arn, runs.table_arn])
+        # The events table (adapters/dynamodb/events.py): windows and channel health read one item at a time;
+        # an event with its windows and messages in one transaction (puts), timers, retries and health put;
+        # sent messages and spent timers deleted; what is owed now read from the `outbox` index.
+        allow(
+            self.function,
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+            [events.table_arn],
+        )
+        allow(self.function, ("dynamodb:Query",), [storage.index_arn(EVENTS, "outbox")])
+        # Sends: webhooks are signed like target calls; SNS channels publish where the executor may.
+        signing_secret.grant_read(self.function)
+        topics = [arn for arn in target_arns if action_of(arn) == "sns:Publish"]
+        for statement in target_statements(topics):
+            self.function.add_to_role_policy(statement)
