@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.api.conftest import ALICE, Api, job_body
+from tickwork.domain.alert_rules import Channel, ChannelKind
 from tickwork.domain.alerts import EventKind, JobEvent
+from tickwork.domain.notify import ChannelHealth
 
 BOB = "bob"
 
@@ -48,3 +50,23 @@ def test_an_owners_events_across_jobs(call: Api) -> None:
     record(call, two, ALICE, 2, EventKind.DEADLINE_MISSED)
     items = call("GET", "/events", owner=ALICE).body["items"]
     assert [(e["job_id"], e["kind"]) for e in items] == [(two, "deadline_missed"), (one, "run_failed")]
+
+
+def test_a_jobs_unhealthy_channel_is_answered_with_its_events(call: Api) -> None:
+    hook = "https://hooks.example.com/alerts"
+    alerts = {"channels": [{"kind": "webhook", "url": hook}]}
+    job_id = call("POST", "/jobs", body=job_body(alerts=alerts), owner=ALICE).body["id"]
+    channel = Channel(ChannelKind.WEBHOOK, hook)
+    call.parts.event_log.set_health(ChannelHealth(ALICE, channel, False, call.clock.now(), "503: down"))
+    answer = call("GET", "/events", query=f"job_id={job_id}", owner=ALICE).body
+    assert answer["channel_health"] == [
+        {
+            "channel": f"webhook:{hook}",
+            "healthy": False,
+            "since": "2026-12-02T12:00:30Z",
+            "detail": "503: down",
+        }
+    ]
+    # Another owner's channel of the same address is theirs: nothing of Alice's shows in it.
+    bobs = call("POST", "/jobs", body=job_body(alerts=alerts), owner=BOB).body["id"]
+    assert call("GET", "/events", query=f"job_id={bobs}", owner=BOB).body["channel_health"] == []

@@ -296,6 +296,54 @@ def test_failed_runs_and_health(browser: WebDriver, instance: Supervisor) -> Non
     shot(browser, "health")
 
 
+def test_events_across_jobs_and_on_the_page_of_a_job_that_paused_itself(
+    browser: WebDriver, instance: Supervisor
+) -> None:
+    """Issue 32: two failures in a row pause the job (its rule); the events page lists both failures and the
+    auto-pause, the job's page says why it is paused and shows its events; another owner sees none."""
+    closed = f"http://127.0.0.1:{free_port()}/"
+    status, job = instance.call(
+        "POST",
+        "/jobs",
+        {
+            "name": "console alerting",
+            "schedule": {"expression": "0 7 * * *"},
+            "target": {"kind": "http", "config": {"url": closed}},
+            "policies": {"retry": {"max_attempts": 1}},
+            "alerts": {"auto_pause_after": 2, "late_after_seconds": 600},
+        },
+    )
+    assert status == 201, job
+
+    def kinds() -> list[str]:
+        answer = instance.call("GET", f"/events?job_id={job['id']}")[1]
+        return [e["kind"] for e in answer["items"]]
+
+    for count in (1, 2):
+        status, run = instance.call("POST", f"/jobs/{job['id']}/runs")
+        assert status == 201, run
+        wait_until(f"failure {count} recorded", lambda: kinds().count("run_failed") == count, 30)  # noqa: B023
+    wait_until("the auto-pause", lambda: "auto_paused" in kinds(), 30)
+
+    sign_in(browser, instance, TOKEN)
+    browser.find_element(By.LINK_TEXT, "Events").click()
+    until("the events listed", lambda: "auto paused" in find(browser, "main table.events").text)
+    listed = find(browser, "main table.events").text
+    assert listed.count("run failed") >= 2 and job["id"] in listed
+    assert find(browser, "nav a[aria-current='page']").text == "Events"
+    shot(browser, "events")
+
+    browser.find_element(By.LINK_TEXT, job["id"]).click()
+    until("the job's page", lambda: find(browser, "h1").text == "console alerting")
+    assert "by Tickwork: paused after 2 failures in a row" in find(browser, "dl.def .state").text
+    assert "pause after 2 failures in a row" in find(browser, "dl.def").text
+    assert "auto paused" in find(browser, "table.events").text
+
+    sign_in(browser, instance, OTHER_TOKEN)
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/events")
+    until("no events of the first owner", lambda: "Nothing has happened yet." in find(browser, "main").text)
+
+
 def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, instance: Supervisor) -> None:
     status, job = instance.call(
         "POST",

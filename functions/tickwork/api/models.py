@@ -67,6 +67,7 @@ from tickwork.domain.models import (
     Target,
     Trigger,
 )
+from tickwork.domain.notify import ChannelHealth
 from tickwork.domain.requests import (
     DEFAULT_BACKFILL_RATE,
     MAX_BACKFILL_RATE,
@@ -1111,9 +1112,26 @@ class EventOut(BaseModel):
         )
 
 
+class ChannelHealthOut(BaseModel):
+    channel: str = Field(description="The channel: `<kind>:<url or topic ARN>`.")
+    healthy: bool
+    since: datetime = Field(description="When it became so (UTC).")
+    detail: str = Field(description="Why it is unhealthy: the last failure.")
+
+    @classmethod
+    def of(cls, health: ChannelHealth) -> ChannelHealthOut:
+        channel = health.channel.channel_id
+        return cls(channel=channel, healthy=health.healthy, since=health.since, detail=health.detail)
+
+
 class EventListOut(BaseModel):
     items: list[EventOut]
     next_cursor: str | None
+    channel_health: list[ChannelHealthOut] = Field(
+        default_factory=list,
+        description="With `job_id`: the job's channels that ever failed every retry of a message, and "
+        "whether they have recovered since (a channel not listed never failed).",
+    )
 
 
 class BackfillOut(BaseModel):

@@ -38,6 +38,7 @@ from tickwork.api.models import (
     MIN_YEAR,
     BackfillIn,
     BackfillOut,
+    ChannelHealthOut,
     EventListOut,
     EventOut,
     HealthOut,
@@ -765,9 +766,15 @@ def list_events(
     cursor: Cursor = None,
 ) -> Response[EventListOut]:
     owner = current_owner(request)
-    page = components().event_reader().page(owner, job_id, limit, cursor)
+    reader = components().event_reader()
+    page = reader.page(owner, job_id, limit, cursor)
+    health = [] if job_id is None else reader.channel_health(owner, job_id)
     return json_response(
-        EventListOut(items=[EventOut.of(e) for e in page.events], next_cursor=page.next_cursor)
+        EventListOut(
+            items=[EventOut.of(e) for e in page.events],
+            next_cursor=page.next_cursor,
+            channel_health=[ChannelHealthOut.of(h) for h in health],
+        )
     )
 
 

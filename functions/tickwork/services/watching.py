@@ -291,6 +291,8 @@ class EventReader:
             events, after = self._log.owner_events(owner, limit, before)
         return EventPage(events, None if after is None else encode_cursor({"k": after}, scope))
 
-    def channel_health(self, owner: str, job: Job) -> dict[str, ChannelHealth]:
-        """The recorded health of the job's channels (a channel never failed has none: healthy)."""
-        return self._log.health(owner, job.alerts.channels)
+    def channel_health(self, owner: str, job_id: str) -> list[ChannelHealth]:
+        """The recorded health of the owner's job's channels (a channel that never failed has none)."""
+        job = self._jobs.get(owner, job_id)
+        found = self._log.health(owner, job.alerts.channels)
+        return [found[c.channel_id] for c in job.alerts.channels if c.channel_id in found]

@@ -393,15 +393,60 @@ function chart(runs) {
   line(delay, "#0b57d0"), line(duration, "#146c2e"));
 }
 
+// A job's alert rules in words (docs/alerts.md): the ones set, and where they are told.
+function alertsText(alerts) {
+  const rules = [];
+  if (alerts.on_failure) rules.push("failed runs");
+  if (alerts.on_dead_letter) rules.push("dead letters");
+  if (alerts.on_skip) rules.push("skipped or missed slots");
+  if (alerts.late_after_seconds) rules.push(`starts later than ${alerts.late_after_seconds} s`);
+  if (alerts.deadline_seconds) rules.push(`not done ${alerts.deadline_seconds} s after its time`);
+  if (alerts.duration_min_seconds || alerts.duration_max_seconds)
+    rules.push(`durations outside ${alerts.duration_min_seconds || 0}-${alerts.duration_max_seconds || "∞"} s`);
+  if (alerts.anomaly_factor) rules.push(`durations ${alerts.anomaly_factor}x off its median`);
+  if (alerts.failures_in_a_row) rules.push(`${alerts.failures_in_a_row} failures in a row`);
+  if (alerts.auto_pause_after) rules.push(`pause after ${alerts.auto_pause_after} failures in a row`);
+  const where = alerts.channels.length
+    ? alerts.channels.map((c) => `${c.kind} ${c.url || c.topic_arn}`).join(", ")
+    : "recorded only (no channel)";
+  return `${rules.join(", ") || "nothing"} → ${where}; at most one message per kind per ${alerts.window_seconds} s`;
+}
+
+function eventsTable(items, withJob) {
+  const heads = withJob ? ["When", "Event", "Job", "Run", "Detail"] : ["When", "Event", "Run", "Detail"];
+  return h("table", { class: "events" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, items.map((e) => h("tr", {},
+      h("td", {}, when(e.at)), h("td", {}, h("span", { class: `event ${e.kind}` }, e.kind.replaceAll("_", " "))),
+      withJob ? h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(e.job_id)}` }, e.job_id)) : null,
+      h("td", {}, e.run_id
+        ? h("a", { href: `#/jobs/${encodeURIComponent(e.job_id)}/runs/${encodeURIComponent(e.run_id)}` }, e.run_id.split(":")[1])
+        : "–"),
+      h("td", {}, e.detail)))));
+}
+
+async function eventsView(params) {
+  const live = alive();
+  const cursor = params.get("cursor") || "";
+  const page = (await api("GET", "/events", { query: { limit: 50, cursor } })).body;
+  if (!live()) return;
+  view("Events across your jobs",
+    h("p", { class: "muted" }, "What your jobs' rules noticed, newest first: failures, late starts, missed deadlines, skipped slots, auto-pauses."),
+    page.items.length ? eventsTable(page.items, true) : h("p", { class: "muted" }, cursor ? "No older events." : "Nothing has happened yet."),
+    h("div", { class: "pager" },
+      cursor ? h("a", { href: "#/events" }, "Newest events") : null,
+      page.next_cursor ? h("a", { href: `#/events?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older events") : null));
+}
+
 async function jobView(jobId) {
   const live = alive();
   const path = `/jobs/${encodeURIComponent(jobId)}`;
   const answer = await api("GET", path);
   const job = answer.body;
   const etag = answer.headers.get("ETag");
-  const [preview, runs] = await Promise.all([
+  const [preview, runs, events] = await Promise.all([
     api("GET", `${path}/preview`, { query: { count: 10 } }),
     api("GET", `${path}/runs`, { query: { limit: 50 } }),
+    api("GET", "/events", { query: { job_id: jobId, limit: 20 } }),
   ]);
   const fenced = { "If-Match": etag };
   const runKey = crypto.randomUUID();  // one run now per page: a retried click after a lost answer is the same
@@ -445,8 +490,10 @@ async function jobView(jobId) {
 
   const fires = preview.body.fires.map((f) => h("tr", {}, h("td", {}, when(f.at)), h("td", {}, f.local),
     h("td", {}, f.dst ? h("span", { class: "dst" }, f.dst === "shifted" ? "shifted by a DST gap" : "in a repeated DST hour") : "")));
+  const unhealthy = events.body.channel_health.filter((c) => !c.healthy);
   const definition = [
-    ["State", h("span", { class: `state ${job.state}` }, job.state)], ["Version", job.version],
+    ["State", h("span", { class: `state ${job.state}` }, job.state,
+      job.paused_reason ? ` by Tickwork: ${job.paused_reason}` : "")], ["Version", job.version],
     ["Schedule", `${job.schedule.expression} · ${job.schedule.timezone} — ${job.schedule.description}`],
     ["Next fire", when(job.next_fire_at)], ["Target", `${job.target.kind} ${JSON.stringify(job.target.config)}`],
     ["Policies", `overlap ${job.policies.overlap}, missed fires ${job.policies.missed_fire}, ` +
@@ -455,6 +502,9 @@ async function jobView(jobId) {
     ["Concurrency", job.policies.concurrency
       ? `at most ${job.policies.concurrency.limit} at once of key ${job.policies.concurrency.key}` : "–"],
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
+    ["Alerts", alertsText(job.alerts)],
+    ...unhealthy.map((c) => ["Unhealthy channel", h("span", { class: "unhealthy" },
+      `${c.channel} since ${when(c.since)}: ${c.detail}`)]),
   ];
   const runsArea = h("section", { "aria-labelledby": "runs-heading" });
   if (!live()) return;
@@ -463,6 +513,8 @@ async function jobView(jobId) {
     h("h2", {}, "Edit the schedule"), editForm,
     h("h2", {}, "Next 10 fires"),
     h("table", {}, h("thead", {}, h("tr", {}, ["UTC", `Local (${job.schedule.timezone})`, "DST"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, fires)),
+    h("h2", { id: "events-heading" }, "Events"),
+    events.body.items.length ? eventsTable(events.body.items, false) : h("p", { class: "muted" }, "Nothing to tell yet."),
     runsArea);
   showRuns(jobId, runsArea, runs.body.items);
 }
@@ -657,6 +709,7 @@ async function render(quiet) {
     else if (parts[0] === "jobs" && parts[2] === "runs" && parts.length === 4) await runView(parts[1], parts[3]);
     else if (parts[0] === "new") newJobView();
     else if (parts[0] === "failed") await failedView(params);
+    else if (parts[0] === "events") await eventsView(params);
     else if (parts[0] === "health") await healthView();
     else if (parts[0] === "signin") { go("#/jobs"); return; }
     else view("Not found", h("p", {}, "No such page. ", h("a", { href: "#/jobs" }, "Your jobs")));
