@@ -12,14 +12,14 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from tickwork.adapters.dynamodb.events import DynamoEventLog
+from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLog
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
-from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
+from tickwork.adapters.sqlite.events import SqliteAlertDefaults, SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
 from tickwork.adapters.sqlite.store import SqliteStore
@@ -38,7 +38,7 @@ from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
-from tickwork.services.ports import EventLog, Metrics, RunChangeFeed, SlotStore
+from tickwork.services.ports import AlertDefaults, EventLog, Metrics, RunChangeFeed, SlotStore
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
@@ -294,7 +294,23 @@ class Components:
             grants=self.settings.target_grants,
             quotas=self.settings.owner_quotas,
         )
-        return JobService(self.store, self.dispatcher, self.clock, config, secrets=self.header_secrets)
+        return JobService(
+            self.store,
+            self.dispatcher,
+            self.clock,
+            config,
+            secrets=self.header_secrets,
+            alert_defaults=self.alert_defaults,
+        )
+
+    @cached_property
+    def alert_defaults(self) -> AlertDefaults:
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteAlertDefaults(self.database), self.clock, Random())
+        names = self.settings.resource_names
+        tables = TableNames.from_resources(names)
+        defaults = DynamoAlertDefaults(self.client_for("dynamodb"), tables, names.table(EVENTS))
+        return retrying(defaults, self.clock, Random())
 
     @cached_property
     def header_secrets(self) -> HeaderSecretStore:

@@ -298,16 +298,18 @@ def test_apply_sees_a_changed_rule_and_leaves_unchanged_ones_alone(call: Api, tm
     assert [path for path, _, _ in channel.diff] == ["alerts.channels", "alerts.deadline_seconds"]
 
 
-def test_apply_of_a_file_without_alerts_sets_the_defaults_back(call: Api, tmp_path: Path) -> None:
+def test_apply_of_a_file_without_alerts_leaves_the_jobs_rules_alone(call: Api, tmp_path: Path) -> None:
+    """A file that does not name `alerts` does not manage them: a job created from it gets its owner's
+    defaults, and applying it again leaves whatever rules the job has; naming them sets them."""
     made(call, alerts={"deadline_seconds": 60, "channels": [{"kind": "webhook", "url": HOOK}]})
 
-    change = planned(call, jobs_file(tmp_path))
+    assert planned(call, jobs_file(tmp_path)).action is Action.UNCHANGED
 
+    change = planned(call, jobs_file(tmp_path, alerts={}))
     assert change.action is Action.UPDATE
     assert ("alerts.deadline_seconds", 60, None) in change.diff
     assert ("alerts.channels", [{"kind": "webhook", "url": HOOK}], []) in change.diff
     done = carried_out(call, change)
     assert done.status == 200, done
     assert done.body["alerts"] == DEFAULTS
-    # And a job that has the defaults, against a file without alerts: unchanged.
-    assert planned(call, jobs_file(tmp_path)).action is Action.UNCHANGED
+    assert planned(call, jobs_file(tmp_path, alerts={})).action is Action.UNCHANGED

@@ -8,7 +8,13 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from tickwork.domain.alert_rules import Channel, ChannelKind
+from tickwork.domain.alert_rules import (
+    AlertRules,
+    Channel,
+    ChannelKind,
+    alerts_from_mapping,
+    alerts_to_mapping,
+)
 from tickwork.domain.alerts import EventKind, JobEvent
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
@@ -199,6 +205,18 @@ def health_from_item(item: Mapping[str, Any]) -> ChannelHealth:
         since=parse_instant(str(item["since"])),
         detail=str(item.get("detail", "")),
     )
+
+
+DEFAULTS_KEY = "defaults"
+
+
+def defaults_to_item(owner: str, rules: AlertRules) -> Item:
+    scope = owner_scope(owner)
+    return {"scope": scope, "key": DEFAULTS_KEY, "owner": owner, "alerts": alerts_to_mapping(rules)}
+
+
+def defaults_from_item(item: Mapping[str, Any]) -> AlertRules:
+    return alerts_from_mapping(_plain(item["alerts"]))
 
 
 OutboxEntry = Message | Window | DeadlineTimer

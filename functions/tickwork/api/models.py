@@ -610,7 +610,7 @@ class JobCreate(RequestModel):
             retention_days=self.retention_days,
             completion=self.completion,
             heartbeat_seconds=self.heartbeat_seconds,
-            alerts=NO_ALERTS if self.alerts is None else self.alerts.to_rules(),
+            alerts=None if self.alerts is None else self.alerts.to_rules(),
         )
 
     def fingerprint(self, secret_refs: Mapping[str, str] | None = None) -> str:

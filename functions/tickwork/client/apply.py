@@ -96,8 +96,12 @@ def load_file(path: Path) -> list[dict[str, Any]]:
         # A job that does not name its completion has its target's (as the API stores it), and no heartbeat.
         body["completion"] = str(spec.resolved_completion)
         body["heartbeat_seconds"] = spec.heartbeat_seconds
-        # Its alert rules as the API answers them (every field); a job that names none has the defaults.
-        body["alerts"] = alerts_to_mapping(spec.alerts)
+        # Its alert rules as the API answers them (every field). A job that names none leaves them alone:
+        # created, it gets its owner's defaults; applied again, its rules are not compared.
+        if spec.alerts is None:
+            del body["alerts"]
+        else:
+            body["alerts"] = alerts_to_mapping(spec.alerts)
         jobs.append(body)
     return jobs
 
@@ -197,9 +201,12 @@ def plan(
             continue
         answered = _as_answered(body)
         secret = set(body.get("target", {}).get("config", {}).get("secret_headers") or {})
+        stored = comparable(existing)
+        if "alerts" not in answered:
+            del stored["alerts"]  # the file does not manage them (see load_file)
         diff = tuple(
             _without_secrets(change, secret)
-            for change in differences(_unredacted(comparable(existing), answered), answered)
+            for change in differences(_unredacted(stored, answered), answered)
         )
         action = Action.UPDATE if diff else Action.UNCHANGED
         changes.append(

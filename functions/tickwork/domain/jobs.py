@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Final, TypeVar
 
-from tickwork.domain.alert_rules import NO_ALERTS, AlertRules
+from tickwork.domain.alert_rules import AlertRules
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import (
     Completion,
@@ -115,7 +115,7 @@ class JobSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     completion: Completion | None = None  # None: the target's default (targets.default_completion)
     heartbeat_seconds: int | None = None
-    alerts: AlertRules = NO_ALERTS
+    alerts: AlertRules | None = None  # None: the owner's default rules (none set: NO_ALERTS)
 
     def __post_init__(self) -> None:
         check_completion(self.target, self.resolved_completion, self.heartbeat_seconds, self.timeout_seconds)

@@ -36,6 +36,8 @@ from tickwork.api.models import (
     INSTANT_PATTERN,
     MAX_YEAR,
     MIN_YEAR,
+    AlertsIn,
+    AlertsOut,
     BackfillIn,
     BackfillOut,
     ChannelHealthOut,
@@ -56,13 +58,13 @@ from tickwork.api.models import (
     SigningKeysOut,
 )
 from tickwork.api.problems import ApiProblem
-from tickwork.domain.errors import ValidationError
+from tickwork.domain.errors import StoreError, ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.requests import MAX_BACKFILL_FIRES
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers import callback_routes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
-from tickwork.services.jobs import JobQuery, JobService
+from tickwork.services.jobs import JobQuery, JobService, ResumeResult
 from tickwork.services.requests import RunRequests
 from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
 
@@ -542,8 +544,21 @@ def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respon
 def resume_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[ResumedJobOut]:
     owner = current_owner(request)
     result = jobs().resume(owner, job_id, expected_version(if_match, owner, job_id))
+    _tell_resumed(result)
     resumed = ResumedJobOut.of_resume(result.job, result.paused_fires, result.cleared_auto_pause)
     return job_response(resumed, result.job)
+
+
+def _tell_resumed(result: ResumeResult) -> None:
+    """A resume that cleared Tickwork's own pause is an event (and a message to the job's channels). The
+    resume is done whatever happens here: an event that cannot be recorded is logged and counted."""
+    if result.cleared_auto_pause is None:
+        return
+    try:
+        components().watcher().note_resumed(result.job, result.cleared_auto_pause)
+    except StoreError as error:
+        logger.error("resumed event not recorded", extra={"job_id": result.job.job_id, "error": str(error)})
+        metrics.add_metric(name="EventsNotRecorded", unit=MetricUnit.Count, value=1)
 
 
 @router.get(
@@ -747,6 +762,46 @@ def list_failed_runs(
 
 
 @router.get(
+    "/alert-defaults",
+    operation_id="getAlertDefaults",
+    summary="Your default alert rules",
+    description="The rules and channels a job you create without `alerts` gets (docs/alerts.md); the "
+    "defaults (failures and dead letters, no channel) until you set your own.",
+    tags=["jobs"],
+    responses={**ok(AlertsOut, "Your default rules."), **problems.problem_responses(422)},
+)
+def get_alert_defaults(request: Request) -> Response[AlertsOut]:
+    return json_response(AlertsOut.of(jobs().alert_defaults(current_owner(request))))
+
+
+@router.put(
+    "/alert-defaults",
+    operation_id="setAlertDefaults",
+    summary="Set your default alert rules",
+    description="What a job you create from now on without `alerts` gets; jobs already created keep their "
+    "own. Checked as a job's rules are (a channel's address, a topic against your grants).",
+    tags=["jobs"],
+    responses={**ok(AlertsOut, "Your default rules."), **problems.problem_responses(403, 415, 422)},
+)
+def set_alert_defaults(body: AlertsIn, request: Request) -> Response[AlertsOut]:
+    rules = jobs().set_alert_defaults(current_owner(request), body.to_rules())
+    return json_response(AlertsOut.of(rules))
+
+
+@router.delete(
+    "/alert-defaults",
+    operation_id="deleteAlertDefaults",
+    summary="Forget your default alert rules",
+    description="Jobs you create without `alerts` get the built-in defaults again.",
+    tags=["jobs"],
+    responses={204: {"description": "Forgotten.", "content": {}}, **problems.problem_responses(422)},
+)
+def delete_alert_defaults(request: Request) -> Response[None]:
+    jobs().set_alert_defaults(current_owner(request), None)
+    return Response(status_code=204, body=None)
+
+
+@router.get(
     "/events",
     operation_id="listEvents",
     summary="List what happened to a job, or to all the caller's jobs",
@@ -856,7 +911,9 @@ def operator_pause_job(job_id: str, body: OperatorNoteIn, request: Request) -> R
 def operator_resume_job(job_id: str, body: OperatorNoteIn, request: Request) -> Response[JobOut]:
     operator = _operator(request)
     owner = jobs().owner_of_job(job_id)
-    job = jobs().resume(owner, job_id).job
+    result = jobs().resume(owner, job_id)
+    _tell_resumed(result)
+    job = result.job
     _record(operator, "resume", owner, job_id, body.note)
     return job_response(JobOut.of(job), job)
 

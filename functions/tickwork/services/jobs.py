@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from tickwork.domain.alert_rules import AlertRules, ChannelKind
+from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, ChannelKind
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
     ConflictError,
@@ -67,7 +67,7 @@ from tickwork.domain.secrets import (
 )
 from tickwork.domain.targets import validate_target
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
-from tickwork.services.ports import Dispatcher, ManagedJobStore
+from tickwork.services.ports import AlertDefaults, Dispatcher, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
@@ -173,6 +173,7 @@ class JobService:
         config: JobServiceConfig,
         new_id: Callable[[], str] = new_job_id,
         secrets: HeaderSecretStore | None = None,
+        alert_defaults: AlertDefaults | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
@@ -180,6 +181,7 @@ class JobService:
         self._config = config
         self._new_id = new_id
         self._secrets = secrets  # where secret header values go (None: a job may not have any)
+        self._alert_defaults = alert_defaults  # each owner's default rules (None: NO_ALERTS for all)
 
     # --- create ------------------------------------------------------------------------------------
 
@@ -288,9 +290,25 @@ class JobService:
             after = ids[-1]
         return count
 
+    def alert_defaults(self, owner: str) -> AlertRules:
+        """The rules a job the owner creates without `alerts` gets."""
+        found = None if self._alert_defaults is None else self._alert_defaults.get_defaults(owner)
+        return NO_ALERTS if found is None else found
+
+    def set_alert_defaults(self, owner: str, rules: AlertRules | None) -> AlertRules:
+        """Set (None: remove) the owner's defaults; checked as a job's rules are. Jobs already created
+        keep their own rules."""
+        if self._alert_defaults is None:
+            raise ValidationError("alerts", "this deployment keeps no per-owner defaults")
+        if rules is not None:
+            self._check_channels(owner, rules)
+        self._alert_defaults.set_defaults(owner, rules)
+        return NO_ALERTS if rules is None else rules
+
     def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
         self._check_grant(owner, spec.target)
-        self._check_channels(owner, spec.alerts)
+        alerts = spec.alerts if spec.alerts is not None else self.alert_defaults(owner)
+        self._check_channels(owner, alerts)
         quotas = self._config.quotas
         quotas.check_schedule(spec.schedule)
         if quotas.max_jobs is not None:
@@ -315,7 +333,7 @@ class JobService:
             completion=spec.resolved_completion,
             heartbeat_seconds=spec.heartbeat_seconds,
             retention_days=spec.retention_days,
-            alerts=spec.alerts,
+            alerts=alerts,
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.audit import AuditedJob
 from tickwork.domain.dispatch import DeadLetter, RunMessage
@@ -324,6 +324,16 @@ class RunChangeFeed(Protocol):
 
     def forget_changes(self, through: int) -> None:
         """Remove the changes up to and including position `through` (handled)."""
+        ...
+
+
+class AlertDefaults(Protocol):
+    """Each owner's default alert rules: what a job created without `alerts` gets."""
+
+    def get_defaults(self, owner: str) -> AlertRules | None: ...
+
+    def set_defaults(self, owner: str, rules: AlertRules | None) -> None:
+        """Store the owner's defaults (None: remove them)."""
         ...
 
 

@@ -193,6 +193,12 @@ class Watcher:
                     raise
         return False
 
+    def note_resumed(self, job: Job, cleared: str) -> bool:
+        """The owner resumed a job Tickwork had paused: an event, told to the job's channels."""
+        at = job.resumed_at or self._clock.now()
+        detail = f"resumed; the auto-pause is cleared ({cleared})"
+        return self._record(JobEvent(job.job_id, job.owner, EventKind.RESUMED, at, None, detail[:500]))
+
     # -- the outbox: messages, digests, deadlines -----------------------------------------------------------
 
     def deliver(self, limit: int = OUTBOX_PAGE) -> WatchReport:

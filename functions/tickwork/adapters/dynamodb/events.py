@@ -12,7 +12,10 @@ from botocore.exceptions import ClientError
 from tickwork.adapters.dynamodb.base import StoreBase, TableNames, _Cancelled, _code
 from tickwork.adapters.dynamodb.items import serialize
 from tickwork.adapters.event_records import (
+    DEFAULTS_KEY,
     OutboxEntry,
+    defaults_from_item,
+    defaults_to_item,
     event_from_item,
     event_to_item,
     health_from_item,
@@ -29,7 +32,7 @@ from tickwork.adapters.event_records import (
     window_key,
     window_to_item,
 )
-from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent
 from tickwork.domain.errors import ConflictError, TransientStoreError
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
@@ -192,6 +195,28 @@ class DynamoEventLog(StoreBase):
         except ClientError as error:
             if _code(error) == "ConditionalCheckFailedException":
                 raise TransientStoreError("a conditional write of the events table was refused") from error
+            raise self._translate(error) from error
+
+
+class DynamoAlertDefaults(StoreBase):
+    """Each owner's default alert rules (an item of the events table)."""
+
+    def __init__(self, client: DynamoDBClient, tables: TableNames, events_table: str) -> None:
+        super().__init__(client, tables)
+        self._table = events_table
+
+    def get_defaults(self, owner: str) -> AlertRules | None:
+        item = self._get(self._table, {"scope": owner_scope(owner), "key": DEFAULTS_KEY})
+        return None if item is None else defaults_from_item(item)
+
+    def set_defaults(self, owner: str, rules: AlertRules | None) -> None:
+        try:
+            if rules is None:
+                key = serialize({"scope": owner_scope(owner), "key": DEFAULTS_KEY})
+                self._client.delete_item(TableName=self._table, Key=key)
+            else:
+                self._client.put_item(TableName=self._table, Item=serialize(defaults_to_item(owner, rules)))
+        except ClientError as error:
             raise self._translate(error) from error
 
 

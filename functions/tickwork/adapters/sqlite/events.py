@@ -9,7 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.adapters.event_records import (
+    DEFAULTS_KEY,
     OutboxEntry,
+    defaults_from_item,
+    defaults_to_item,
     event_from_item,
     event_key,
     event_to_item,
@@ -29,7 +32,7 @@ from tickwork.adapters.event_records import (
 )
 from tickwork.adapters.records import run_from_item
 from tickwork.adapters.sqlite.base import SqliteBase, load, put
-from tickwork.domain.alert_rules import Channel
+from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.errors import ConflictError
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
@@ -143,6 +146,22 @@ class SqliteEventLog(SqliteBase):
                 if item is not None:
                     found[channel.channel_id] = health_from_item(item)
         return found
+
+
+class SqliteAlertDefaults(SqliteBase):
+    """Each owner's default alert rules (an item of the events table)."""
+
+    def get_defaults(self, owner: str) -> AlertRules | None:
+        with self.db.read() as connection:
+            item = _get(connection, owner_scope(owner), DEFAULTS_KEY)
+        return None if item is None else defaults_from_item(item)
+
+    def set_defaults(self, owner: str, rules: AlertRules | None) -> None:
+        with self.db.write() as connection:
+            if rules is None:
+                _delete(connection, owner_scope(owner), DEFAULTS_KEY)
+            else:
+                put(connection, EVENTS, defaults_to_item(owner, rules))
 
 
 class SqliteRunChangeFeed(SqliteBase):
