@@ -76,7 +76,7 @@ def storm(n: int, window_seconds: int, base: str, counts: Counter[str], director
     jobs = JobService(store, _NoDispatch(), clock, JobServiceConfig(shard_count=4))  # type: ignore[arg-type]
     http = HttpInvoker(b"bench-secret", lambda: clock.now().timestamp(), allow_loopback=True)
     invoker = TargetRegistry(http=http, aws=None)  # type: ignore[arg-type]
-    watcher = Watcher(store, log, invoker, lambda *a: None, clock, InMemoryMetrics(), InMemoryMetrics())
+    watcher = Watcher(store, log, invoker, lambda *a: True, clock, InMemoryMetrics(), InMemoryMetrics())
     rules = AlertRules(
         channels=(Channel(ChannelKind.WEBHOOK, f"{base}/hook"), Channel(ChannelKind.SLACK, f"{base}/slack")),
         window_seconds=max(60, window_seconds),

@@ -30,6 +30,7 @@ from tickwork.adapters.targets.registry import TargetRegistry
 from tickwork.domain.callbacks import CallbackLinks, derived_callback_key
 from tickwork.domain.clock import Clock
 from tickwork.domain.grants import GrantedTargets
+from tickwork.domain.models import JobState
 from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import EVENTS, RUNS, SLOTS
@@ -96,6 +97,7 @@ class Components:
         store = SqliteStore(self.database)
         now = self.clock.now()
         store.delete_expired_requests(now)
+        SqliteEventLog(self.database).delete_expired(now)
         return store.delete_expired(now)
 
     @cached_property
@@ -278,11 +280,15 @@ class Components:
     def watcher(self) -> Watcher:
         jobs = self.job_service()
 
-        def pause(owner: str, job_id: str, reason: str, cause_at: datetime) -> None:
-            jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)
+        def pause(owner: str, job_id: str, reason: str, cause_at: datetime) -> bool:
+            job = jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)
+            return job.state is JobState.PAUSED and job.paused_reason == reason
 
         per_job = self.metrics if isinstance(self.metrics, JobMetrics) else WithoutJob(self.metrics)
-        return Watcher(self.store, self.event_log, self.targets, pause, self.clock, self.metrics, per_job)
+        # A channel is called as a target is: an owner whose grant to a topic was withdrawn is refused.
+        granted = self.settings.target_grants
+        targets = self.targets if granted is None else GrantedTargets(self.targets, granted)
+        return Watcher(self.store, self.event_log, targets, pause, self.clock, self.metrics, per_job)
 
     def event_reader(self) -> EventReader:
         return EventReader(self.job_service(), self.event_log)

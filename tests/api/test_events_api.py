@@ -33,7 +33,7 @@ def test_a_jobs_events_newest_first_paged_and_only_its_owners(call: Api) -> None
     rest = call("GET", "/events", query=f"job_id={alices}&limit=10&cursor={after}", owner=ALICE)
     assert [e["detail"] for e in rest.body["items"]] == ["failure 2", "failure 1", "failure 0"]
     assert rest.body["next_cursor"] is None
-    assert first.body["items"][0]["id"] == f"{alices}|run_failed|{alices}:4"
+    assert first.body["items"][0]["id"] == f"{alices}|run_failed|{alices}:4|2026-12-02T12:04:30.000Z"
 
     assert call("GET", "/events", query=f"job_id={alices}", owner=BOB).status == 404
     across = call("GET", "/events", owner=BOB).body["items"]

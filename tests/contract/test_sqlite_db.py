@@ -19,8 +19,9 @@ from tests.conftest import ANCHOR
 from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError, _table_ddl
-from tickwork.adapters.sqlite.events import SqliteRunChangeFeed
+from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.domain.alerts import EventKind, JobEvent
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
@@ -217,3 +218,15 @@ def test_runs_past_their_retention_are_deleted_and_the_rest_kept(tmp_path: Path)
     assert store.delete_expired(fires[1] + timedelta(days=1, seconds=1)) == 2
     assert [r.scheduled_for for r in store.list_runs(job.job_id, newest_first=False)] == fires[2:]
     assert store.delete_expired(fires[1] + timedelta(days=1, seconds=1)) == 0
+
+
+def test_events_past_their_expiry_are_deleted_as_runs_are(tmp_path: Path) -> None:
+    """The embedded engine's TTL for the events table (DynamoDB expires them itself)."""
+    db = Database(tmp_path / "tickwork.db").open()
+    log = SqliteEventLog(db)
+    old = JobEvent("job_a", "alice", EventKind.RUN_FAILED, ANCHOR, "job_a:1", "old")
+    kept = JobEvent("job_a", "alice", EventKind.RUN_FAILED, ANCHOR + timedelta(days=40), "job_a:2", "kept")
+    assert log.record_event(old, ANCHOR + timedelta(days=30), (), ())
+    assert log.record_event(kept, ANCHOR + timedelta(days=70), (), ())
+    assert log.delete_expired(ANCHOR + timedelta(days=31)) == 1
+    assert [e.detail for e in log.job_events("job_a", 10, None)[0]] == ["kept"]

@@ -368,7 +368,7 @@ def test_a_failing_job_tells_its_webhook_once_lists_the_event_and_pauses_itself(
     local.wait_for("the job paused by its failures", paused, 90)
     status, job = local.call("GET", f"/jobs/{job_id}")
     assert status == 200 and "2 failures in a row" in job["paused_reason"]
-    status, page = local.call("GET", f"/events?job_id={job_id}")
+    status, page = local.call("GET", f"/events?job_id={job_id}&limit=100")
     assert status == 200, page
     kinds = [e["kind"] for e in page["items"]]
     assert kinds.count("run_failed") >= 2 and "auto_paused" in kinds

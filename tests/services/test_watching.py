@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,10 @@ from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
 from tickwork.domain.clock import FakeClock
+from tickwork.domain.grants import GrantedTargets, TargetGrants
 from tickwork.domain.jobs import JobPatch, JobSpec
 from tickwork.domain.models import Job, JobState, Run, RunState, Target, Trigger
-from tickwork.domain.notify import MAX_SEND_ATTEMPTS
+from tickwork.domain.notify import MAX_SEND_ATTEMPTS, Message
 from tickwork.domain.schedule import parse_schedule
 from tickwork.resources import EVENTS, RUNS
 from tickwork.services.jobs import JobService, JobServiceConfig
@@ -124,8 +125,9 @@ def world(engine: tuple[Any, EventLog, RunChangeFeed]) -> World:
     invoker = ScriptedInvoker()
     job_metrics = InMemoryMetrics()
 
-    def pause(owner: str, job_id: str, reason: str, cause_at: object) -> None:
-        jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)  # type: ignore[arg-type]
+    def pause(owner: str, job_id: str, reason: str, cause_at: datetime) -> bool:
+        job = jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)
+        return job.state is JobState.PAUSED and job.paused_reason == reason
 
     watcher = Watcher(store, log, invoker, pause, clock, RecordingMetrics(), job_metrics)
     return World(clock, store, log, feed, jobs, invoker, watcher, job_metrics)
@@ -269,3 +271,89 @@ def test_an_edit_of_the_rules_applies_to_the_next_change(world: World) -> None:
     world.end(world.plan(job, 2), RunState.FAILED)
     world.watch()
     assert world.kinds(job.job_id) == ["run_failed"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_streak_longer_than_the_baseline_window_still_pauses(world: World) -> None:
+    job = world.job(AlertRules(auto_pause_after=35))
+    for minute in range(1, 36):
+        world.end(world.plan(job, minute), RunState.FAILED, reason=f"fail {minute}")
+    world.watch()
+    assert world.jobs.get("alice", job.job_id).state is JobState.PAUSED
+
+
+def test_a_streak_starts_again_when_the_owner_resumes(world: World) -> None:
+    job = world.job(AlertRules(auto_pause_after=2))
+    for minute in (1, 2):
+        world.end(world.plan(job, minute), RunState.FAILED)
+    world.watch()
+    assert world.jobs.get("alice", job.job_id).state is JobState.PAUSED
+    world.jobs.resume("alice", job.job_id)
+    world.watcher._jobs.clear()  # the rules' 30 s cache, as its expiry would
+    world.end(world.plan(job, 3), RunState.FAILED)
+    world.watch()
+    assert world.jobs.get("alice", job.job_id).state is JobState.ACTIVE, "one failure since the resume"
+    world.end(world.plan(job, 4), RunState.FAILED)
+    world.watch()
+    assert world.jobs.get("alice", job.job_id).state is JobState.PAUSED
+    assert world.kinds(job.job_id).count("auto_paused") == 2
+
+
+def test_a_run_that_fails_again_after_a_retry_is_a_second_event_with_its_own_key(world: World) -> None:
+    job = world.job(AlertRules(channels=(HOOK,), window_seconds=60))
+    failed = world.end(world.plan(job, 1), RunState.FAILED, reason="first")
+    world.watch()
+    retried = replace(failed, state=RunState.QUEUED, finished_at=None, reason=None)
+    world.store.transition_run(failed, retried)
+    world.clock.advance(120)  # past the window: its own message
+    world.end(retried, RunState.FAILED, reason="again", late_s=130)
+    world.watch()
+    events = world.log.job_events(job.job_id, 10, None)[0]
+    assert [e.detail for e in events] == ["again", "first"]
+    keys = [invocation.run_id for _, invocation in world.invoker.calls]
+    assert len(keys) == 2 and len(set(keys)) == 2
+
+
+def test_a_backfilled_past_slot_is_not_late_when_planned_and_a_raised_deadline_is_looked_at_again(
+    world: World,
+) -> None:
+    job = world.job(AlertRules(deadline_seconds=60))
+    past = ANCHOR.replace(second=0) - timedelta(hours=3)
+    backfill = Run.for_fire(
+        job, past, now=world.clock.now(), trigger=Trigger.BACKFILL, state=RunState.PLANNED, due_at=ANCHOR
+    )
+    world.store.restore_runs([backfill])
+    world.watch()
+    assert world.kinds(job.job_id) == [], "due now: its deadline runs from now"
+    world.jobs.update("alice", job.job_id, JobPatch(alerts=AlertRules(deadline_seconds=600)))
+    world.watcher._jobs.clear()
+    world.clock.set(ANCHOR + timedelta(seconds=61))
+    world.watch()
+    assert world.kinds(job.job_id) == [], "the deadline was raised: not missed yet"
+    world.clock.set(ANCHOR + timedelta(seconds=601))
+    world.watch()
+    assert world.kinds(job.job_id) == ["deadline_missed"]
+
+
+def test_two_watchers_passing_over_one_message_send_it_once(world: World) -> None:
+    job = world.job(AlertRules(channels=(HOOK,)))
+    world.end(world.plan(job, 1), RunState.FAILED)
+    changes = [change for _, change in world.feed.take_changes(100)]
+    world.watcher.observe(changes)
+    [due] = world.log.due(world.clock.now(), 10)
+    assert isinstance(due, Message)
+    assert world.log.claim_message(due, world.clock.now() + timedelta(seconds=60)) is not None
+    assert world.log.claim_message(due, world.clock.now() + timedelta(seconds=60)) is None
+    world.watcher.deliver()  # the claim holds it: not sent again while it runs
+    assert world.invoker.calls == []
+
+
+def test_a_topic_no_longer_granted_is_not_published_to(world: World) -> None:
+    topic = Channel(ChannelKind.SNS, "arn:aws:sns:us-east-1:123456789012:alice-alerts")
+    job = world.job(AlertRules(channels=(topic,)))
+    refusing = GrantedTargets(world.invoker, TargetGrants({"alice": ["sns:someone-else-*"]}))
+    world.watcher._invoker = refusing
+    world.end(world.plan(job, 1), RunState.FAILED)
+    world.watch()
+    assert world.invoker.calls == [], "refused before any request left"
+    assert not world.log.health("alice", (topic,))[topic.channel_id].healthy

@@ -76,20 +76,21 @@ def _channel_from_item(item: Mapping[str, Any]) -> Channel:
     return Channel(ChannelKind(item["kind"]), str(item["address"]))
 
 
-def window_key(channel: Channel, kind: EventKind) -> str:
-    return f"w#{channel.channel_id}#{kind}"
+def window_key(channel: Channel, kind: EventKind, length_seconds: int) -> str:
+    return f"w#{channel.channel_id}#{kind}#{length_seconds}"
 
 
 def window_to_item(window: Window, expires_at: int) -> Item:
     scope = owner_scope(window.owner)
     item: Item = {
         "scope": scope,
-        "key": window_key(window.channel, window.kind),
+        "key": window_key(window.channel, window.kind, window.length_seconds),
         "owner": window.owner,
         "channel": _channel_to_item(window.channel),
         "kind": str(window.kind),
         "opened_at": format_instant_ms(window.opened_at),
         "ends_at": format_instant_ms(window.ends_at),
+        "length_seconds": window.length_seconds,
         "folded": window.folded,
         "jobs": dict(window.jobs),
         "version": window.version,
@@ -108,6 +109,7 @@ def window_from_item(item: Mapping[str, Any]) -> Window:
         kind=EventKind(item["kind"]),
         opened_at=parse_instant(str(item["opened_at"])),
         ends_at=parse_instant(str(item["ends_at"])),
+        length_seconds=int(item["length_seconds"]),
         folded=int(item.get("folded", 0)),
         jobs={str(k): int(v) for k, v in (item.get("jobs") or {}).items()},
         version=int(item["version"]),

@@ -1120,7 +1120,7 @@ class ChannelHealthOut(BaseModel):
 
     @classmethod
     def of(cls, health: ChannelHealth) -> ChannelHealthOut:
-        channel = health.channel.channel_id
+        channel = f"{health.channel.kind}:{health.channel.address}"  # the owner's own: the address itself
         return cls(channel=channel, healthy=health.healthy, since=health.since, detail=health.detail)
 
 

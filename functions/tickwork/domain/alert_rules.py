@@ -8,10 +8,12 @@ like a target (the URL's form here, its address at call time; the topic against 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlsplit
 
 from tickwork.domain.errors import ValidationError
 
@@ -35,8 +37,17 @@ class Channel:
 
     @property
     def channel_id(self) -> str:
-        """How the channel is named in an outbox entry and in its health: its kind and address."""
-        return f"{self.kind}:{self.address}"
+        """How the channel is named in keys, logs and other channels' messages: its kind and a hash of its
+        address (a Slack webhook's URL works as its password: it is shown only to its owner, in the job)."""
+        digest = hashlib.sha256(self.address.encode()).hexdigest()[:16]
+        return f"{self.kind}:{digest}"
+
+    @property
+    def label(self) -> str:
+        """The channel for a person: its kind and host (or topic name), nothing that grants access."""
+        if self.kind is ChannelKind.SNS:
+            return f"sns topic {self.address.rsplit(':', 1)[-1]}"
+        return f"{self.kind} to {urlsplit(self.address).hostname or '?'} ({self.channel_id})"
 
     def target_config(self) -> dict[str, Any]:
         """The target config a message to this channel is sent with (its payload added by the caller)."""

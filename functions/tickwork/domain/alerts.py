@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from tickwork.domain.alert_rules import AlertRules
 from tickwork.domain.models import Run, RunState
-from tickwork.domain.timekeys import format_instant
+from tickwork.domain.timekeys import format_instant, format_instant_ms
 
 __all__ = ["AlertRules", "EventKind", "JobEvent", "RunChange", "deadline_missed", "events_of_change"]
 
@@ -60,8 +60,9 @@ class JobEvent:
 
     @property
     def dedupe_key(self) -> str:
-        """The same for every sighting of the same change: a notification's idempotency key."""
-        return f"{self.job_id}|{self.kind}|{self.run_id or format_instant(self.at)}"
+        """The same for every sighting of the same change: a notification's idempotency key. Its time
+        tells apart the same kind of event of one run (a run retried by its owner that fails again)."""
+        return f"{self.job_id}|{self.kind}|{self.run_id or ''}|{format_instant_ms(self.at)}"
 
 
 def duration(run: Run) -> timedelta | None:
@@ -178,6 +179,12 @@ def _duration_events(
     return found
 
 
+def deadline_of(run: Run, seconds: int) -> datetime:
+    """When a run must be done by: from its scheduled time, or from when it was due to start if that is
+    later (a backfill's or a catch-up's run of a past slot is not late the moment it is planned)."""
+    return max(run.scheduled_for, run.due_at) + timedelta(seconds=seconds)
+
+
 def deadline_missed(run: Run, rules: AlertRules, now: datetime) -> JobEvent | None:
     """DEADLINE_MISSED for a run not finished by its scheduled time plus the deadline: still open, recorded
     missed, or finished after it (a check that came late still sees it). The dead-man's switch. A run the
@@ -185,17 +192,12 @@ def deadline_missed(run: Run, rules: AlertRules, now: datetime) -> JobEvent | No
     itself, so every check that sees it gives the same event."""
     if rules.deadline_seconds is None or run.state in (RunState.CANCELLED, RunState.SKIPPED):
         return None
-    deadline = run.scheduled_for + timedelta(seconds=rules.deadline_seconds)
+    deadline = deadline_of(run, rules.deadline_seconds)
     if now < deadline:
         return None
     finished = run.state in (RunState.SUCCEEDED, RunState.FAILED)
     if finished and run.finished_at is not None and run.finished_at <= deadline:
         return None
-    return JobEvent(
-        run.job_id,
-        run.owner,
-        EventKind.DEADLINE_MISSED,
-        deadline,
-        run.run_id,
-        f"not finished {rules.deadline_seconds} s after {format_instant(run.scheduled_for)} ({run.state})",
-    )
+    since = format_instant(deadline - timedelta(seconds=rules.deadline_seconds))
+    detail = f"not finished {rules.deadline_seconds} s after {since} ({run.state})"
+    return JobEvent(run.job_id, run.owner, EventKind.DEADLINE_MISSED, deadline, run.run_id, detail)

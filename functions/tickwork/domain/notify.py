@@ -1,11 +1,12 @@
 """How an event becomes messages (issue 32): one per channel, a storm folded into a digest, retried, then
 the channel marked unhealthy. Pure: the watcher (services/watching.py) reads and writes what this decides.
 
-A window is per owner, channel and kind of event: the first event of a kind a channel gets opens a window
-of the job's `window_seconds` and is sent at once; the events of that kind that follow inside it, from any
-of the owner's jobs, are counted into the window, and one digest with the count (and which jobs) is sent
-when it ends. So 1,000 jobs failing at once are two messages per channel, not 1,000, and nothing is
-dropped without being counted.
+A window is per owner, channel, kind of event and window length: the first event of a kind a channel gets
+opens a window of the job's `window_seconds` and is sent at once; the events of that kind that follow
+inside it, from any of the owner's jobs with that window length, are counted into the window, and one
+digest with the count (and which jobs) is sent when it ends: at most one message per rule per job per
+window, as the issue asks, and across the owner's jobs too. So 1,000 jobs failing at once are two messages
+per channel, not 1,000, and nothing is dropped without being counted.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Window:
     kind: EventKind
     opened_at: datetime
     ends_at: datetime
+    length_seconds: int  # part of its key: jobs with another window length have windows of their own
     folded: int = 0
     jobs: Mapping[str, int] = field(default_factory=dict)
     version: int = 1  # every write moves it; a write is conditional on the version it read
@@ -105,6 +107,7 @@ def admit(
             event.kind,
             opened_at=event.at,
             ends_at=event.at + length,
+            length_seconds=int(length.total_seconds()),
             version=1 if window is None else window.version + 1,
         )
         if window is not None and window.digest_owed:
@@ -131,7 +134,15 @@ def digest_of(window: Window) -> tuple[Message, Window]:
         "to": format_instant_ms(window.ends_at),
         "jobs": dict(window.jobs),
     }
-    message = Message(window.owner, window.channel, digest_id(window), window.kind, window.ends_at, payload)
+    message = Message(
+        window.owner,
+        window.channel,
+        digest_id(window),
+        window.kind,
+        window.ends_at,
+        payload,
+        send_at=window.ends_at,
+    )
     return message, replace(window, folded=0, jobs={}, version=window.version + 1)
 
 

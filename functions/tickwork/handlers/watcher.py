@@ -12,6 +12,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tickwork.adapters.dynamodb.stream import run_changes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 
+# What the invocation keeps after its deliveries: the last send's timeout and the report.
+DELIVERY_MARGIN_SECONDS = 20.0
+
 
 @metrics.log_metrics
 @logger.inject_lambda_context
@@ -24,6 +27,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # An error here fails the batch: the mapping retries it (bisecting), then sends it to its
         # on-failure queue; a change is recorded once however often it is seen.
         report["observed"] = asdict(watcher.observe(run_changes(records)))
-    report["delivered"] = asdict(watcher.deliver())
+    # Within what is left of the invocation after its stream batch (a slow channel must not time out the
+    # batch, which would stall the shard for every owner): the minutely pass sends the rest.
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    budget = None if remaining is None else max(0.0, remaining() / 1000 - DELIVERY_MARGIN_SECONDS)
+    report["delivered"] = asdict(watcher.deliver(budget_seconds=budget))
     logger.info("watch done", extra=report)
     return report

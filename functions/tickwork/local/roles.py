@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
@@ -22,6 +23,8 @@ from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.local.lifeline import set_parent_death_signal, watch_parent
 from tickwork.local.status import SnapshotMetrics
+from tickwork.services.ports import RunChangeFeed
+from tickwork.services.watching import Watcher
 from tickwork.settings import Settings, SettingsError
 
 logger = logging.getLogger("tickwork.local")
@@ -96,15 +99,20 @@ def run_sweeper(parts: Components, stop: threading.Event) -> None:
 
 def run_watcher(parts: Components, stop: threading.Event) -> None:
     """The runs' changes as they come (every WATCH_INTERVAL), then what the outbox owes: as the watcher
-    Lambda does with its stream batches and its minutely schedule."""
+    Lambda does with its stream batches and its minutely schedule. A round that fails is tried again,
+    less often each time; after WATCH_TRIES failed rounds its changes are taken one by one, and one that
+    still fails is logged, counted (WatcherChangesDropped) and passed over, so it cannot stall the rest."""
     watcher = parts.watcher()
     feed = parts.run_change_feed()
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
+    failed_rounds = 0
     while not stop.is_set():
         changes = []
         try:
             changes = feed.take_changes(1000)
-            if changes:
+            if changes and failed_rounds >= WATCH_TRIES:
+                _watch_one_by_one(parts, watcher, feed, changes)
+            elif changes:
                 report = watcher.observe([change for _, change in changes])
                 feed.forget_changes(changes[-1][0])
                 if report.events:
@@ -112,10 +120,28 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
             delivered = watcher.deliver()
             if delivered.sent or delivered.failed_sends or delivered.events:
                 logger.info("outbox: %s", delivered)
-        except TickworkError as error:  # a busy store or an unreachable emulator: the next round retries
-            logger.warning("watch round failed: %s", error)
+            failed_rounds = 0
+        except TickworkError as error:  # a busy store or an unreachable emulator: tried again, later
+            failed_rounds += 1
+            logger.warning("watch round %d failed: %s", failed_rounds, error)
+            stop.wait(min(30.0, interval * 2**failed_rounds))
+            continue
         if not changes:
             stop.wait(interval)
+
+
+WATCH_TRIES = 3
+
+
+def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, changes: list[Any]) -> None:
+    for _, change in changes:
+        try:
+            watcher.observe([change])
+        except TickworkError as error:
+            run_id = change.after.run_id
+            logger.error("the change of run %s is passed over, its events untold: %s", run_id, error)
+            parts.metrics.count("WatcherChangesDropped")
+    feed.forget_changes(changes[-1][0])
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:

@@ -352,8 +352,11 @@ class EventLog(Protocol):
         ConflictError when a window moved meanwhile (the caller reads them again)."""
         ...
 
-    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
-        """The owner's windows of this kind for these channels, by channel id (strongly consistent)."""
+    def windows(
+        self, owner: str, channels: Sequence[Channel], kind: EventKind, length_seconds: int
+    ) -> dict[str, Window]:
+        """The owner's windows of this kind and length for these channels, by channel id (strongly
+        consistent)."""
         ...
 
     def job_events(self, job_id: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
@@ -370,8 +373,14 @@ class EventLog(Protocol):
         """What the outbox owes at `now`: messages to send, windows owing a digest, timers to look at."""
         ...
 
+    def claim_message(self, message: Message, until: datetime) -> Message | None:
+        """Take the message to send it: its `send_at` moves to `until` if it is still as read (attempts and
+        send_at), so another watcher's pass leaves it alone until then. None: another took it first."""
+        ...
+
     def settle_message(self, message: Message, retry: Message | None) -> None:
-        """The message is sent (None) or will be tried again as `retry`."""
+        """The claimed message is sent (None: removed) or will be tried again as `retry`; nothing is
+        written if another watcher claimed it since (its claim ran out)."""
         ...
 
     def close_window(self, window: Window, closed: Window, digest: Message) -> bool:

@@ -13,12 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from tickwork.domain.alert_rules import Channel
-from tickwork.domain.alerts import EventKind, JobEvent, RunChange, deadline_missed, events_of_change
+from tickwork.domain.alert_rules import DEFAULT_WINDOW_SECONDS, Channel
+from tickwork.domain.alerts import (
+    EventKind,
+    JobEvent,
+    RunChange,
+    deadline_missed,
+    deadline_of,
+    events_of_change,
+)
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import ConflictError, NotFoundError
 from tickwork.domain.models import Job, Run, RunState
@@ -38,7 +45,9 @@ from tickwork.services.runs import decode_cursor, encode_cursor
 
 logger = logging.getLogger(__name__)
 
-RECENT_RUNS = 30  # the job's latest runs a streak or a baseline is judged on
+RECENT_RUNS = 30  # the job's latest runs a baseline is judged on (a streak reads as many as its rule needs)
+PLANNED_AHEAD = 20  # runs newer than the one judged a read of the latest may meet (planned ahead, running)
+CLAIM_SECONDS = 60.0  # a message taken to be sent is left alone by other watchers this long
 JOB_CACHE_SECONDS = 30.0  # a job's rules are re-read at most this often per process
 RECORD_ATTEMPTS = 5  # a channel window moved by another watcher: read it again
 SEND_TIMEOUT_SECONDS = 10.0
@@ -70,8 +79,9 @@ class WithoutJob:
         self.metrics.count(name, value)
 
 
-# Pauses a job on Tickwork's own account: (owner, job id, reason, the time of the failure that paused it).
-Pauser = Callable[[str, str, str, datetime], None]
+# Pauses a job on Tickwork's own account: (owner, job id, reason, the time of the failure that paused it);
+# whether it paused it (not if the owner resumed it after that failure, or it was paused already).
+Pauser = Callable[[str, str, str, datetime], bool]
 
 
 @dataclass
@@ -124,40 +134,51 @@ class Watcher:
         return report
 
     def _events_of(self, change: RunChange, report: WatchReport) -> list[JobEvent]:
-        after = change.after
-        if after.state in (RunState.SKIPPED, RunState.MISSED):
-            self._job_metrics.count_for_job(f"Slots{str(after.state).capitalize()}", after.job_id)
-        job = self._job(after.job_id)
+        if change.after.state in (RunState.SKIPPED, RunState.MISSED):
+            name = f"Slots{str(change.after.state).capitalize()}"
+            self._job_metrics.count_for_job(name, change.after.job_id)
+        job = self._job(change.after.job_id)
         if job is None:
             return []  # deleted: its owner asked for nothing more
+        # The job's owner (a run written before runs kept theirs carries none).
+        after = replace(change.after, owner=job.owner)
         rules = job.alerts
-        if change.before is None and rules.deadline_seconds is not None and not after.state.is_terminal:
-            fire_at = after.scheduled_for + timedelta(seconds=rules.deadline_seconds)
+        deadline = rules.deadline_seconds
+        if change.before is None and deadline is not None and after.state is not RunState.SKIPPED:
+            fire_at = deadline_of(after, deadline)
             timer = DeadlineTimer(job.job_id, job.owner, after.scheduled_for, fire_at, after.expires_at)
             self._log.put_timer(timer)
             report.timers += 1
         ended = after.state.is_terminal
-        recent = self._recent(after) if ended and rules.needs_history else ()
-        events = list(events_of_change(change.before, after, rules, recent))
-        for event in events:
-            if event.kind is EventKind.AUTO_PAUSED:
-                self._auto_pause(job, event)
+        recent = self._recent(job, after) if ended and rules.needs_history else ()
+        events = []
+        for event in events_of_change(change.before, after, rules, recent):
+            if event.kind is EventKind.AUTO_PAUSED and not self._auto_pause(job, event):
+                continue  # nothing was paused: the owner resumed it after this failure, or it was paused
+            events.append(event)
         return events
 
-    def _recent(self, run: Run) -> list[Run]:
-        """The job's runs that ended before this one, newest first (a streak or a baseline reads them)."""
+    def _recent(self, job: Job, run: Run) -> list[Run]:
+        """The job's runs that ended before this one, newest first (a streak or a baseline reads them);
+        after a resume, only those since it: a streak starts again when the owner resumes the job."""
+        rules = job.alerts
+        streak = max(rules.failures_in_a_row or 0, rules.auto_pause_after or 0)
+        limit = max(RECENT_RUNS, streak + 1) + PLANNED_AHEAD
         return [
             r
-            for r in self._runs.list_runs(run.job_id, newest_first=True, limit=RECENT_RUNS)
-            if r.scheduled_for < run.scheduled_for and r.state in (RunState.SUCCEEDED, RunState.FAILED)
+            for r in self._runs.list_runs(run.job_id, newest_first=True, limit=limit)
+            if r.scheduled_for < run.scheduled_for
+            and r.state in (RunState.SUCCEEDED, RunState.FAILED)
+            and (job.resumed_at is None or (r.finished_at is not None and r.finished_at > job.resumed_at))
         ]
 
-    def _auto_pause(self, job: Job, event: JobEvent) -> None:
+    def _auto_pause(self, job: Job, event: JobEvent) -> bool:
+        self._jobs.pop(job.job_id, None)
         try:
-            self._pause(job.owner, job.job_id, event.detail, event.at)
+            return self._pause(job.owner, job.job_id, event.detail, event.at)
         except NotFoundError:
             logger.info("auto-pause: job %s is gone", job.job_id)
-        self._jobs.pop(job.job_id, None)
+            return False
 
     def _job(self, job_id: str) -> Job | None:
         now = self._monotonic()
@@ -174,10 +195,10 @@ class Watcher:
         job = self._job(event.job_id)
         rules = job.alerts if job is not None else None
         channels = [c for c in (rules.channels if rules is not None else ()) if c != besides]
-        length = timedelta(seconds=rules.window_seconds if rules is not None else 300)
+        length = timedelta(seconds=rules.window_seconds if rules is not None else DEFAULT_WINDOW_SECONDS)
         keep = timedelta(days=job.retention_days if job is not None else 30)
         for attempt in range(RECORD_ATTEMPTS):
-            stored = self._log.windows(event.owner, channels, event.kind)
+            stored = self._log.windows(event.owner, channels, event.kind, int(length.total_seconds()))
             pairs: list[tuple[Window | None, Window]] = []
             messages: list[Message] = []
             for channel in channels:
@@ -201,12 +222,16 @@ class Watcher:
 
     # -- the outbox: messages, digests, deadlines -----------------------------------------------------------
 
-    def deliver(self, limit: int = OUTBOX_PAGE) -> WatchReport:
-        """One pass over what the outbox owes now. A send that fails is tried again later; once its
-        attempts are spent the channel is recorded unhealthy (and healthy again at its next success)."""
+    def deliver(self, limit: int = OUTBOX_PAGE, budget_seconds: float | None = None) -> WatchReport:
+        """One pass over what the outbox owes now, within `budget_seconds` if given (a slow channel must
+        not hold up the stream). A send that fails is tried again later; once its attempts are spent the
+        channel is recorded unhealthy (and healthy again at its next success)."""
         report = WatchReport()
         now = self._clock.now()
+        started = self._monotonic()
         for entry in self._log.due(now, limit):
+            if budget_seconds is not None and self._monotonic() - started > budget_seconds:
+                break  # the rest stay owed: the next pass sends them
             if isinstance(entry, Message):
                 self._send(entry, now, report)
             elif isinstance(entry, Window):
@@ -221,14 +246,21 @@ class Watcher:
     def _check_deadline(self, timer: DeadlineTimer, now: datetime, report: WatchReport) -> None:
         job = self._job(timer.job_id)
         run = self._runs.get_run(timer.job_id, timer.scheduled_for)
-        if job is not None and run is not None:
+        if job is not None and run is not None and job.alerts.deadline_seconds is not None:
+            deadline = deadline_of(run, job.alerts.deadline_seconds)
+            if deadline > now:  # the deadline was raised since the timer was set: look again then
+                self._log.put_timer(replace(timer, fire_at=deadline))
+                return
             event = deadline_missed(run, job.alerts, now)
             if event is not None and self._record(event):
                 report.events += 1
                 report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
         self._log.drop_timer(timer)
 
-    def _send(self, message: Message, now: datetime, report: WatchReport) -> None:
+    def _send(self, due: Message, now: datetime, report: WatchReport) -> None:
+        message = self._log.claim_message(due, now + timedelta(seconds=CLAIM_SECONDS))
+        if message is None:
+            return  # another watcher's pass took it
         invocation = Invocation(
             run_id=message.message_id,
             job_id=message.job_id or "",
@@ -251,11 +283,11 @@ class Watcher:
         error = f"{result.status}: {result.detail}"
         retry = after_failure(message, error, now) if result.retryable else None
         if retry is None:
-            logger.warning("channel %s of %s failed: %s", message.channel.channel_id, message.owner, error)
+            logger.warning("channel %s of %s failed: %s", message.channel.label, message.owner, error)
             if health is None or health.healthy:
                 self._log.set_health(ChannelHealth(message.owner, message.channel, False, now, error[:500]))
                 if message.job_id is not None:
-                    detail = f"{message.channel.channel_id} failed {message.attempts + 1} time(s): {error}"
+                    detail = f"{message.channel.label} failed {message.attempts + 1} time(s): {error}"
                     unhealthy = JobEvent(
                         message.job_id, message.owner, EventKind.CHANNEL_UNHEALTHY, now, None, detail[:500]
                     )

@@ -4,6 +4,7 @@ adapters/sqlite/events.py, an event and its channels' windows and messages in on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -90,10 +91,13 @@ class DynamoEventLog(StoreBase):
             raise ConflictError(f"a channel window of {event.owner} moved") from None
         return True
 
-    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
+    def windows(
+        self, owner: str, channels: Sequence[Channel], kind: EventKind, length_seconds: int
+    ) -> dict[str, Window]:
         found = {}
         for channel in channels:
-            item = self._get(self._table, {"scope": owner_scope(owner), "key": window_key(channel, kind)})
+            key = window_key(channel, kind, length_seconds)
+            item = self._get(self._table, {"scope": owner_scope(owner), "key": key})
             if item is not None:
                 found[channel.channel_id] = window_from_item(item)
         return found
@@ -147,16 +151,47 @@ class DynamoEventLog(StoreBase):
         found.sort(key=lambda item: str(item["send_at"]))
         return [outbox_entry(item) for item in found[:limit]]
 
-    def settle_message(self, message: Message, retry: Message | None) -> None:
-        if retry is not None:
-            self._write(self._put(message_to_item(retry, _keep(retry.at))))
-            return
+    def _as_read(self, message: Message) -> tuple[str, dict[str, Any]]:
+        """The condition that the message is as it was read (or claimed): its attempts and send_at."""
+        send_at = format_instant_ms(message.send_at) if message.send_at is not None else ""
+        return "attempts = :a AND send_at = :s", {":a": message.attempts, ":s": send_at}
+
+    def claim_message(self, message: Message, until: datetime) -> Message | None:
+        condition, values = self._as_read(message)
         try:
-            self._client.delete_item(
+            self._client.update_item(
                 TableName=self._table,
                 Key=serialize({"scope": owner_scope(message.owner), "key": message_key(message)}),
+                UpdateExpression="SET send_at = :until",
+                ConditionExpression=condition,
+                ExpressionAttributeValues=serialize({**values, ":until": format_instant_ms(until)}),
             )
         except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return None  # another watcher took it, or it was sent
+            raise self._translate(error) from error
+        return replace(message, send_at=until)
+
+    def settle_message(self, message: Message, retry: Message | None) -> None:
+        condition, values = self._as_read(message)
+        try:
+            if retry is not None:
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=serialize(message_to_item(retry, _keep(retry.at))),
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues=serialize(values),
+                )
+            else:
+                self._client.delete_item(
+                    TableName=self._table,
+                    Key=serialize({"scope": owner_scope(message.owner), "key": message_key(message)}),
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues=serialize(values),
+                )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return  # its claim ran out and another watcher took it
             raise self._translate(error) from error
 
     def close_window(self, window: Window, closed: Window, digest: Message) -> bool:

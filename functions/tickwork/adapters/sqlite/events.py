@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -48,6 +49,11 @@ def _get(connection: sqlite3.Connection, scope: str, key: str) -> dict[str, Any]
     return None if row is None else load(row[0])
 
 
+def _window_item(connection: sqlite3.Connection, window: Window) -> dict[str, Any] | None:
+    key = window_key(window.channel, window.kind, window.length_seconds)
+    return _get(connection, owner_scope(window.owner), key)
+
+
 def _delete(connection: sqlite3.Connection, scope: str, key: str) -> None:
     connection.execute("DELETE FROM events WHERE scope = ? AND key = ?", (scope, key))
 
@@ -66,7 +72,7 @@ class SqliteEventLog(SqliteBase):
             if _get(connection, event.job_id, event_key(event)) is not None:
                 return False
             for before, after in windows:
-                stored = _get(connection, owner_scope(after.owner), window_key(after.channel, after.kind))
+                stored = _window_item(connection, after)
                 version = None if stored is None else int(stored["version"])
                 if version != (None if before is None else before.version):
                     raise ConflictError(f"window {after.channel.channel_id} {after.kind} moved")
@@ -77,11 +83,13 @@ class SqliteEventLog(SqliteBase):
                 put(connection, EVENTS, message_to_item(message, _keep(message.at)))
             return True
 
-    def windows(self, owner: str, channels: Sequence[Channel], kind: EventKind) -> dict[str, Window]:
+    def windows(
+        self, owner: str, channels: Sequence[Channel], kind: EventKind, length_seconds: int
+    ) -> dict[str, Window]:
         found = {}
         with self.db.read() as connection:
             for channel in channels:
-                item = _get(connection, owner_scope(owner), window_key(channel, kind))
+                item = _get(connection, owner_scope(owner), window_key(channel, kind, length_seconds))
                 if item is not None:
                     found[channel.channel_id] = window_from_item(item)
         return found
@@ -101,6 +109,14 @@ class SqliteEventLog(SqliteBase):
         )
         return _page([event_from_item(i) for i in items], [str(i["owner_order"]) for i in items], limit)
 
+    def delete_expired(self, now: datetime) -> int:
+        """The events table's TTL, which DynamoDB keeps itself: what is past its expiry goes."""
+        with self.db.write() as connection:
+            cursor = connection.execute(
+                "DELETE FROM events WHERE expires_at IS NOT NULL AND expires_at < ?", (int(now.timestamp()),)
+            )
+            return int(cursor.rowcount)
+
     def put_timer(self, timer: DeadlineTimer) -> None:
         with self.db.write() as connection:
             put(connection, EVENTS, timer_to_item(timer))
@@ -114,8 +130,18 @@ class SqliteEventLog(SqliteBase):
         )
         return [outbox_entry(item) for item in items]
 
+    def claim_message(self, message: Message, until: datetime) -> Message | None:
+        with self.db.write() as connection:
+            if not _still_as_read(connection, message):
+                return None
+            claimed = replace(message, send_at=until)
+            put(connection, EVENTS, message_to_item(claimed, _keep(claimed.at)))
+            return claimed
+
     def settle_message(self, message: Message, retry: Message | None) -> None:
         with self.db.write() as connection:
+            if not _still_as_read(connection, message):
+                return  # its claim ran out and another watcher took it
             if retry is None:
                 _delete(connection, owner_scope(message.owner), message_key(message))
             else:
@@ -123,7 +149,7 @@ class SqliteEventLog(SqliteBase):
 
     def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
         with self.db.write() as connection:
-            stored = _get(connection, owner_scope(window.owner), window_key(window.channel, window.kind))
+            stored = _window_item(connection, window)
             if stored is None or int(stored["version"]) != window.version:
                 return False
             put(connection, EVENTS, window_to_item(closed, _keep(closed.ends_at)))
@@ -181,6 +207,16 @@ class SqliteRunChangeFeed(SqliteBase):
     def forget_changes(self, through: int) -> None:
         with self.db.write() as connection:
             connection.execute("DELETE FROM run_changes WHERE id <= ?", (through,))
+
+
+def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:
+    stored = _get(connection, owner_scope(message.owner), message_key(message))
+    return (
+        stored is not None
+        and int(stored.get("attempts", 0)) == message.attempts
+        and message.send_at is not None
+        and stored["send_at"] == format_instant_ms(message.send_at)
+    )
 
 
 def _keep(at: datetime) -> int:
