@@ -74,6 +74,7 @@ class RunRecords(StoreBase):
             "ExpressionAttributeValues": serialize({":j": job_id}),
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
+            "Limit": limit,  # a page of what is asked, not 1 MB of the job's history
         }
         return [run_from_item(item) for item in islice(self._query_items(request), limit)]
 

@@ -31,6 +31,10 @@ def run_changes(records: Iterable[Mapping[str, Any]]) -> list[RunChange]:
     return changes
 
 
+# A position that is no longer any good (an iterator older than 15 minutes, records trimmed, a shard gone).
+_READ_AGAIN = ("ExpiredIteratorException", "TrimmedDataAccessException", "ResourceNotFoundException")
+
+
 class DynamoStreamFeed:
     """The runs table's stream read with the DynamoDB Streams API, for `tickwork local --engine emulator`
     (on AWS the event source mapping reads it for the watcher Lambda). From the oldest record kept (the
@@ -72,6 +76,11 @@ class DynamoStreamFeed:
                     self._taken += 1
                     taken.append((self._taken, change))
         except ClientError as error:
+            code = str(error.response.get("Error", {}).get("Code", ""))
+            if code in _READ_AGAIN:
+                # Read again from the oldest record kept: what was told before records nothing twice.
+                self._positions.clear()
+                raise TransientStoreError(f"DynamoDB Streams: {code}; reading the stream again") from error
             raise StoreError(f"DynamoDB Streams: {error}", code="StreamRead") from error
         except BotoCoreError as error:
             raise TransientStoreError(f"DynamoDB Streams: {error}") from error
