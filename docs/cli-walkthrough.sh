@@ -10,6 +10,7 @@ tickwork jobs run "$JOB" --even-if-paused                         # a paused job
 tickwork jobs resume "$JOB"
 tickwork jobs backfill "$JOB" --from 1h --rate 5                  # every fire of the last hour, 5 a second
 tickwork runs failed --since 1h                                   # what broke, across your jobs
+tickwork events --job "$JOB"                                      # what its rules noticed, newest first
 tickwork jobs apply -f docs/examples/jobs.yaml --dry-run          # the diff, nothing written
 tickwork jobs apply -f docs/examples/jobs.yaml --yes              # create what is new
 tickwork jobs apply -f docs/examples/jobs.yaml --yes              # again: nothing to change

@@ -124,10 +124,14 @@ class Api(Construct):
         # and a heartbeat moves the attempt's run lease and its concurrency slot's lease.
         callback_key.grant_read(self.function)
         allow(self.function, ("dynamodb:UpdateItem",), [storage.table(SLOTS).table_arn])
-        # GET /events: a job's events from the events table itself, an owner's across their jobs from the
-        # `by_owner` index (adapters/dynamodb/events.py); the watcher writes them.
+        # The events table (adapters/dynamodb/events.py). GET /events: a job's events and its channels' health
+        # from the table itself, an owner's across their jobs from the `by_owner` index. /alert-defaults: the
+        # owner's defaults are one item of it, read at every create, put and deleted. A resume that clears
+        # an auto-pause records its event (with the messages it owes) in one transaction of puts.
         events = storage.table(EVENTS)
-        allow(self.function, ("dynamodb:GetItem",), [events.table_arn])
+        allow(
+            self.function, ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"), [events.table_arn]
+        )
         allow(self.function, ("dynamodb:Query",), [events.table_arn, storage.index_arn(EVENTS, "by_owner")])
 
         authorizer: Any

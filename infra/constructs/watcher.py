@@ -40,9 +40,11 @@ from infra.constructs.storage import Storage
 from infra.constructs.targets import action_of, target_statements
 from tickwork.resources import EVENTS, JOBS, RUNS
 
-# A pass sends up to services/watching.OUTBOX_PAGE (500) messages one after another, each within its 10 s
-# send timeout: a pass of typical sends (~0.5 s) fits; what a pass cut short leaves is owed to the next.
-WATCHER_TIMEOUT = Duration.minutes(5)
+# The outbox pass sends until the invocation has handlers/watcher.DELIVERY_MARGIN_SECONDS (20 s: one send's
+# 10 s timeout and the report) left, and leaves the rest to the next pass. A minute: a minutely pass ends
+# before the next one starts, and a stream batch holds its shard (whose next batch waits) for a minute at
+# most, however slow a channel is.
+WATCHER_TIMEOUT = Duration.seconds(60)
 BATCH_SIZE = 100
 RETRY_ATTEMPTS = 5
 MAX_RECORD_AGE = Duration.hours(6)  # the stream keeps a record 24 h: 18 h are left to read it again
@@ -133,10 +135,11 @@ class Watcher(Construct):
         allow(self.function, ("dynamodb:UpdateItem",), [jobs.table_arn, runs.table_arn])
         # The events table (adapters/dynamodb/events.py): windows and channel health read one item at a time;
         # an event with its windows and messages in one transaction (puts), timers, retries and health put;
-        # sent messages and spent timers deleted; what is owed now read from the `outbox` index.
+        # a message claimed before it is sent (a conditional update of its send time); sent messages and
+        # spent timers deleted; what is owed now read from the `outbox` index.
         allow(
             self.function,
-            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
             [events.table_arn],
         )
         allow(self.function, ("dynamodb:Query",), [storage.index_arn(EVENTS, "outbox")])

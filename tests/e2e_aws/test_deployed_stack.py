@@ -17,6 +17,8 @@
   with an error and a cause; jobs with completion `tracked` start an execution each, and the deployed
   executor follows it with DescribeExecution (its looks) until it ends: the runs end `succeeded` and
   `failed`, each attempt holding the execution's status, and the emulator ran exactly one execution each;
+  the deployed watcher, fed by the runs table's stream through its event source mapping, records the failure
+  as the job's `run_failed` event;
 then the stack is destroyed. Every phase's duration is written to `.tickwork/e2e-aws.json` and printed.
 """
 
@@ -506,6 +508,7 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
 SFN_WAIT_SECONDS = 8
 SFN_ERROR = "ExportFailed"
 SFN_CAUSE = "e2e: the export found no rows"
+WATCHER_DEADLINE_SECONDS = 60  # the stream poller invokes within seconds, a cold start takes a few more
 
 
 def _state_machine(sfn: Any, name: str, states: dict[str, Any], start: str) -> str:
@@ -600,6 +603,30 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
     assert [a["status"] for a in failed["attempts"]] == ["FAILED"], failed
     assert SFN_ERROR in (failed["attempts"][0]["detail"] or ""), failed
     assert SFN_CAUSE in (failed["attempts"][0]["detail"] or ""), failed
+
+    # The deployed watcher saw the failure in the runs table's stream (its event source mapping) and recorded
+    # it for the job's owner; the run that succeeded is nothing to tell.
+    dynamodb = boto3.client(
+        "dynamodb",
+        endpoint_url=deployed.endpoint,
+        region_name=DEFAULT_REGION,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+    def events_of(job_id: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = dynamodb.query(
+            TableName=f"{PREFIX}-events",
+            KeyConditionExpression="#s = :j AND begins_with(#k, :e)",
+            ExpressionAttributeNames={"#s": "scope", "#k": "key"},
+            ExpressionAttributeValues={":j": {"S": job_id}, ":e": {"S": "e#"}},
+            ConsistentRead=True,
+        )["Items"]
+        return items
+
+    told = _wait_for(lambda: events_of(jobs["fails"]), WATCHER_DEADLINE_SECONDS, every_s=1.0)
+    assert [(e["kind"]["S"], e["run_id"]["S"]) for e in told] == [("run_failed", runs["fails"])], told
+    assert events_of(jobs["succeeds"]) == []
 
     # The emulator ran one execution per run, and ended them as the runs say.
     for outcome, arn in machines.items():

@@ -375,7 +375,7 @@ def test_data_actions_are_scoped_to_the_stacks_tables_and_queues(
                     assert resource["Fn::Join"][1][-1] == f":{synth.stack.config.prefix}-target-*"
 
 
-def test_only_the_api_deletes_jobs_only_the_watcher_deletes_events_and_only_the_sweeper_reads_the_dlq(
+def test_who_deletes_items_and_only_the_sweeper_reads_the_dlq(
     default: Synth,
 ) -> None:
     roles = {name: _function(default, name)["Properties"]["Role"]["Fn::GetAtt"][0] for name in HANDLERS}
@@ -388,8 +388,9 @@ def test_only_the_api_deletes_jobs_only_the_watcher_deletes_events_and_only_the_
         if "dynamodb:DeleteItem" in _as_list(statement["Action"]):
             for resource in _as_list(statement["Resource"]):
                 deleters.setdefault(tables[resource["Fn::GetAtt"][0]], set()).add(role)
-    # A job is deleted by its owner (the API); sent messages and spent deadline timers by the watcher.
-    assert deleters == {"jobs": {roles["api"]}, "events": {roles["watcher"]}}
+    # A job is deleted by its owner (the API); in the events table, sent messages and spent deadline timers
+    # by the watcher, an owner's alert defaults by the API.
+    assert deleters == {"jobs": {roles["api"]}, "events": {roles["watcher"], roles["api"]}}
     dlq_id = _logical_id(default, "AWS::SQS::Queue", QueueName="tickwork-dispatch-dlq")
     readers = {
         role
