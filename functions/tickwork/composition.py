@@ -43,7 +43,7 @@ from tickwork.services.ports import AlertDefaults, EventLog, Metrics, RunChangeF
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
-from tickwork.services.watching import EventReader, JobMetrics, Watcher, WithoutJob
+from tickwork.services.watching import EventReader, EventRecorder, JobMetrics, Watcher, WithoutJob
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
@@ -289,6 +289,10 @@ class Components:
         granted = self.settings.target_grants
         targets = self.targets if granted is None else GrantedTargets(self.targets, granted)
         return Watcher(self.store, self.event_log, targets, pause, self.clock, self.metrics, per_job)
+
+    def event_recorder(self) -> EventRecorder:
+        """Recording events without sending them (the API's resumed event): no channel is called."""
+        return EventRecorder(self.store, self.event_log, self.clock)
 
     def event_reader(self) -> EventReader:
         return EventReader(self.job_service(), self.event_log)

@@ -4,6 +4,7 @@ signed POST to the job's webhook; the same batch delivered again sends nothing m
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -11,8 +12,10 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools import Metrics
 
 from tests.conftest import build_components
+from tickwork.adapters.metrics import PowertoolsMetrics
 from tickwork.composition import Components
 from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
 from tickwork.domain.clock import FakeClock
@@ -89,3 +92,13 @@ def test_a_failed_run_in_the_stream_is_one_event_and_one_signed_message(
     again = watcher.handler({"Records": records}, LambdaContext())  # type: ignore[arg-type]
     assert again["observed"]["events"] == 0 and again["delivered"]["sent"] == 0
     assert len(received) == 1
+
+
+def test_a_skip_is_counted_per_job_with_the_services_dimension(capsys: pytest.CaptureFixture[str]) -> None:
+    """Which job skipped (issue 32): its own EMF line, JobId and service as dimensions."""
+    metrics = PowertoolsMetrics(Metrics(namespace="Tickwork", service="tickwork-test"))
+    metrics.count_for_job("SlotsSkipped", "job_a")
+    [line] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "SlotsSkipped" in line]
+    [directive] = line["_aws"]["CloudWatchMetrics"]
+    assert set(directive["Dimensions"][0]) == {"service", "JobId"}
+    assert line["JobId"] == "job_a" and line["service"] == "tickwork-test" and line["SlotsSkipped"] == [1.0]

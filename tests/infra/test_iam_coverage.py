@@ -907,13 +907,6 @@ def test_the_api_role_grants_alert_defaults_and_reading_events(
     assert missing_grants(default, "api", recorder.calls) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="functions/: the API records the 'resumed' event through Components.watcher(), which builds the "
-    "target invokers and so reads the signing secret, a key the API's role must not read (the API holds "
-    "the callback key only); in AWS the event is then never recorded (EventsNotRecorded)",
-)
 def test_the_api_role_grants_recording_a_resume_that_clears_an_auto_pause(
     deployed_api: tuple[Components, Recorder], default: Synth, base: Components
 ) -> None:

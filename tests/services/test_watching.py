@@ -267,7 +267,7 @@ def test_an_edit_of_the_rules_applies_to_the_next_change(world: World) -> None:
     world.watch()
     assert world.kinds(job.job_id) == []
     world.jobs.update("alice", job.job_id, JobPatch(alerts=AlertRules()))
-    world.watcher._jobs.clear()  # the 30 s cache of rules, as its expiry would
+    world.watcher.recorder.forget()  # the 30 s cache of rules, as its expiry would
     world.end(world.plan(job, 2), RunState.FAILED)
     world.watch()
     assert world.kinds(job.job_id) == ["run_failed"]
@@ -289,7 +289,7 @@ def test_a_streak_starts_again_when_the_owner_resumes(world: World) -> None:
     world.watch()
     assert world.jobs.get("alice", job.job_id).state is JobState.PAUSED
     world.jobs.resume("alice", job.job_id)
-    world.watcher._jobs.clear()  # the rules' 30 s cache, as its expiry would
+    world.watcher.recorder.forget()  # the rules' 30 s cache, as its expiry would
     world.end(world.plan(job, 3), RunState.FAILED)
     world.watch()
     assert world.jobs.get("alice", job.job_id).state is JobState.ACTIVE, "one failure since the resume"
@@ -326,7 +326,7 @@ def test_a_backfilled_past_slot_is_not_late_when_planned_and_a_raised_deadline_i
     world.watch()
     assert world.kinds(job.job_id) == [], "due now: its deadline runs from now"
     world.jobs.update("alice", job.job_id, JobPatch(alerts=AlertRules(deadline_seconds=600)))
-    world.watcher._jobs.clear()
+    world.watcher.recorder.forget()
     world.clock.set(ANCHOR + timedelta(seconds=61))
     world.watch()
     assert world.kinds(job.job_id) == [], "the deadline was raised: not missed yet"

@@ -30,10 +30,17 @@ class PowertoolsMetrics:
         """Its own EMF line with a JobId dimension (on the shared metrics it would split them all)."""
         from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+        # With the service's dimension, as every other metric (a deployment's jobs are found by it). Only
+        # jobs that skip or miss a slot get one: a custom metric each while they do.
+        service = getattr(self._metrics, "service", None)
         with (
             self._lock,
             single_metric(
-                name=name, unit=MetricUnit.Count, value=value, namespace=self._metrics.namespace
+                name=name,
+                unit=MetricUnit.Count,
+                value=value,
+                namespace=self._metrics.namespace,
+                default_dimensions={"service": service} if service else None,
             ) as metric,
         ):
             metric.add_dimension(name="JobId", value=job_id)

@@ -555,7 +555,7 @@ def _tell_resumed(result: ResumeResult) -> None:
     if result.cleared_auto_pause is None:
         return
     try:
-        components().watcher().note_resumed(result.job, result.cleared_auto_pause)
+        components().event_recorder().note_resumed(result.job, result.cleared_auto_pause)
     except StoreError as error:
         logger.error("resumed event not recorded", extra={"job_id": result.job.job_id, "error": str(error)})
         metrics.add_metric(name="EventsNotRecorded", unit=MetricUnit.Count, value=1)

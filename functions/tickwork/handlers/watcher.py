@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tickwork.adapters.dynamodb.stream import run_changes
+from tickwork.domain.errors import TickworkError
 from tickwork.handlers.runtime import components, logger, metrics, tracer
 
 # What the invocation keeps after its deliveries: the last send's timeout and the report.
@@ -31,6 +33,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # batch, which would stall the shard for every owner): the minutely pass sends the rest.
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     budget = None if remaining is None else max(0.0, remaining() / 1000 - DELIVERY_MARGIN_SECONDS)
-    report["delivered"] = asdict(watcher.deliver(budget_seconds=budget))
+    try:
+        report["delivered"] = asdict(watcher.deliver(budget_seconds=budget))
+    except TickworkError as error:
+        # The batch is recorded: failing it now would only run it again. What is owed stays in the
+        # outbox for the minutely pass (which fails loudly: WatcherErrors).
+        if records is None:
+            raise
+        logger.error("outbox pass after a stream batch failed", extra={"error": str(error)})
+        metrics.add_metric(name="WatcherDeliveryErrors", unit=MetricUnit.Count, value=1)
+        report["delivered"] = None
     logger.info("watch done", extra=report)
     return report

@@ -95,6 +95,73 @@ class WatchReport:
     kinds: dict[str, int] = field(default_factory=dict)
 
 
+class JobReader(Protocol):
+    def get_job(self, job_id: str) -> Job | None: ...
+
+
+class EventRecorder:
+    """Records an event and what the job's channels are owed for it (a message, or a count in their
+    window's digest): what the watcher does with what it notices, and the API with a resume that clears an
+    auto-pause. Sends nothing (the outbox does), so it needs no way to call a channel."""
+
+    def __init__(
+        self, jobs: JobReader, log: EventLog, clock: Clock, *, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._jobs = jobs
+        self._log = log
+        self._clock = clock
+        self._monotonic = monotonic
+        self._cache: dict[str, tuple[float, Job | None]] = {}
+
+    def job(self, job_id: str) -> Job | None:
+        """The job, read at most every JOB_CACHE_SECONDS per process (its rules apply from then)."""
+        now = self._monotonic()
+        cached = self._cache.get(job_id)
+        if cached is not None and now - cached[0] < JOB_CACHE_SECONDS:
+            return cached[1]
+        job = self._jobs.get_job(job_id)
+        self._cache[job_id] = (now, job)
+        return job
+
+    def forget(self, job_id: str | None = None) -> None:
+        """Read the job (every job: None) again next time."""
+        if job_id is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(job_id, None)
+
+    def record(self, event: JobEvent, *, besides: Channel | None = None) -> bool:
+        """Store the event and what its channels (all but `besides`) are owed. False: recorded before (a
+        re-delivered change)."""
+        job = self.job(event.job_id)
+        rules = job.alerts if job is not None else None
+        channels = [c for c in (rules.channels if rules is not None else ()) if c != besides]
+        length = timedelta(seconds=rules.window_seconds if rules is not None else DEFAULT_WINDOW_SECONDS)
+        keep = timedelta(days=job.retention_days if job is not None else 30)
+        for attempt in range(RECORD_ATTEMPTS):
+            stored = self._log.windows(event.owner, channels, event.kind, int(length.total_seconds()))
+            pairs: list[tuple[Window | None, Window]] = []
+            messages: list[Message] = []
+            for channel in channels:
+                before = stored.get(channel.channel_id)
+                window, message = admit(event, channel, before, length)
+                pairs.append((before, window))
+                if message is not None:
+                    messages.append(message)
+            try:
+                return self._log.record_event(event, event.at + keep, pairs, messages)
+            except ConflictError:
+                if attempt + 1 == RECORD_ATTEMPTS:  # another watcher moved a window: read them again
+                    raise
+        return False
+
+    def note_resumed(self, job: Job, cleared: str) -> bool:
+        """The owner resumed a job Tickwork had paused: an event, told to the job's channels."""
+        at = job.resumed_at or self._clock.now()
+        detail = f"resumed; the auto-pause is cleared ({cleared})"
+        return self.record(JobEvent(job.job_id, job.owner, EventKind.RESUMED, at, None, detail[:500]))
+
+
 class Watcher:
     def __init__(
         self,
@@ -116,7 +183,7 @@ class Watcher:
         self._metrics = metrics
         self._job_metrics = job_metrics
         self._monotonic = monotonic
-        self._jobs: dict[str, tuple[float, Job | None]] = {}
+        self.recorder = EventRecorder(runs, log, clock, monotonic=monotonic)
 
     # -- changes -> events ----------------------------------------------------------------------------------
 
@@ -128,7 +195,7 @@ class Watcher:
                 continue  # a write that moved no state (a lease, a heartbeat)
             report.changes += 1
             for event in self._events_of(change, report):
-                if self._record(event):
+                if self.recorder.record(event):
                     report.events += 1
                     report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
         return report
@@ -137,7 +204,7 @@ class Watcher:
         if change.after.state in (RunState.SKIPPED, RunState.MISSED):
             name = f"Slots{str(change.after.state).capitalize()}"
             self._job_metrics.count_for_job(name, change.after.job_id)
-        job = self._job(change.after.job_id)
+        job = self.recorder.job(change.after.job_id)
         if job is None:
             return []  # deleted: its owner asked for nothing more
         # The job's owner (a run written before runs kept theirs carries none).
@@ -173,52 +240,12 @@ class Watcher:
         ]
 
     def _auto_pause(self, job: Job, event: JobEvent) -> bool:
-        self._jobs.pop(job.job_id, None)
+        self.recorder.forget(job.job_id)
         try:
             return self._pause(job.owner, job.job_id, event.detail, event.at)
         except NotFoundError:
             logger.info("auto-pause: job %s is gone", job.job_id)
             return False
-
-    def _job(self, job_id: str) -> Job | None:
-        now = self._monotonic()
-        cached = self._jobs.get(job_id)
-        if cached is not None and now - cached[0] < JOB_CACHE_SECONDS:
-            return cached[1]
-        job = self._runs.get_job(job_id)
-        self._jobs[job_id] = (now, job)
-        return job
-
-    def _record(self, event: JobEvent, *, besides: Channel | None = None) -> bool:
-        """Store the event and what its channels (all but `besides`) are owed: a message, or a count in
-        their window's digest. False: recorded before (a re-delivered change)."""
-        job = self._job(event.job_id)
-        rules = job.alerts if job is not None else None
-        channels = [c for c in (rules.channels if rules is not None else ()) if c != besides]
-        length = timedelta(seconds=rules.window_seconds if rules is not None else DEFAULT_WINDOW_SECONDS)
-        keep = timedelta(days=job.retention_days if job is not None else 30)
-        for attempt in range(RECORD_ATTEMPTS):
-            stored = self._log.windows(event.owner, channels, event.kind, int(length.total_seconds()))
-            pairs: list[tuple[Window | None, Window]] = []
-            messages: list[Message] = []
-            for channel in channels:
-                before = stored.get(channel.channel_id)
-                window, message = admit(event, channel, before, length)
-                pairs.append((before, window))
-                if message is not None:
-                    messages.append(message)
-            try:
-                return self._log.record_event(event, event.at + keep, pairs, messages)
-            except ConflictError:
-                if attempt + 1 == RECORD_ATTEMPTS:  # another watcher moved a window: read them again
-                    raise
-        return False
-
-    def note_resumed(self, job: Job, cleared: str) -> bool:
-        """The owner resumed a job Tickwork had paused: an event, told to the job's channels."""
-        at = job.resumed_at or self._clock.now()
-        detail = f"resumed; the auto-pause is cleared ({cleared})"
-        return self._record(JobEvent(job.job_id, job.owner, EventKind.RESUMED, at, None, detail[:500]))
 
     # -- the outbox: messages, digests, deadlines -----------------------------------------------------------
 
@@ -244,7 +271,7 @@ class Watcher:
         return report
 
     def _check_deadline(self, timer: DeadlineTimer, now: datetime, report: WatchReport) -> None:
-        job = self._job(timer.job_id)
+        job = self.recorder.job(timer.job_id)
         run = self._runs.get_run(timer.job_id, timer.scheduled_for)
         if job is not None and run is not None and job.alerts.deadline_seconds is not None:
             deadline = deadline_of(run, job.alerts.deadline_seconds)
@@ -252,7 +279,7 @@ class Watcher:
                 self._log.put_timer(replace(timer, fire_at=deadline))
                 return
             event = deadline_missed(run, job.alerts, now)
-            if event is not None and self._record(event):
+            if event is not None and self.recorder.record(event):
                 report.events += 1
                 report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
         self._log.drop_timer(timer)
@@ -291,7 +318,7 @@ class Watcher:
                     unhealthy = JobEvent(
                         message.job_id, message.owner, EventKind.CHANNEL_UNHEALTHY, now, None, detail[:500]
                     )
-                    self._record(unhealthy, besides=message.channel)
+                    self.recorder.record(unhealthy, besides=message.channel)
         self._log.settle_message(message, retry)
 
 
