@@ -338,6 +338,8 @@ def test_events_across_jobs_and_on_the_page_of_a_job_that_paused_itself(
     assert "by Tickwork: paused after 2 failures in a row" in find(browser, "dl.def .state").text
     assert "pause after 2 failures in a row" in find(browser, "dl.def").text
     assert "auto paused" in find(browser, "table.events").text
+    browser.execute_script("document.getElementById('events-heading').scrollIntoView()")
+    shot(browser, "job-events")
 
     sign_in(browser, instance, OTHER_TOKEN)
     browser.get(f"http://127.0.0.1:{instance.port}/ui#/events")
