@@ -1,4 +1,5 @@
-"""What a DynamoDB (moto, MiniStack) holds, read whole: for tests that must find a value nowhere."""
+"""What a DynamoDB (moto, MiniStack) holds, read whole: for tests that must find a value nowhere; and a
+table's stream, read whole, as an event source mapping hands its records to a function."""
 
 from __future__ import annotations
 
@@ -18,3 +19,15 @@ def everything_in(dynamodb: Any) -> str:
             found.extend(item for page in pages for item in page["Items"])
     assert found, "the scan read nothing"
     return json.dumps(found, default=str)
+
+
+def stream_records(dynamodb: Any, streams: Any, table: str) -> list[dict[str, Any]]:
+    """Every record of the table's stream, oldest first per shard (TRIM_HORIZON)."""
+    arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records.extend(streams.get_records(ShardIterator=iterator)["Records"])
+    return records

@@ -15,6 +15,7 @@ import pytest
 from aws_lambda_powertools import Metrics
 
 from tests.conftest import build_components
+from tests.scans import stream_records
 from tickwork.adapters.metrics import PowertoolsMetrics
 from tickwork.composition import Components
 from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
@@ -44,18 +45,6 @@ def deployed(dynamodb: Any) -> Iterator[Components]:
     runtime.reset_for_tests(None)
 
 
-def stream_records(dynamodb: Any, table: str) -> list[dict[str, Any]]:
-    arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
-    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
-    records: list[dict[str, Any]] = []
-    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        iterator = streams.get_shard_iterator(
-            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        records.extend(streams.get_records(ShardIterator=iterator)["Records"])
-    return records
-
-
 def test_a_failed_run_in_the_stream_is_one_event_and_one_signed_message(
     deployed: Components, receiver: tuple[str, list[dict[str, str]]], dynamodb: Any
 ) -> None:
@@ -79,7 +68,8 @@ def test_a_failed_run_in_the_stream_is_one_event_and_one_signed_message(
     assert isinstance(deployed.clock, FakeClock)
     deployed.clock.set(fire + timedelta(seconds=4))
 
-    records = stream_records(dynamodb, deployed.settings.resource_names.table(RUNS))
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    records = stream_records(dynamodb, streams, deployed.settings.resource_names.table(RUNS))
     assert [r["eventName"] for r in records] == ["INSERT", "MODIFY", "MODIFY"]
     report = watcher.handler({"Records": records}, LambdaContext())  # type: ignore[arg-type]
     assert report["observed"]["events"] == 1 and report["delivered"]["sent"] == 1

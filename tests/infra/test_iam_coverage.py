@@ -43,6 +43,7 @@ from tests.api.conftest import Api, job_body
 from tests.conftest import ANCHOR, NAMES, build_components
 from tests.fakes import CrashError, RecordingMetrics, ScriptedInvoker
 from tests.infra.conftest import Synth, as_list, policy_statements
+from tests.scans import stream_records
 from tickwork.adapters.secrets import header_secrets_prefix
 from tickwork.adapters.targets.aws import boto3_client_factory
 from tickwork.composition import Components
@@ -761,18 +762,11 @@ def test_the_sweeper_role_grants_every_operation_of_repairs_and_the_dead_letter_
     assert missing_grants(default, "sweeper", recorder.calls) == []
 
 
-def stream_records(parts: Components) -> list[dict[str, Any]]:
+def runs_stream() -> list[dict[str, Any]]:
     """The runs table's stream on moto, as its event source mapping hands the records to the watcher."""
     dynamodb = boto3.client("dynamodb", region_name=REGION)
-    arn = dynamodb.describe_table(TableName=NAMES.table(RUNS))["Table"]["LatestStreamArn"]
     streams = boto3.client("dynamodbstreams", region_name=REGION)
-    records: list[dict[str, Any]] = []
-    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        iterator = streams.get_shard_iterator(
-            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        records.extend(streams.get_records(ShardIterator=iterator)["Records"])
-    return records
+    return stream_records(dynamodb, streams, NAMES.table(RUNS))
 
 
 def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing(
@@ -818,7 +812,7 @@ def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing
             running, state=RunState.FAILED, finished_at=fire + timedelta(seconds=8), reason="HTTP 500"
         )
         base.store.transition_run(running, failed)
-    records = stream_records(base)
+    records = runs_stream()
     recorder = Recorder()
     parts = recording_components(base, recorder, signing_secret="", signing_secret_arn=secret_arn)
     runtime.reset_for_tests(parts)
