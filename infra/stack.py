@@ -112,6 +112,7 @@ class TickworkStack(Stack):
         # Callback runs report to the API: their calls carry URLs on it (the API exists after the executor).
         self.executor.function.add_environment("TICKWORK_CALLBACK_URL", self.api.url)
         self.signing.callback_key.grant_read(self.executor.function)
+        self.watcher.allow_subscribing(self.api.function)
         self.data.allow_header_secrets(writer=self.api.function, reader=self.executor.function)
         self.data.allow_use(self.factory.functions.values())
         # The executor is updated before the API: an API that writes secret references while the executor

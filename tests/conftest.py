@@ -255,5 +255,6 @@ def build_components(dynamodb: Any, clock: FakeClock) -> Components:
         "sqs": sqs,
         # secret header values (domain/secrets.py), as in the deployed stack
         "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
+        "sns": boto3.client("sns", region_name="us-east-1"),  # e-mail channels' notifications topic
     }
     return Components(settings, clock, clients.__getitem__, RecordingMetrics())

@@ -16,6 +16,7 @@ from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLo
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
+from tickwork.adapters.email import SnsEmail
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
@@ -39,7 +40,7 @@ from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
-from tickwork.services.ports import AlertDefaults, EventLog, Metrics, RunChangeFeed, SlotStore
+from tickwork.services.ports import AlertDefaults, EmailChannel, EventLog, Metrics, RunChangeFeed, SlotStore
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
@@ -288,7 +289,16 @@ class Components:
         # A channel is called as a target is: an owner whose grant to a topic was withdrawn is refused.
         granted = self.settings.target_grants
         targets = self.targets if granted is None else GrantedTargets(self.targets, granted)
-        return Watcher(self.store, self.event_log, targets, pause, self.clock, self.metrics, per_job)
+        return Watcher(
+            self.store, self.event_log, targets, pause, self.clock, self.metrics, per_job, email=self.email
+        )
+
+    @cached_property
+    def email(self) -> EmailChannel | None:
+        """E-mail channels, where the stack has its notifications topic (None: `tickwork local`)."""
+        if not self.settings.notifications_topic_arn:
+            return None
+        return SnsEmail(self.client_for("sns"), self.settings.notifications_topic_arn)
 
     def event_recorder(self) -> EventRecorder:
         """Recording events without sending them (the API's resumed event): no channel is called."""
@@ -311,6 +321,7 @@ class Components:
             config,
             secrets=self.header_secrets,
             alert_defaults=self.alert_defaults,
+            email=self.email,
         )
 
     @cached_property

@@ -73,3 +73,11 @@ def as_list(value: Any) -> list[Any]:
 def policy_statements(resources: dict[str, dict[str, Any]], policy_key: str) -> list[dict[str, Any]]:
     """Every statement of the policy document under `policy_key` of each of the resources."""
     return [s for r in resources.values() for s in r["Properties"][policy_key]["Statement"]]
+
+
+def alarm_topic(synth: Synth) -> tuple[str, dict[str, Any]]:
+    """The alarms' topic (the stack has another: e-mail channels' notifications topic)."""
+    topics = synth.resources("AWS::SNS::Topic")
+    found = [(k, v) for k, v in topics.items() if str(v["Properties"].get("TopicName")).endswith("-alarms")]
+    assert len(found) == 1, topics
+    return found[0]

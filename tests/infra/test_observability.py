@@ -12,7 +12,7 @@ import pytest
 from infra.constructs.executor import EXECUTOR_TIMEOUT_SECONDS
 from infra.constructs.observability import NAMESPACE, OVERDUE_RUN_AGE_LIMIT_SECONDS
 
-from tests.infra.conftest import Synth, _synth
+from tests.infra.conftest import Synth, _synth, alarm_topic
 from tickwork.resources import TABLES
 
 DEPLOY_DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
@@ -215,7 +215,7 @@ def _runbook_anchors() -> set[str]:
 def test_every_alarm_notifies_and_links_a_runbook_entry(fixture: str, request: pytest.FixtureRequest) -> None:
     synth: Synth = request.getfixturevalue(fixture)
     anchors = _runbook_anchors()
-    (topic,) = synth.resources("AWS::SNS::Topic")
+    topic, _ = alarm_topic(synth)
     alarms = synth.resources("AWS::CloudWatch::Alarm")
     assert len(alarms) == len(synth.stack.observability.alarms)
     for logical_id, alarm in alarms.items():

@@ -12,7 +12,7 @@ from infra.constructs.executor import INVOCATIONS_PER_POLLER, size_executor
 from infra.constructs.observability import NAMESPACE
 from infra.constructs.scheduler import shard_groups
 
-from tests.infra.conftest import PRODUCTION_CONTEXT, Synth, as_list, policy_statements
+from tests.infra.conftest import PRODUCTION_CONTEXT, Synth, alarm_topic, as_list, policy_statements
 from tickwork.adapters.sqs_provision import dispatch_queue_name
 from tickwork.resources import (
     DISPATCH,
@@ -539,7 +539,7 @@ def test_alarm_watches_the_right_metric_with_its_threshold(default: Synth, name:
     assert _metric_names(props) == metrics
     assert props["Threshold"] == threshold
     assert props["ComparisonOperator"] == operator
-    topic = next(iter(default.resources("AWS::SNS::Topic")))
+    topic, _ = alarm_topic(default)
     assert props["AlarmActions"] == [{"Ref": topic}]
     assert f"docs/deploy.md#{name.lower()}" in props["AlarmDescription"]
 
@@ -562,7 +562,7 @@ def test_alarm_details(default: Synth, production: Synth) -> None:
 
 
 def test_alarm_topic_is_encrypted_and_mails_only_when_asked(default: Synth, production: Synth) -> None:
-    (topic,) = default.resources("AWS::SNS::Topic").values()
+    _, topic = alarm_topic(default)
     assert "KmsMasterKeyId" in topic["Properties"]
     assert not default.resources("AWS::SNS::Subscription")
     (subscription,) = production.resources("AWS::SNS::Subscription").values()

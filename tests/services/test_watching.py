@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from tickwork.domain.jobs import JobPatch, JobSpec
 from tickwork.domain.models import Job, JobState, Run, RunState, Target, Trigger
 from tickwork.domain.notify import MAX_SEND_ATTEMPTS, Message
 from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.targets import TargetResult
 from tickwork.resources import EVENTS, RUNS
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.ports import EventLog, RunChangeFeed
@@ -43,6 +44,21 @@ from tickwork.services.watching import Watcher
 
 HOOK = Channel(ChannelKind.WEBHOOK, "https://hooks.example.com/tickwork")
 SLACK = Channel(ChannelKind.SLACK, "https://hooks.slack.example.com/T000/B000")
+
+
+@dataclass
+class RecordingEmail:
+    """The stack's e-mail channel as the services see it: subscriptions and sends, recorded."""
+
+    subscribed: list[str] = field(default_factory=list)
+    sent: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def subscribe(self, address: str) -> None:
+        self.subscribed.append(address)
+
+    def send(self, address: str, subject: str, body: str, message_id: str) -> TargetResult:
+        self.sent.append((address, subject, body, message_id))
+        return TargetResult(True, False, "200", 1, "published")
 
 
 @dataclass
@@ -55,6 +71,7 @@ class World:
     invoker: ScriptedInvoker
     watcher: Watcher
     job_metrics: InMemoryMetrics
+    email: RecordingEmail
 
     def job(self, rules: AlertRules, owner: str = "alice", name: str = "nightly") -> Job:
         spec = JobSpec(
@@ -121,7 +138,8 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
 def world(engine: tuple[Any, EventLog, RunChangeFeed]) -> World:
     store, log, feed = engine
     clock = FakeClock(ANCHOR)
-    jobs = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=2))
+    email = RecordingEmail()
+    jobs = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=2), email=email)
     invoker = ScriptedInvoker()
     job_metrics = InMemoryMetrics()
 
@@ -129,8 +147,8 @@ def world(engine: tuple[Any, EventLog, RunChangeFeed]) -> World:
         job = jobs.pause(owner, job_id, reason=reason, cause_at=cause_at)
         return job.state is JobState.PAUSED and job.paused_reason == reason
 
-    watcher = Watcher(store, log, invoker, pause, clock, RecordingMetrics(), job_metrics)
-    return World(clock, store, log, feed, jobs, invoker, watcher, job_metrics)
+    watcher = Watcher(store, log, invoker, pause, clock, RecordingMetrics(), job_metrics, email=email)
+    return World(clock, store, log, feed, jobs, invoker, watcher, job_metrics, email)
 
 
 def test_a_failed_run_is_an_event_and_one_signed_message_per_channel(world: World) -> None:
@@ -357,3 +375,19 @@ def test_a_topic_no_longer_granted_is_not_published_to(world: World) -> None:
     world.watch()
     assert world.invoker.calls == [], "refused before any request left"
     assert not world.log.health("alice", (topic,))[topic.channel_id].healthy
+
+
+def test_an_email_channel_is_subscribed_when_set_and_gets_the_event_by_its_key(world: World) -> None:
+    mail = Channel(ChannelKind.EMAIL, "ops@example.com")
+    job = world.job(AlertRules(channels=(mail, HOOK)))
+    assert world.email.subscribed == ["ops@example.com"]
+    world.jobs.update("alice", job.job_id, JobPatch(alerts=AlertRules(channels=(mail,), on_skip=True)))
+    assert world.email.subscribed == ["ops@example.com"], "an address already set is not subscribed again"
+    world.watcher.recorder.forget()
+    world.end(world.plan(job, 1), RunState.FAILED, reason="HTTP 500")
+    world.watch()
+    [(address, subject, body, message_id)] = world.email.sent
+    [event] = world.log.job_events(job.job_id, 10, None)[0]
+    assert address == "ops@example.com" and message_id == event.dedupe_key
+    assert "run_failed" in subject and "HTTP 500" in subject and event.dedupe_key in body
+    assert world.invoker.calls == [], "the webhook was taken off the job"

@@ -25,7 +25,9 @@ from pydantic.config import JsonDict, JsonValue
 
 from tickwork.domain.alert_rules import (
     DEFAULT_WINDOW_SECONDS,
+    EMAIL_PATTERN,
     MAX_CHANNELS,
+    MAX_EMAIL_CHARS,
     MAX_RULE_SECONDS,
     MAX_WINDOW_SECONDS,
     MIN_WINDOW_SECONDS,
@@ -384,13 +386,27 @@ def _channel_schemas(*, checked: bool) -> list[JsonValue]:
                 "topic_arn": topic_arn,
             },
         },
+        {
+            "type": "object",
+            "description": "An e-mail address, through the stack's notifications topic: subscribed when the "
+            "job is written, it gets a confirmation mail first and nothing before it is confirmed. Not in "
+            "`tickwork local` (a 422 there).",
+            "additionalProperties": False,
+            "required": ["kind", "address"],
+            "properties": {
+                "kind": {"type": "string", "const": str(ChannelKind.EMAIL)},
+                "address": {"type": "string", "maxLength": MAX_EMAIL_CHARS, "pattern": EMAIL_PATTERN}
+                if checked
+                else text,
+            },
+        },
     ]
 
 
 _CHANNELS_RULE = (
     f'Where the events are sent, at most {MAX_CHANNELS}, none twice: `{{"kind": "webhook" or "slack", '
-    f'"url": ...}}` or `{{"kind": "sns", "topic_arn": ...}}`. No channel: the events are recorded, '
-    "nothing is sent."
+    f'"url": ...}}`, `{{"kind": "sns", "topic_arn": ...}}` or `{{"kind": "email", "address": ...}}`. No '
+    "channel: the events are recorded, nothing is sent."
 )
 
 

@@ -9,6 +9,7 @@ like a target (the URL's form here, its address at call time; the topic against 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,7 +28,19 @@ DEFAULT_WINDOW_SECONDS = 300
 class ChannelKind(StrEnum):
     WEBHOOK = "webhook"  # JSON POST, signed like a target call
     SLACK = "slack"  # a Slack-compatible incoming webhook: {"text": ...}
-    SNS = "sns"  # a topic the owner may publish to (grants), e.g. one with e-mail subscriptions
+    SNS = "sns"  # a topic the owner may publish to (grants)
+    EMAIL = "email"  # an address, by the stack's notifications topic (subscribed; its owner confirms)
+
+
+_ADDRESS_KEY = {ChannelKind.SNS: "topic_arn", ChannelKind.EMAIL: "address"}
+EMAIL_PATTERN = r"^[^@\s\x00-\x1f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.[A-Za-z]{2,63}$"
+_EMAIL = re.compile(EMAIL_PATTERN)
+MAX_EMAIL_CHARS = 254
+
+
+def address_key(kind: ChannelKind) -> str:
+    """The field a channel of this kind names its address with."""
+    return _ADDRESS_KEY.get(kind, "url")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,8 @@ class Channel:
         """The channel for a person: its kind and host (or topic name), nothing that grants access."""
         if self.kind is ChannelKind.SNS:
             return f"sns topic {self.address.rsplit(':', 1)[-1]}"
+        if self.kind is ChannelKind.EMAIL:
+            return f"email to {self.address}"
         return f"{self.kind} to {urlsplit(self.address).hostname or '?'} ({self.channel_id})"
 
     def target_config(self) -> dict[str, Any]:
@@ -57,7 +72,8 @@ class Channel:
 
     @property
     def target_kind(self) -> str:
-        return "sns" if self.kind is ChannelKind.SNS else "http"
+        """The target kind a message to it is sent as ("email": the stack's own topic, no target)."""
+        return {ChannelKind.SNS: "sns", ChannelKind.EMAIL: "email"}.get(self.kind, "http")
 
 
 def parse_channel(value: Mapping[str, Any], index: int) -> Channel:
@@ -69,19 +85,20 @@ def parse_channel(value: Mapping[str, Any], index: int) -> Channel:
     except ValueError:
         kinds = ", ".join(k.value for k in ChannelKind)
         raise ValidationError(f"{where}.kind", f"must be one of {kinds}") from None
-    key = "topic_arn" if kind is ChannelKind.SNS else "url"
+    key = address_key(kind)
     address = value.get(key)
     if not isinstance(address, str) or not address:
         raise ValidationError(f"{where}.{key}", f"a {kind} channel needs its {key}")
     extra = set(value) - {"kind", key}
     if extra:
         raise ValidationError(f"{where}.{sorted(extra)[0]}", f"not a field of a {kind} channel")
+    if kind is ChannelKind.EMAIL and (len(address) > MAX_EMAIL_CHARS or not _EMAIL.match(address)):
+        raise ValidationError(f"{where}.{key}", "must be an e-mail address (name@example.com)")
     return Channel(kind, address)
 
 
 def channel_to_input(channel: Channel) -> dict[str, str]:
-    key = "topic_arn" if channel.kind is ChannelKind.SNS else "url"
-    return {"kind": str(channel.kind), key: channel.address}
+    return {"kind": str(channel.kind), address_key(channel.kind): channel.address}
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,12 @@ def text_of(message: Message) -> str:
     return " ".join(text.split())  # one line: an SNS subject refuses line breaks
 
 
+def email_of(message: Message) -> tuple[str, str]:
+    """An e-mail's subject and body: the line a person reads, then the event as the webhook gets it."""
+    body = json.dumps(dict(message.payload), indent=2, sort_keys=True)
+    return text_of(message), f"{text_of(message)}\n\n{body}\n"
+
+
 def message_target(message: Message) -> Target:
     """The target call that delivers the message: a signed JSON POST, a Slack text, or an SNS publish."""
     channel = message.channel

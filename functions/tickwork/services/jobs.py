@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, ChannelKind
+from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, ChannelKind, address_key
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
     ConflictError,
@@ -67,7 +67,7 @@ from tickwork.domain.secrets import (
 )
 from tickwork.domain.targets import validate_target
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
-from tickwork.services.ports import AlertDefaults, Dispatcher, ManagedJobStore
+from tickwork.services.ports import AlertDefaults, Dispatcher, EmailChannel, ManagedJobStore
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,7 @@ class JobService:
         new_id: Callable[[], str] = new_job_id,
         secrets: HeaderSecretStore | None = None,
         alert_defaults: AlertDefaults | None = None,
+        email: EmailChannel | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
@@ -182,6 +183,7 @@ class JobService:
         self._new_id = new_id
         self._secrets = secrets  # where secret header values go (None: a job may not have any)
         self._alert_defaults = alert_defaults  # each owner's default rules (None: NO_ALERTS for all)
+        self._email = email  # e-mail channels' subscriptions (None: no e-mail channel may be set)
 
     # --- create ------------------------------------------------------------------------------------
 
@@ -238,13 +240,30 @@ class JobService:
         """A channel is a target Tickwork calls for the owner: its address is checked as that target's is
         (a 422 naming the channel's field), and a topic against the owner's grants (a 403)."""
         for index, channel in enumerate(rules.channels):
-            key = "topic_arn" if channel.kind is ChannelKind.SNS else "url"
+            key = address_key(channel.kind)
+            if channel.kind is ChannelKind.EMAIL:
+                if self._email is None:
+                    raise ValidationError(
+                        f"alerts.channels[{index}].{key}",
+                        "this deployment sends no e-mail (the stack's notifications topic is not set): use "
+                        "a webhook, a Slack webhook or an SNS topic",
+                    )
+                continue
             try:
                 config = {**channel.target_config(), **_PROBE_PAYLOAD[channel.target_kind]}
                 target = validate_target(channel.target_kind, config)
             except ValidationError as error:
                 raise ValidationError(f"alerts.channels[{index}].{key}", error.message) from None
             self._check_grant(owner, target)
+
+    def _subscribe(self, rules: AlertRules, before: AlertRules = NO_ALERTS) -> None:
+        """Subscribe the e-mail addresses `rules` adds (once the write is allowed: a refused one subscribes
+        nobody). SNS mails each new address a confirmation; nothing reaches it before it is confirmed."""
+        if self._email is None:
+            return
+        for channel in rules.channels:
+            if channel.kind is ChannelKind.EMAIL and channel not in before.channels:
+                self._email.subscribe(channel.address)
 
     def _sealed(self, owner: str, target: Target, current: Target | None = None) -> Target:
         """The target as it is stored: references in place of its secret header values (domain/secrets.py);
@@ -302,6 +321,7 @@ class JobService:
             raise ValidationError("alerts", "this deployment keeps no per-owner defaults")
         if rules is not None:
             self._check_channels(owner, rules)
+            self._subscribe(rules)
         self._alert_defaults.set_defaults(owner, rules)
         return NO_ALERTS if rules is None else rules
 
@@ -337,6 +357,7 @@ class JobService:
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)
+        self._subscribe(alerts)
         if fingerprint is None:
             self._store.create_job(job, runs)
         else:
@@ -415,6 +436,7 @@ class JobService:
                 self._config.quotas.check_schedule(edited.schedule)
             if edited.alerts != job.alerts:
                 self._check_channels(owner, edited.alerts)
+                self._subscribe(edited.alerts, job.alerts)
             if target is not None:
                 self._keep_secrets(owner, target)  # (checks passed; a lost write's retry stores nothing new)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:

@@ -16,6 +16,7 @@ from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.prescale import MappingState
 from tickwork.domain.requests import RunRequest
 from tickwork.domain.slots import Pool, SlotHold
+from tickwork.domain.targets import TargetResult
 
 
 class PlanStore(Protocol):
@@ -324,6 +325,18 @@ class RunChangeFeed(Protocol):
 
     def forget_changes(self, through: int) -> None:
         """Remove the changes up to and including position `through` (handled)."""
+        ...
+
+
+class EmailChannel(Protocol):
+    """E-mail channels: the stack's notifications topic, each address subscribed with a filter on itself."""
+
+    def subscribe(self, address: str) -> None:
+        """Subscribe the address (SNS asks its owner to confirm); again for the same address is nothing."""
+        ...
+
+    def send(self, address: str, subject: str, body: str, message_id: str) -> TargetResult:
+        """Publish to the address's subscription; a result for every ordinary failure, as a target's."""
         ...
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from tickwork.domain.alert_rules import DEFAULT_WINDOW_SECONDS, Channel
+from tickwork.domain.alert_rules import DEFAULT_WINDOW_SECONDS, Channel, ChannelKind
 from tickwork.domain.alerts import (
     EventKind,
     JobEvent,
@@ -37,10 +37,11 @@ from tickwork.domain.notify import (
     admit,
     after_failure,
     digest_of,
+    email_of,
     message_target,
 )
-from tickwork.domain.targets import Invocation, TargetInvoker
-from tickwork.services.ports import EventLog, Metrics
+from tickwork.domain.targets import Invocation, TargetInvoker, TargetResult
+from tickwork.services.ports import EmailChannel, EventLog, Metrics
 from tickwork.services.runs import decode_cursor, encode_cursor
 
 logger = logging.getLogger(__name__)
@@ -173,8 +174,10 @@ class Watcher:
         metrics: Metrics,
         job_metrics: JobMetrics,
         *,
+        email: EmailChannel | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._email = email
         self._runs = runs
         self._log = log
         self._invoker = invoker
@@ -284,6 +287,14 @@ class Watcher:
                 report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
         self._log.drop_timer(timer)
 
+    def _call(self, message: Message, invocation: Invocation) -> TargetResult:
+        if message.channel.kind is not ChannelKind.EMAIL:
+            return self._invoker.invoke(message_target(message), invocation)
+        if self._email is None:
+            return TargetResult(False, False, "NoEmail", 0, "this deployment sends no e-mail")
+        subject, body = email_of(message)
+        return self._email.send(message.channel.address, subject, body, message.message_id)
+
     def _send(self, due: Message, now: datetime, report: WatchReport) -> None:
         message = self._log.claim_message(due, now + timedelta(seconds=CLAIM_SECONDS))
         if message is None:
@@ -296,7 +307,7 @@ class Watcher:
             timeout_seconds=SEND_TIMEOUT_SECONDS,
             owner=message.owner,
         )
-        result = self._invoker.invoke(message_target(message), invocation)
+        result = self._call(message, invocation)
         health = self._log.health(message.owner, (message.channel,)).get(message.channel.channel_id)
         if result.ok:
             self._log.settle_message(message, None)
