@@ -18,7 +18,9 @@
   executor follows it with DescribeExecution (its looks) until it ends: the runs end `succeeded` and
   `failed`, each attempt holding the execution's status, and the emulator ran exactly one execution each;
   the deployed watcher, fed by the runs table's stream through its event source mapping, records the failure
-  as the job's `run_failed` event;
+  as the job's `run_failed` event and sends it, once, to the job's webhook channel (a receiver on 127.0.0.1
+  in this process, as the callback target): a JSON POST keyed by the event's id, signed with the owner's key
+  (verified with the keys `GET /signing-keys` gives); `GET /events` lists the same event;
 then the stack is destroyed. Every phase's duration is written to `.tickwork/e2e-aws.json` and printed.
 """
 
@@ -48,6 +50,7 @@ from botocore.credentials import Credentials
 
 from tickwork.domain.timekeys import format_instant
 from tickwork.local.emulator import DEFAULT_REGION, Emulator, EmulatorConfig, client_env
+from tickwork.signing import SIGNATURE_HEADER, verify
 
 REPO = Path(__file__).resolve().parents[2]
 CDK_CLI = "aws-cdk@2.1148.1"  # pinned: the CLI this test was verified with
@@ -244,26 +247,41 @@ class Call:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: datetime  # when it arrived (UTC)
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
-class AcceptingTarget:
-    """An HTTP target on 127.0.0.1 that takes every call for later (202) and records it: the headers carry
-    the run's completion and heartbeat URLs."""
+TARGET_PATH = "/work"
+WEBHOOK_PATH = "/alerts"
+
+
+class RecordingReceiver:
+    """An HTTP server on 127.0.0.1 that records every POST (path, headers, raw body, arrival time) and
+    answers by path: a callback target's call is taken for later (202, the headers carry the run's completion
+    and heartbeat URLs); an alert webhook's message is received (204)."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
         calls = self.calls
+        answers = {TARGET_PATH: (202, b'{"accepted": true}'), WEBHOOK_PATH: (204, b"")}
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                calls.append(Call(self.path, dict(self.headers.items()), body))
-                answer = b'{"accepted": true}'
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
+                calls.append(Call(self.path, dict(self.headers.items()), body, datetime.now(UTC)))
+                status, answer = answers.get(self.path, (404, b""))
+                self.send_response(status)
+                if answer:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(answer)
+                if answer:
+                    self.wfile.write(answer)
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
@@ -271,11 +289,23 @@ class AcceptingTarget:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
+    def url_for(self, path: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/work"
+        """A callback target's URL."""
+        return self.url_for(TARGET_PATH)
 
-    def __enter__(self) -> AcceptingTarget:
+    @property
+    def webhook_url(self) -> str:
+        """An alert channel's URL."""
+        return self.url_for(WEBHOOK_PATH)
+
+    def posts_to(self, path: str) -> list[Call]:
+        return [call for call in list(self.calls) if call.path == path]
+
+    def __enter__(self) -> RecordingReceiver:
         self._thread.start()
         return self
 
@@ -418,7 +448,7 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
     the target takes the work (202), then reports through the deployed API's open callback routes."""
     api = SignedApi(deployed)
     phase = time.monotonic()
-    with AcceptingTarget() as target:
+    with RecordingReceiver() as target:
         status, job = api.call(
             "POST",
             "/jobs",
@@ -509,6 +539,9 @@ SFN_WAIT_SECONDS = 8
 SFN_ERROR = "ExportFailed"
 SFN_CAUSE = "e2e: the export found no rows"
 WATCHER_DEADLINE_SECONDS = 60  # the stream poller invokes within seconds, a cold start takes a few more
+# The webhook is sent by the stream batch's own outbox pass (or, failing that, the next minutely one).
+WEBHOOK_DEADLINE_SECONDS = 90
+SECOND_MESSAGE_GRACE_SECONDS = 10  # after the first: long enough for a duplicate send to show up
 
 
 def _state_machine(sfn: Any, name: str, states: dict[str, Any], start: str) -> str:
@@ -517,9 +550,18 @@ def _state_machine(sfn: Any, name: str, states: dict[str, Any], start: str) -> s
     return str(sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"])
 
 
-def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> None:
+@pytest.fixture
+def webhook() -> Iterator[RecordingReceiver]:
+    """An alert channel's receiver on 127.0.0.1, reached by the deployed watcher through allowed_networks."""
+    with RecordingReceiver() as receiver:
+        yield receiver
+
+
+def test_step_functions_runs_end_with_their_execution(deployed: Deployed, webhook: RecordingReceiver) -> None:
     """Completion `tracked`: the deployed executor starts the execution, keeps the run running while the
-    emulator runs the workflow, and ends the run with the execution's end, success and failure both."""
+    emulator runs the workflow, and ends the run with the execution's end, success and failure both. The
+    failing job's webhook channel gets the watcher's one signed `run_failed` message, the event the API
+    lists."""
     api = SignedApi(deployed)
     sfn = boto3.client(
         "stepfunctions",
@@ -546,6 +588,7 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
             "Export",
         ),
     }
+    channel = {"kind": "webhook", "url": webhook.webhook_url}
     phase = time.monotonic()
     jobs: dict[str, str] = {}
     runs: dict[str, str] = {}
@@ -563,10 +606,13 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
                 "completion": "tracked",
                 "timeout_seconds": 600,
                 "policies": {"retry": {"max_attempts": 1}},
+                # The failing job's owner is told on a webhook (on_failure is on by default).
+                **({"alerts": {"channels": [channel]}} if outcome == "fails" else {}),
             },
         )
         assert status == 201, job
         assert job["completion"] == "tracked", job
+        assert job["alerts"]["channels"] == ([channel] if outcome == "fails" else []), job
         jobs[outcome] = job["id"]
         status, run = api.call(
             "POST", f"/jobs/{job['id']}/runs", headers={"Idempotency-Key": f"e2e-{outcome}"}
@@ -627,6 +673,58 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed) -> Non
     told = _wait_for(lambda: events_of(jobs["fails"]), WATCHER_DEADLINE_SECONDS, every_s=1.0)
     assert [(e["kind"]["S"], e["run_id"]["S"]) for e in told] == [("run_failed", runs["fails"])], told
     assert events_of(jobs["succeeds"]) == []
+
+    # ...and sent it to the job's webhook: one signed JSON POST from the deployed watcher Lambda (past the
+    # SSRF rule through allowed_networks), keyed by the event's dedupe key.
+    arrived = _wait_for(lambda: webhook.posts_to(WEBHOOK_PATH), WEBHOOK_DEADLINE_SECONDS, every_s=0.5)
+    assert arrived, (
+        f"no webhook message within {WEBHOOK_DEADLINE_SECONDS} s of the event; calls: {webhook.calls}, "
+        f"events: {told}"
+    )
+    message = arrived[0]
+    finished_at = datetime.fromisoformat(failed["timings"]["finished_at"])
+    took = (message.at - finished_at).total_seconds()
+    deployed.timings["failure_to_webhook_s"] = took
+    print(f"\nthe run_failed webhook arrived {took:.2f} s after the run failed")
+    time.sleep(SECOND_MESSAGE_GRACE_SECONDS)  # a second send of the same event would show up by now
+    posts = webhook.posts_to(WEBHOOK_PATH)
+    assert len(posts) == 1, [(p.headers, p.body) for p in posts]
+    body = message.json()
+    assert body["type"] == "tickwork.event", body
+    assert body["kind"] == "run_failed", body
+    assert (body["job_id"], body["run_id"]) == (jobs["fails"], runs["fails"]), body
+    # The event's dedupe key (docs/alerts.md: `<job>|<kind>|<run>|<time>`), the same on every retry.
+    assert body["id"] == f"{jobs['fails']}|run_failed|{runs['fails']}|{body['at']}", body
+    assert message.header("Idempotency-Key") == body["id"], message.headers
+    assert message.header("X-Tickwork-Run-Id") == body["id"], message.headers
+    assert message.header("X-Tickwork-Attempt") == "1", message.headers
+    assert message.header("Content-Type") == "application/json", message.headers
+    signature = message.header(SIGNATURE_HEADER)
+    assert signature, message.headers
+    # Signed with the owner's own key, as a target call is: verified as a receiver does, with the keys the
+    # owner reads from GET /signing-keys, over the URL as configured on the channel.
+    status, keys = api.call("GET", "/signing-keys")
+    assert status == 200 and keys["items"], keys
+    assert verify(
+        {key["key_id"]: bytes.fromhex(key["key"]) for key in keys["items"]},
+        signature,
+        method="POST",
+        url=webhook.webhook_url,
+        run_id=message.header("Idempotency-Key") or "",
+        attempt=message.header("X-Tickwork-Attempt") or "",
+        body=message.body,
+        now=int(time.time()),
+    ), signature
+
+    # The owner reads the same event through the deployed API; the channel never failed, so no health.
+    status, listed = api.call("GET", f"/events?job_id={jobs['fails']}")
+    assert status == 200, listed
+    assert [(e["id"], e["kind"], e["job_id"], e["run_id"]) for e in listed["items"]] == [
+        (body["id"], "run_failed", jobs["fails"], runs["fails"])
+    ], listed
+    assert listed["channel_health"] == [], listed
+    status, quiet = api.call("GET", f"/events?job_id={jobs['succeeds']}")
+    assert status == 200 and quiet["items"] == [], quiet
 
     # The emulator ran one execution per run, and ended them as the runs say.
     for outcome, arn in machines.items():
