@@ -197,7 +197,8 @@ def suppress(stack: TickworkStack) -> None:
                 id="AwsSolutions-IAM5",
                 reason="SNS channels of jobs' alert rules are user data, as SNS targets are: the watcher may "
                 "publish only to the topics the executor may (context `target_arns` or, by default, topics "
-                "named `<prefix>-target-*` in this account and region), sns:Publish only.",
+                "named `<prefix>-target-*` in this account and region), sns:Publish only; and to e-mail "
+                "channels' topics, one per address, named `<prefix>-mail-<hash>` (adapters/email.py).",
                 applies_to=[
                     RegexAppliesTo(regex=r"/^Resource::arn:(<AWS::Partition>|aws[a-z-]*):sns:.*\*$/g")
                 ],
@@ -227,6 +228,26 @@ def suppress(stack: TickworkStack) -> None:
             ],
             apply_to_children=True,
         )
+    assert stack.api.function.role is not None
+    NagSuppressions.add_resource_suppressions(
+        stack.api.function.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="E-mail channels have a topic per address, named `<prefix>-mail-<hash>`, created by "
+                "the API when an owner first names the address (tagged with that owner, read back to "
+                "refuse another owner) and subscribed to it (adapters/email.py): those four actions, on "
+                "topics of that prefix in this account and region only.",
+                applies_to=[
+                    RegexAppliesTo(
+                        regex=r"/^Resource::arn:<AWS::Partition>:sns:(<AWS::Region>|[a-z0-9-]+):"
+                        r"(<AWS::AccountId>|[0-9]{12}):[a-z0-9-]+-mail-\*$/g"
+                    )
+                ],
+            )
+        ],
+        apply_to_children=True,
+    )
     NagSuppressions.add_resource_suppressions(
         stack.observability.topic,
         [

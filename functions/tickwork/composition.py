@@ -44,7 +44,14 @@ from tickwork.services.ports import AlertDefaults, EmailChannel, EventLog, Metri
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
 from tickwork.services.sweeping import Sweeper
-from tickwork.services.watching import EventReader, EventRecorder, JobMetrics, Watcher, WithoutJob
+from tickwork.services.watching import (
+    SEND_TIMEOUT_SECONDS,
+    EventReader,
+    EventRecorder,
+    JobMetrics,
+    Watcher,
+    WithoutJob,
+)
 from tickwork.settings import Settings, SettingsError
 
 ClientFor = Callable[[str], Any]
@@ -295,10 +302,13 @@ class Components:
 
     @cached_property
     def email(self) -> EmailChannel | None:
-        """E-mail channels, where the stack has its notifications topic (None: `tickwork local`)."""
-        if not self.settings.notifications_topic_arn:
+        """E-mail channels, where the stack has them (None: `tickwork local`). Its calls end within a send's
+        timeout (the watcher's claims and the API's 29 s assume it), as the targets' AWS calls do."""
+        if not self.settings.email_topic_prefix:
             return None
-        return SnsEmail(self.client_for("sns"), self.settings.notifications_topic_arn)
+        timed = getattr(self.client_for, "timed", None)
+        sns = timed("sns", SEND_TIMEOUT_SECONDS) if timed is not None else self.client_for("sns")
+        return SnsEmail(sns, self.settings.email_topic_prefix)
 
     def event_recorder(self) -> EventRecorder:
         """Recording events without sending them (the API's resumed event): no channel is called."""

@@ -132,9 +132,9 @@ class Settings:
     # with this KMS key ("": the account's default key for Secrets Manager).
     secrets_dir: str = ""
     data_key_arn: str = ""
-    # The stack's topic e-mail channels are sent through (each address subscribed with a filter on itself);
-    # "" (tickwork local): no e-mail channel.
-    notifications_topic_arn: str = ""
+    # E-mail channels' topics, one per address: this ARN prefix and a hash of the address
+    # (adapters/email.py); "" (tickwork local): no e-mail channel.
+    email_topic_prefix: str = ""
 
     @property
     def caller_auth(self) -> str:
@@ -225,7 +225,7 @@ class Settings:
             callback_key_arn=env.get("TICKWORK_CALLBACK_KEY_ARN", ""),
             secrets_dir=env.get("TICKWORK_SECRETS_DIR", ""),
             data_key_arn=env.get("TICKWORK_DATA_KEY_ARN", ""),
-            notifications_topic_arn=env.get("TICKWORK_NOTIFICATIONS_TOPIC_ARN", ""),
+            email_topic_prefix=env.get("TICKWORK_EMAIL_TOPIC_PREFIX", ""),
         )
 
     def require(self, *names: str) -> Settings:

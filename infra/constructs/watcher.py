@@ -18,9 +18,9 @@ Two triggers, one function (`tickwork.handlers.watcher.handler`):
 
 It sends through the executor's own target invokers: webhooks and Slack-compatible URLs as HTTP calls signed
 with the signing secret, SNS topics by publishing, on the same topics the executor may publish to
-(`target_arns` or the `<prefix>-target-*` convention, constructs/targets.py). E-mail channels go through the
-stack's own notifications topic (`<prefix>-notifications`, encrypted with its own key): the API subscribes
-an address when a job names it (filtered on the address: adapters/email.py), the watcher publishes.
+(`target_arns` or the `<prefix>-target-*` convention, constructs/targets.py). E-mail channels go through a
+topic per address (`<prefix>-mail-<hash>`, the AWS-managed SNS key: adapters/email.py), which the API creates
+and subscribes the address to when an owner first names it; the watcher publishes to them.
 
 Reservation: `watcher_reserved_concurrency` (default 10). The stream mapping takes one environment per stream
 shard at a time (parallelization factor 1: a shard's changes are seen in order); a shard whose batch finds no
@@ -29,13 +29,10 @@ environment waits (Lambda retries a throttled batch until `MAX_RECORD_AGE`).
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
@@ -126,33 +123,22 @@ class Watcher(Construct):
             {},
         )
         self._grant(storage, signing_secret, target_arns)
-        self.notifications_key = self._notifications_key(production)
-        self.notifications = sns.Topic(
-            self,
-            "Notifications",
-            topic_name=f"{factory.prefix}-notifications",
-            master_key=self.notifications_key,
-            enforce_ssl=True,
+        # E-mail channels: a topic per address (adapters/email.py), under this name prefix.
+        self.email_topic_prefix = Stack.of(self).format_arn(
+            service="sns", resource=f"{factory.prefix}-mail-", arn_format=ArnFormat.NO_RESOURCE_NAME
         )
-        # Publishing to an encrypted topic: the publish, and the data key it is sealed with (no wildcard).
-        allow(self.function, ("sns:Publish",), [self.notifications.topic_arn])
-        allow(self.function, ("kms:GenerateDataKey", "kms:Decrypt"), [self.notifications_key.key_arn])
-        self.function.add_environment("TICKWORK_NOTIFICATIONS_TOPIC_ARN", self.notifications.topic_arn)
-
-    def _notifications_key(self, production: bool) -> kms.Key:
-        return kms.Key(
-            self,
-            "NotificationsKey",
-            description="Tickwork notifications topic encryption (e-mail channels)",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
-        )
+        self.email_topics = f"{self.email_topic_prefix}*"
+        allow(self.function, ("sns:Publish",), [self.email_topics])
+        self.function.add_environment("TICKWORK_EMAIL_TOPIC_PREFIX", self.email_topic_prefix)
 
     def allow_subscribing(self, function: lambda_.Function) -> None:
-        """The API subscribes the e-mail addresses jobs name (each filtered on itself)."""
-        function.add_environment("TICKWORK_NOTIFICATIONS_TOPIC_ARN", self.notifications.topic_arn)
-        function.add_to_role_policy(
-            iam.PolicyStatement(actions=["sns:Subscribe"], resources=[self.notifications.topic_arn])
+        """The API creates an address's topic (tagged with its owner), reads the tag back, and subscribes
+        the address, when an owner first names it."""
+        function.add_environment("TICKWORK_EMAIL_TOPIC_PREFIX", self.email_topic_prefix)
+        allow(
+            function,
+            ("sns:CreateTopic", "sns:TagResource", "sns:ListTagsForResource", "sns:Subscribe"),
+            [self.email_topics],
         )
 
     def _grant(

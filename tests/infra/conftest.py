@@ -76,7 +76,7 @@ def policy_statements(resources: dict[str, dict[str, Any]], policy_key: str) -> 
 
 
 def alarm_topic(synth: Synth) -> tuple[str, dict[str, Any]]:
-    """The alarms' topic (the stack has another: e-mail channels' notifications topic)."""
+    """The alarms' topic, found by its name."""
     topics = synth.resources("AWS::SNS::Topic")
     found = [(k, v) for k, v in topics.items() if str(v["Properties"].get("TopicName")).endswith("-alarms")]
     assert len(found) == 1, topics

@@ -196,6 +196,13 @@ def needs_of(call: Call) -> list[Need]:
         found = [(f"sqs:{_SQS_ACTION.get(op, op)}", _queue(p["QueueUrl"]))]
     elif call.service == "sns" and op == "Publish":
         found = [("sns:Publish", p.get("TopicArn") or p["TargetArn"])]
+    elif call.service == "sns" and op == "CreateTopic":
+        topic = _arn("sns", p["Name"])  # (a create with tags is also authorized as tagging it)
+        found = [("sns:CreateTopic", topic)] + ([("sns:TagResource", topic)] if p.get("Tags") else [])
+    elif call.service == "sns" and op == "ListTagsForResource":
+        found = [("sns:ListTagsForResource", p["ResourceArn"])]
+    elif call.service == "sns" and op == "Subscribe":
+        found = [("sns:Subscribe", p["TopicArn"])]
     elif call.service == "events" and op == "PutEvents":
         found = [("events:PutEvents", _bus(e.get("EventBusName", "default"))) for e in p["Entries"]]
     elif call.service == "lambda" and op == "Invoke":
@@ -326,6 +333,7 @@ def missing_grants(
         s for s in statements if len(s.actions) == 1 and next(iter(s.actions)) in TARGET_ACTIONS
     ]
     header_secrets = _arn("secretsmanager", f"secret:{header_secrets_prefix(template.prefix)}")
+    mail_topics = _arn("sns", f"{template.prefix}-mail-")
     needs = [(need, f"{call.service}:{call.operation}") for call in calls for need in needs_of(call)]
     needs += [(need, "implied") for need in implied]
     missing: list[str] = []
@@ -333,6 +341,9 @@ def missing_grants(
         action, arn = deployed(need, template.prefix)
         if arn in owned:
             granted = any(s.grants_strictly(action, arn) for s in statements)
+        elif arn.startswith(mail_topics):
+            # E-mail channels' topics (one per address): granted on their name prefix only.
+            granted = any(action in s.actions and f"{mail_topics}*" in s.resources for s in statements)
         elif arn.startswith(header_secrets):
             # Jobs' secret header values (one secret per owner and value): granted on their prefix only,
             # by a statement of that one action.
@@ -773,7 +784,8 @@ def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing
     base: Components, default: Synth, hook_url: str, secret_arn: str
 ) -> None:
     """Two late runs that fail in a row, of a job whose rules pause it at the second: events recorded, one
-    message per channel (a webhook, one that fails and is retried, one that is gone, an SNS topic), the
+    message per channel (a webhook, one that fails and is retried, one that is gone, an SNS topic, an
+    e-mail address's topic), the
     rest folded into a digest, the job paused (its planned runs' views rewritten); then the minutely pass:
     the retry, the digests, and the deadline timers of the runs still planned."""
     topic = boto3.client("sns", region_name=REGION).create_topic(Name=f"{NAMES.prefix}-target-alerts")[
@@ -789,8 +801,12 @@ def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing
             Channel(ChannelKind.WEBHOOK, f"{hook_url}/fail"),
             Channel(ChannelKind.SLACK, f"{hook_url}/gone"),
             Channel(ChannelKind.SNS, topic),
+            Channel(ChannelKind.EMAIL, "ops@example.com"),
         ),
     )
+    mail = _arn("sns", f"{NAMES.prefix}-mail-")
+    base.settings = dataclasses.replace(base.settings, email_topic_prefix=mail)
+    base.__dict__.pop("email", None)  # (cached: built again from the settings)
     job = base.job_service().create(
         OWNER,
         JobSpec(
@@ -837,6 +853,7 @@ def test_the_watcher_role_grants_every_operation_of_watching_sending_and_pausing
     events = _arn("dynamodb", f"table/{prefix}-events")
     runs = _arn("dynamodb", f"table/{prefix}-runs")
     jobs = _arn("dynamodb", f"table/{prefix}-jobs")
+    assert any(a == "sns:Publish" and r.startswith(_arn("sns", f"{prefix}-mail-")) for a, r in done), done
     assert {
         ("sns:Publish", deployed(("sns:Publish", topic), prefix)[1]),
         ("dynamodb:Query", f"{events}/index/outbox"),
@@ -859,7 +876,12 @@ def deployed_api(base: Components, secret_arn: str) -> Iterator[tuple[Components
     callback_key = client.create_secret(Name=f"{NAMES.prefix}/callback-token-key", SecretString="k3y")["ARN"]
     recorder = Recorder()
     parts = recording_components(
-        base, recorder, signing_secret="", signing_secret_arn=secret_arn, callback_key_arn=callback_key
+        base,
+        recorder,
+        signing_secret="",
+        signing_secret_arn=secret_arn,
+        callback_key_arn=callback_key,
+        email_topic_prefix=_arn("sns", f"{NAMES.prefix}-mail-"),
     )
     runtime.reset_for_tests(parts)
     yield parts, recorder
@@ -874,7 +896,13 @@ def test_the_api_role_grants_alert_defaults_and_reading_events(
     parts, recorder = deployed_api
     assert isinstance(parts.clock, FakeClock)
     call = Api(parts, parts.clock)
-    rules = {"failures_in_a_row": 3, "channels": [{"kind": "webhook", "url": "https://hooks.example.com/t"}]}
+    rules = {
+        "failures_in_a_row": 3,
+        "channels": [
+            {"kind": "webhook", "url": "https://hooks.example.com/t"},
+            {"kind": "email", "address": "ops@example.com"},  # its topic created, tagged, subscribed
+        ],
+    }
 
     with recorder.recording():
         put = call("PUT", "/alert-defaults", body=rules)
@@ -891,6 +919,10 @@ def test_the_api_role_grants_alert_defaults_and_reading_events(
 
     prefix = default.stack.config.prefix
     events = _arn("dynamodb", f"table/{prefix}-events")
+    done = performed(recorder.calls, prefix)
+    assert {"sns:CreateTopic", "sns:TagResource", "sns:ListTagsForResource", "sns:Subscribe"} <= {
+        action for action, _ in done
+    }
     assert {
         ("dynamodb:PutItem", events),
         ("dynamodb:DeleteItem", events),

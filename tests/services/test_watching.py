@@ -53,7 +53,7 @@ class RecordingEmail:
     subscribed: list[str] = field(default_factory=list)
     sent: list[tuple[str, str, str, str]] = field(default_factory=list)
 
-    def subscribe(self, address: str) -> None:
+    def subscribe(self, owner: str, address: str) -> None:
         self.subscribed.append(address)
 
     def send(self, address: str, subject: str, body: str, message_id: str) -> TargetResult:

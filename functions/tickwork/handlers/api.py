@@ -58,7 +58,7 @@ from tickwork.api.models import (
     SigningKeysOut,
 )
 from tickwork.api.problems import ApiProblem
-from tickwork.domain.errors import StoreError, ValidationError
+from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.requests import MAX_BACKFILL_FIRES
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
@@ -556,7 +556,7 @@ def _tell_resumed(result: ResumeResult) -> None:
         return
     try:
         components().event_recorder().note_resumed(result.job, result.cleared_auto_pause)
-    except StoreError as error:
+    except TickworkError as error:  # throttled past retries, a window moved past retries, a store fault
         logger.error("resumed event not recorded", extra={"job_id": result.job.job_id, "error": str(error)})
         metrics.add_metric(name="EventsNotRecorded", unit=MetricUnit.Count, value=1)
 

@@ -18,7 +18,7 @@ from typing import Any
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
 from tickwork.domain.clock import SystemClock
-from tickwork.domain.errors import TickworkError
+from tickwork.domain.errors import ConflictError, TickworkError, TransientStoreError
 from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.local.lifeline import set_parent_death_signal, watch_parent
@@ -137,6 +137,8 @@ def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, 
     for _, change in changes:
         try:
             watcher.observe([change])
+        except (TransientStoreError, ConflictError):
+            raise  # not this change's fault: the round is tried again, nothing is passed over
         except TickworkError as error:
             run_id = change.after.run_id
             logger.error("the change of run %s is passed over, its events untold: %s", run_id, error)

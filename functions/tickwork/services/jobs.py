@@ -256,14 +256,19 @@ class JobService:
                 raise ValidationError(f"alerts.channels[{index}].{key}", error.message) from None
             self._check_grant(owner, target)
 
-    def _subscribe(self, rules: AlertRules, before: AlertRules = NO_ALERTS) -> None:
-        """Subscribe the e-mail addresses `rules` adds (once the write is allowed: a refused one subscribes
-        nobody). SNS mails each new address a confirmation; nothing reaches it before it is confirmed."""
+    def _subscribe(self, owner: str, rules: AlertRules, before: AlertRules = NO_ALERTS) -> None:
+        """Subscribe the e-mail addresses `rules` adds (once the other checks passed: a refused write
+        subscribes nobody). SNS mails each new address a confirmation; nothing reaches it before it is
+        confirmed. An address another owner holds is a 422 naming the channel."""
         if self._email is None:
             return
-        for channel in rules.channels:
-            if channel.kind is ChannelKind.EMAIL and channel not in before.channels:
-                self._email.subscribe(channel.address)
+        for index, channel in enumerate(rules.channels):
+            if channel.kind is not ChannelKind.EMAIL or channel in before.channels:
+                continue
+            try:
+                self._email.subscribe(owner, channel.address)
+            except ValidationError as error:
+                raise ValidationError(f"alerts.channels[{index}].address", error.message) from None
 
     def _sealed(self, owner: str, target: Target, current: Target | None = None) -> Target:
         """The target as it is stored: references in place of its secret header values (domain/secrets.py);
@@ -321,7 +326,7 @@ class JobService:
             raise ValidationError("alerts", "this deployment keeps no per-owner defaults")
         if rules is not None:
             self._check_channels(owner, rules)
-            self._subscribe(rules)
+            self._subscribe(owner, rules)
         self._alert_defaults.set_defaults(owner, rules)
         return NO_ALERTS if rules is None else rules
 
@@ -357,7 +362,8 @@ class JobService:
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)
-        self._subscribe(alerts)
+        if spec.alerts is not None:  # (the owner's defaults were subscribed when they were set)
+            self._subscribe(owner, alerts)
         if fingerprint is None:
             self._store.create_job(job, runs)
         else:
@@ -436,7 +442,7 @@ class JobService:
                 self._config.quotas.check_schedule(edited.schedule)
             if edited.alerts != job.alerts:
                 self._check_channels(owner, edited.alerts)
-                self._subscribe(edited.alerts, job.alerts)
+                self._subscribe(owner, edited.alerts, job.alerts)
             if target is not None:
                 self._keep_secrets(owner, target)  # (checks passed; a lost write's retry stores nothing new)
             if edited.next_fire_at == job.next_fire_at and edited.schedule == job.schedule:

@@ -329,10 +329,11 @@ class RunChangeFeed(Protocol):
 
 
 class EmailChannel(Protocol):
-    """E-mail channels: the stack's notifications topic, each address subscribed with a filter on itself."""
+    """E-mail channels: a topic per address, held by the first owner who names it (adapters/email.py)."""
 
-    def subscribe(self, address: str) -> None:
-        """Subscribe the address (SNS asks its owner to confirm); again for the same address is nothing."""
+    def subscribe(self, owner: str, address: str) -> None:
+        """Subscribe the address for this owner (SNS asks the address to confirm); again is nothing.
+        ValidationError (field `address`) if another owner holds it, or SNS refuses it."""
         ...
 
     def send(self, address: str, subject: str, body: str, message_id: str) -> TargetResult:
