@@ -191,6 +191,11 @@ RULES_IN_WORDS = (
     # above the schema's exclusive minimum of 0).
     ("alerts.duration_min_seconds", "must be below duration_max_seconds"),
     ("alerts.*", "is a number outside"),
+    # An e-mail channel against the deployment (its description says so): none in `tickwork local`, an
+    # address another owner holds, or one SNS refuses.
+    ("alerts.*", "this deployment sends no e-mail"),
+    ("alerts.*", "another owner's e-mail channel"),
+    ("alerts.*", "SNS refuses it"),
 )
 
 

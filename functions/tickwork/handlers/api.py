@@ -781,7 +781,7 @@ def get_alert_defaults(request: Request) -> Response[AlertsOut]:
     description="What a job you create from now on without `alerts` gets; jobs already created keep their "
     "own. Checked as a job's rules are (a channel's address, a topic against your grants).",
     tags=["jobs"],
-    responses={**ok(AlertsOut, "Your default rules."), **problems.problem_responses(403, 415, 422)},
+    responses={**ok(AlertsOut, "Your default rules."), **problems.problem_responses(400, 403, 415, 422)},
 )
 def set_alert_defaults(body: AlertsIn, request: Request) -> Response[AlertsOut]:
     rules = jobs().set_alert_defaults(current_owner(request), body.to_rules())
