@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from tickwork.domain.alert_rules import (
@@ -20,6 +21,8 @@ from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
 
 OUTBOX_PARTITIONS = 8  # the outbox index's partitions: a pass reads each, so writes spread over them
+# How long a window or a message is kept once written (TTL): long past any window or retry.
+KEEP = timedelta(days=14)
 
 Item = dict[str, Any]
 
@@ -68,6 +71,14 @@ def event_from_item(item: Mapping[str, Any]) -> JobEvent:
     )
 
 
+def events_page(items: list[Item], order: str, limit: int) -> tuple[list[JobEvent], str | None]:
+    """A page of events from the items a listing read (up to `limit` + 1, in its order): the first `limit`,
+    and the cursor after them (the last one's `order` attribute) if there was one more."""
+    events = [event_from_item(item) for item in items[:limit]]
+    cursor = str(items[limit - 1][order]) if len(items) > limit else None
+    return events, cursor
+
+
 def _channel_to_item(channel: Channel) -> Item:
     return {"kind": str(channel.kind), "address": channel.address}
 
@@ -80,7 +91,7 @@ def window_key(channel: Channel, kind: EventKind, length_seconds: int) -> str:
     return f"w#{channel.channel_id}#{kind}#{length_seconds}"
 
 
-def window_to_item(window: Window, expires_at: int) -> Item:
+def window_to_item(window: Window) -> Item:
     scope = owner_scope(window.owner)
     item: Item = {
         "scope": scope,
@@ -94,7 +105,7 @@ def window_to_item(window: Window, expires_at: int) -> Item:
         "folded": window.folded,
         "jobs": dict(window.jobs),
         "version": window.version,
-        "expires_at": int(expires_at),
+        "expires_at": epoch_seconds(window.ends_at + KEEP),
     }
     if window.digest_owed:  # in the outbox until its digest is sent
         item["outbox_key"] = outbox_key(scope)
@@ -120,7 +131,7 @@ def message_key(message: Message) -> str:
     return f"m#{message.channel.channel_id}#{message.message_id}"
 
 
-def message_to_item(message: Message, expires_at: int) -> Item:
+def message_to_item(message: Message) -> Item:
     scope = owner_scope(message.owner)
     return {
         "scope": scope,
@@ -136,7 +147,7 @@ def message_to_item(message: Message, expires_at: int) -> Item:
         "job_id": message.job_id,
         "attempts": message.attempts,
         "last_error": message.last_error,
-        "expires_at": int(expires_at),
+        "expires_at": epoch_seconds(message.at + KEEP),
     }
 
 

@@ -17,8 +17,8 @@ from tickwork.adapters.event_records import (
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
-    event_from_item,
     event_to_item,
+    events_page,
     health_from_item,
     health_key,
     health_to_item,
@@ -41,12 +41,6 @@ from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-
-KEEP = 14 * 24 * 3600  # as adapters/sqlite/events.py: windows and messages outlive any retry
-
-
-def _keep(at: datetime) -> int:
-    return int(at.timestamp()) + KEEP
 
 
 class DynamoEventLog(StoreBase):
@@ -75,14 +69,12 @@ class DynamoEventLog(StoreBase):
         items[0]["Put"]["ExpressionAttributeNames"] = {"#k": "key"}
         for before, after in windows:
             if before is None:
-                put = self._put(window_to_item(after, _keep(after.ends_at)), "attribute_not_exists(#k)")
+                put = self._put(window_to_item(after), "attribute_not_exists(#k)")
                 put["Put"]["ExpressionAttributeNames"] = {"#k": "key"}
             else:
-                put = self._put(
-                    window_to_item(after, _keep(after.ends_at)), "version = :v", {":v": before.version}
-                )
+                put = self._put(window_to_item(after), "version = :v", {":v": before.version})
             items.append(put)
-        items.extend(self._put(message_to_item(m, _keep(m.at))) for m in messages)
+        items.extend(self._put(message_to_item(m)) for m in messages)
         try:
             self._transact(items)
         except _Cancelled as cancelled:
@@ -113,7 +105,7 @@ class DynamoEventLog(StoreBase):
         }
         # BETWEEN includes the cursor's own event: read one more and leave it out.
         items = [i for i in self._first(request, limit + 2) if i["key"] != before]
-        return _page(items, "key", limit)
+        return events_page(items, "key", limit)
 
     def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
         request = {
@@ -124,7 +116,7 @@ class DynamoEventLog(StoreBase):
             "ScanIndexForward": False,
             "Limit": limit + 1,
         }
-        return _page(self._first(request, limit + 1), "owner_order", limit)
+        return events_page(self._first(request, limit + 1), "owner_order", limit)
 
     def _first(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
         found = []
@@ -178,7 +170,7 @@ class DynamoEventLog(StoreBase):
             if retry is not None:
                 self._client.put_item(
                     TableName=self._table,
-                    Item=serialize(message_to_item(retry, _keep(retry.at))),
+                    Item=serialize(message_to_item(retry)),
                     ConditionExpression=condition,
                     ExpressionAttributeValues=serialize(values),
                 )
@@ -196,8 +188,8 @@ class DynamoEventLog(StoreBase):
 
     def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
         items = [
-            self._put(window_to_item(closed, _keep(closed.ends_at)), "version = :v", {":v": window.version}),
-            self._put(message_to_item(digest, _keep(digest.at))),
+            self._put(window_to_item(closed), "version = :v", {":v": window.version}),
+            self._put(message_to_item(digest)),
         ]
         try:
             self._transact(items)
@@ -253,9 +245,3 @@ class DynamoAlertDefaults(StoreBase):
                 self._client.put_item(TableName=self._table, Item=serialize(defaults_to_item(owner, rules)))
         except ClientError as error:
             raise self._translate(error) from error
-
-
-def _page(items: list[dict[str, Any]], order: str, limit: int) -> tuple[list[JobEvent], str | None]:
-    events = [event_from_item(item) for item in items[:limit]]
-    cursor = str(items[limit - 1][order]) if len(items) > limit else None
-    return events, cursor

@@ -14,9 +14,9 @@ from tickwork.adapters.event_records import (
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
-    event_from_item,
     event_key,
     event_to_item,
+    events_page,
     health_from_item,
     health_key,
     health_to_item,
@@ -39,9 +39,6 @@ from tickwork.domain.errors import ConflictError
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
 from tickwork.resources import EVENTS
-
-# How long a window or a message is kept once written (TTL): long past any window or retry.
-KEEP = 14 * 24 * 3600
 
 
 def _get(connection: sqlite3.Connection, scope: str, key: str) -> dict[str, Any] | None:
@@ -78,9 +75,9 @@ class SqliteEventLog(SqliteBase):
                     raise ConflictError(f"window {after.channel.channel_id} {after.kind} moved")
             put(connection, EVENTS, event_to_item(event, epoch_seconds(expires_at)))
             for _, after in windows:
-                put(connection, EVENTS, window_to_item(after, _keep(after.ends_at)))
+                put(connection, EVENTS, window_to_item(after))
             for message in messages:
-                put(connection, EVENTS, message_to_item(message, _keep(message.at)))
+                put(connection, EVENTS, message_to_item(message))
             return True
 
     def windows(
@@ -99,7 +96,7 @@ class SqliteEventLog(SqliteBase):
             "SELECT item FROM events WHERE scope = ? AND key > 'e#' AND key < ? ORDER BY key DESC LIMIT ?",
             (job_id, before or "e#~", limit + 1),
         )
-        return _page([event_from_item(i) for i in items], [str(i["key"]) for i in items], limit)
+        return events_page(items, "key", limit)
 
     def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
         items = self._select_items(
@@ -107,7 +104,7 @@ class SqliteEventLog(SqliteBase):
             "LIMIT ?",
             (owner, before or "~", limit + 1),
         )
-        return _page([event_from_item(i) for i in items], [str(i["owner_order"]) for i in items], limit)
+        return events_page(items, "owner_order", limit)
 
     def delete_expired(self, now: datetime) -> int:
         """The events table's TTL, which DynamoDB keeps itself: what is past its expiry goes."""
@@ -135,7 +132,7 @@ class SqliteEventLog(SqliteBase):
             if not _still_as_read(connection, message):
                 return None
             claimed = replace(message, send_at=until)
-            put(connection, EVENTS, message_to_item(claimed, _keep(claimed.at)))
+            put(connection, EVENTS, message_to_item(claimed))
             return claimed
 
     def settle_message(self, message: Message, retry: Message | None) -> None:
@@ -145,15 +142,15 @@ class SqliteEventLog(SqliteBase):
             if retry is None:
                 _delete(connection, owner_scope(message.owner), message_key(message))
             else:
-                put(connection, EVENTS, message_to_item(retry, _keep(retry.at)))
+                put(connection, EVENTS, message_to_item(retry))
 
     def close_window(self, window: Window, closed: Window, digest: Message) -> bool:
         with self.db.write() as connection:
             stored = _window_item(connection, window)
             if stored is None or int(stored["version"]) != window.version:
                 return False
-            put(connection, EVENTS, window_to_item(closed, _keep(closed.ends_at)))
-            put(connection, EVENTS, message_to_item(digest, _keep(digest.at)))
+            put(connection, EVENTS, window_to_item(closed))
+            put(connection, EVENTS, message_to_item(digest))
             return True
 
     def drop_timer(self, timer: DeadlineTimer) -> None:
@@ -217,13 +214,3 @@ def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:
         and message.send_at is not None
         and stored["send_at"] == format_instant_ms(message.send_at)
     )
-
-
-def _keep(at: datetime) -> int:
-    return int(at.timestamp()) + KEEP
-
-
-def _page(events: list[JobEvent], keys: list[str], limit: int) -> tuple[list[JobEvent], str | None]:
-    if len(events) <= limit:
-        return events, None
-    return events[:limit], keys[limit - 1]
