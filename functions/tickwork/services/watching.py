@@ -95,6 +95,10 @@ class WatchReport:
     timers: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
 
+    def recorded(self, event: JobEvent) -> None:
+        self.events += 1
+        self.kinds[str(event.kind)] = self.kinds.get(str(event.kind), 0) + 1
+
 
 class JobReader(Protocol):
     def get_job(self, job_id: str) -> Job | None: ...
@@ -199,8 +203,7 @@ class Watcher:
             report.changes += 1
             for event in self._events_of(change, report):
                 if self.recorder.record(event):
-                    report.events += 1
-                    report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
+                    report.recorded(event)
         return report
 
     def _events_of(self, change: RunChange, report: WatchReport) -> list[JobEvent]:
@@ -283,8 +286,7 @@ class Watcher:
                 return
             event = deadline_missed(run, job.alerts, now)
             if event is not None and self.recorder.record(event):
-                report.events += 1
-                report.kinds[str(event.kind)] = report.kinds.get(str(event.kind), 0) + 1
+                report.recorded(event)
         self._log.drop_timer(timer)
 
     def _call(self, message: Message, invocation: Invocation) -> TargetResult:
