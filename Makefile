@@ -7,6 +7,7 @@ VENV := .venv
 MS_VENV := .venv-ministack
 MINISTACK_VERSION := 1.5.33
 CDK_CLI := aws-cdk@2.1148.1
+TS_TOOLS := .tools/ts
 
 .PHONY: install test test-fast lint run synth deploy e2e-aws clean
 
@@ -21,6 +22,13 @@ $(MS_VENV)/.installed:
 	$(MS_VENV)/bin/pip install --quiet 'ministack==$(MINISTACK_VERSION)'
 	touch $@
 
+# A TypeScript client generated from docs/openapi.json, as a user would (openapi-typescript for the types,
+# openapi-fetch for the calls, tsc to check them): tests/local/test_generated_client.py. From npm, pinned.
+$(TS_TOOLS)/.installed:
+	npm install --prefix $(TS_TOOLS) --no-audit --no-fund --loglevel=error \
+		openapi-typescript@7.13.0 openapi-fetch@0.17.0 typescript@5.9.3 @types/node@20.19.43
+	touch $@
+
 # Headless Chromium and its driver for the console's browser tests, from Debian's packages (as root, or
 # through sudo). Skipped when both are already there.
 BROWSER := /usr/bin/chromium /usr/bin/chromedriver
@@ -29,7 +37,7 @@ $(BROWSER):
 	$$SUDO apt-get update -qq && \
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver
 
-install: $(VENV)/.installed $(MS_VENV)/.installed $(BROWSER)
+install: $(VENV)/.installed $(MS_VENV)/.installed $(BROWSER) $(TS_TOOLS)/.installed
 
 # Lint and types need only the project's environment.
 lint: $(VENV)/.installed
@@ -66,4 +74,4 @@ deploy: install
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --yes $(CDK_CLI) deploy $(CDK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(MS_VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out
+	rm -rf $(VENV) $(MS_VENV) .tools .pytest_cache .mypy_cache .ruff_cache cdk.out

@@ -239,6 +239,33 @@ def _target_json_schema(schema: dict[str, Any]) -> None:
     ]
 
 
+# Each kind's config as a named schema of its own in the document: client generators name an inline
+# schema by its path, and the kinds' inline configs gave them colliding names (openapi-python-client:
+# "duplicate models with name TargetInType0ConfigHeaders"), so a generated client could not build a target.
+TARGET_CONFIG_NAMES = {
+    "http": "HttpTargetConfig",
+    "sqs": "SqsTargetConfig",
+    "sns": "SnsTargetConfig",
+    "eventbridge": "EventBridgeTargetConfig",
+    "lambda": "LambdaTargetConfig",
+    "stepfunctions": "StepFunctionsTargetConfig",
+    "ecs": "EcsTargetConfig",
+}
+
+
+def named_target_configs(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with each target kind's config under `components/schemas/<Kind>TargetConfig`, and
+    each kind's branch of `TargetIn` titled `<Kind>Target`, referring to it."""
+    schemas = document["components"]["schemas"]
+    for branch in schemas["TargetIn"]["oneOf"]:
+        kind = branch["properties"]["kind"]["const"]
+        name = TARGET_CONFIG_NAMES[kind]
+        schemas[name] = branch["properties"]["config"]
+        branch["properties"]["config"] = {"$ref": f"#/components/schemas/{name}"}
+        branch["title"] = name.removesuffix("Config")
+    return document
+
+
 class TargetIn(RequestModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_target_json_schema)
 

@@ -56,6 +56,7 @@ from tickwork.api.models import (
     SchedulePreviewIn,
     SigningKeyOut,
     SigningKeysOut,
+    named_target_configs,
 )
 from tickwork.api.problems import ApiProblem
 from tickwork.domain.errors import TickworkError, ValidationError
@@ -375,6 +376,11 @@ RUN_PAGE_LINKS = {
         {"job_id": "$request.path.job_id", "cursor": "$response.body#/next_cursor"}, ("NextPage", "listRuns")
     ),
 }
+# A run in the answer (run now, retry, a run read) -> the run again (to follow it to its end) and the job's
+# run list it is on.
+RUN_LINKS = _links(
+    {"job_id": "$response.body#/job_id", "run_id": "$response.body#/id"}, ("GetRun", "getRun")
+) | _links({"job_id": "$response.body#/job_id"}, ("ListRuns", "listRuns"))
 JOB_PAGE_LINKS = {
     **_links(
         {"job_id": "$response.body#/items/0/id"}, ("GetFirstJob", "getJob"), ("ListFirstJobRuns", "listRuns")
@@ -642,7 +648,7 @@ def list_runs(
     description="One run with its attempts, timings and outcome. The run id is `<job_id>:<YYYYMMDDTHHMMSSZ>` "
     "(the scheduled fire time).",
     tags=["runs"],
-    responses={**ok(RunOut, "The run."), **problems.problem_responses(404)},
+    responses={**ok(RunOut, "The run.", links=RUN_LINKS), **problems.problem_responses(404)},
 )
 def get_run(job_id: str, run_id: str, request: Request) -> Response[RunOut]:
     owner = current_owner(request)
@@ -659,8 +665,13 @@ def get_run(job_id: str, run_id: str, request: Request) -> Response[RunOut]:
     "<microseconds>`). A paused job answers 409 unless `even_if_paused=true`.",
     tags=["runs"],
     responses={
-        **ok(RunOut, "Created: the run, planned to start at once.", 201),
-        **ok(RunOut, "Replayed: the run an earlier request with this Idempotency-Key created.", 200),
+        **ok(RunOut, "Created: the run, planned to start at once.", 201, links=RUN_LINKS),
+        **ok(
+            RunOut,
+            "Replayed: the run an earlier request with this Idempotency-Key created.",
+            200,
+            links=RUN_LINKS,
+        ),
         **problems.problem_responses(404, 409),
     },
 )
@@ -688,8 +699,13 @@ def run_job_now(
     "a scheduled slot) or a slot no longer on the schedule: use run now for those.",
     tags=["runs"],
     responses={
-        **ok(RunOut, "The run, waiting for its next attempt.", 202),
-        **ok(RunOut, "Replayed: the run an earlier request with this Idempotency-Key retried.", 200),
+        **ok(RunOut, "The run, waiting for its next attempt.", 202, links=RUN_LINKS),
+        **ok(
+            RunOut,
+            "Replayed: the run an earlier request with this Idempotency-Key retried.",
+            200,
+            links=RUN_LINKS,
+        ),
         **problems.problem_responses(404, 409),
     },
 )
@@ -973,7 +989,7 @@ def openapi_document() -> Response[Any]:
 
 def openapi_json() -> str:
     """The OpenAPI document of this API, as committed in docs/openapi.json."""
-    document = json.loads(build_app().get_openapi_json_schema())
+    document = named_target_configs(json.loads(build_app().get_openapi_json_schema()))
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
