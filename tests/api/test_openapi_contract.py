@@ -190,6 +190,12 @@ RULES_IN_WORDS = (
     # "<redacted>" keeps the value the job stores: a create has none to keep (the descriptions say so)
     ("target.config.headers.*", "keeps a stored secret value"),
     ("target.config.url", "moves kept secret headers"),
+    # A templated target's placeholders: the names and formats are a closed list its description gives (a
+    # pattern over every string of a JSON payload is more than a schema can say).
+    ("target.config.*", "is not a placeholder"),
+    ("target.config.*", "unknown placeholder"),
+    ("target.config.*", "unknown format in"),
+    ("target.config.*", "once its placeholders are filled in"),
     # Alert rules: one bound against another, and a duration the job store cannot hold (below 1e-130 s,
     # above the schema's exclusive minimum of 0).
     ("alerts.duration_min_seconds", "must be below duration_max_seconds"),

@@ -20,6 +20,15 @@ from tickwork.domain.targets import Invocation
 SECRET = b"test-signing-secret"
 EPOCH = 1_800_000_000  # the fixed "now" the HTTP invoker signs with
 SCHEDULED_FOR = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+# The fixed invocation's slots either side (a five-minutely schedule's) and the rest of its context.
+PREVIOUS_SLOT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+NEXT_SLOT = datetime(2026, 12, 2, 12, 10, tzinfo=UTC)
+CONTEXT_REST = {
+    "revision": 4,
+    "trigger": "catch-up",
+    "previous_slot": "2026-12-02T12:00:00Z",
+    "next_slot": "2026-12-02T12:10:00Z",
+}
 BIG_BODY_BYTES = 100 * 1024
 
 
@@ -33,6 +42,10 @@ def invocation(
         attempt=attempt,
         timeout_seconds=timeout,
         owner="alice",
+        trigger="catch-up",
+        revision=4,
+        previous_slot=PREVIOUS_SLOT,
+        next_slot=NEXT_SLOT,
     )
 
 

@@ -19,7 +19,7 @@ from tickwork.adapters.targets.aws import EXPRESS_CAVEAT, AwsInvoker, boto3_clie
 from tickwork.domain.models import Target
 from tickwork.domain.targets import json_dumps, sfn_execution_name
 
-from .conftest import SCHEDULED_FOR, invocation
+from .conftest import CONTEXT_REST, SCHEDULED_FOR, invocation
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/tickwork-sfn"
@@ -29,6 +29,10 @@ EXPECTED_ATTRIBUTES = {
     "tickwork.job_id": {"DataType": "String", "StringValue": "job-1"},
     "tickwork.scheduled_for": {"DataType": "String", "StringValue": "2026-12-02T12:05:00Z"},
     "tickwork.attempt": {"DataType": "Number", "StringValue": "1"},
+    "tickwork.revision": {"DataType": "Number", "StringValue": "4"},
+    "tickwork.trigger": {"DataType": "String", "StringValue": "catch-up"},
+    "tickwork.previous_slot": {"DataType": "String", "StringValue": "2026-12-02T12:00:00Z"},
+    "tickwork.next_slot": {"DataType": "String", "StringValue": "2026-12-02T12:10:00Z"},
 }
 
 
@@ -142,6 +146,7 @@ def test_eventbridge_event_reaches_a_rule_target(invoker: AwsInvoker, sqs: Any) 
             "job_id": "job-1",
             "scheduled_for": "2026-12-02T12:05:00Z",
             "attempt": 1,
+            **CONTEXT_REST,
         },
     }
 
@@ -170,6 +175,7 @@ def test_stepfunctions_starts_one_execution_per_run_across_attempts(invoker: Aws
             "job_id": "job-1",
             "scheduled_for": "2026-12-02T12:05:00Z",
             "attempt": 1,
+            **CONTEXT_REST,
         },
     }
 
@@ -251,6 +257,7 @@ def _expected_lambda_params(invocation_type: str = "RequestResponse") -> dict[st
             "job_id": "job-1",
             "scheduled_for": "2026-12-02T12:05:00Z",
             "attempt": 1,
+            **CONTEXT_REST,
         },
     }
     return {

@@ -19,7 +19,7 @@ from tickwork.domain.targets import (
     truncate_detail,
 )
 
-from .conftest import invocation
+from .conftest import CONTEXT_REST, invocation
 
 
 def test_detail_is_truncated_to_one_kib_without_splitting_characters() -> None:
@@ -75,6 +75,7 @@ def test_context_and_headers_carry_the_same_identity() -> None:
         "job_id": "job-1",
         "scheduled_for": "2026-12-02T12:05:00Z",
         "attempt": 3,
+        **CONTEXT_REST,
     }
     assert invocation_headers(inv)["Idempotency-Key"] == inv.run_id
 

@@ -64,6 +64,10 @@ TICKWORK_ENV = [
     {"name": "TICKWORK_JOB_ID", "value": "job-1"},
     {"name": "TICKWORK_SCHEDULED_FOR", "value": "2026-12-02T12:05:00Z"},
     {"name": "TICKWORK_ATTEMPT", "value": "1"},
+    {"name": "TICKWORK_REVISION", "value": "4"},
+    {"name": "TICKWORK_TRIGGER", "value": "catch-up"},
+    {"name": "TICKWORK_PREVIOUS_SLOT", "value": "2026-12-02T12:00:00Z"},
+    {"name": "TICKWORK_NEXT_SLOT", "value": "2026-12-02T12:10:00Z"},
 ]
 
 
@@ -431,7 +435,11 @@ def test_run_task_asks_for_one_task_of_this_attempt_of_this_run(aws_env: None) -
                 "containerOverrides": [
                     {
                         "name": "main",
-                        "environment": [*TICKWORK_ENV[:3], {"name": "TICKWORK_ATTEMPT", "value": "2"}],
+                        "environment": [
+                            *TICKWORK_ENV[:3],
+                            {"name": "TICKWORK_ATTEMPT", "value": "2"},
+                            *TICKWORK_ENV[4:],
+                        ],
                     }
                 ]
             },
@@ -830,7 +838,7 @@ MINIMAL = {"cluster": "c", "task_definition": "t", "container": "m", "subnets": 
         pytest.param(
             {"environment": {"X": "x" * ECS_MAX_OVERRIDES_CHARS}},
             "environment",
-            "7168 (7 KiB)",
+            "8192 (8 KiB)",
             id="too_large",
         ),
         pytest.param({"command": ["\udc00"]}, "command[0]", "lone surrogate", id="surrogate"),

@@ -306,6 +306,8 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "queue_carried": True if run.queue_carried else None,
         "heartbeat_at": _opt_instant_ms(run.heartbeat_at),
         "tracking": run.tracking,
+        "previous_slot": _opt_instant(run.previous_slot),
+        "next_slot": _opt_instant(run.next_slot),
     }
     if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
         item["failed_key"] = failed_key(run.owner, run.run_id)
@@ -356,6 +358,8 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         queue_carried=bool(item.get("queue_carried", False)),
         heartbeat_at=_opt_parse(item.get("heartbeat_at")),
         tracking=None if item.get("tracking") is None else str(item["tracking"]),
+        previous_slot=_opt_parse(item.get("previous_slot")),
+        next_slot=_opt_parse(item.get("next_slot")),
     )
 
 

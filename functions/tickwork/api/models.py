@@ -1092,6 +1092,14 @@ class RunOut(BaseModel):
         "before the first.",
     )
     retry_at: datetime | None = Field(default=None, description="While waiting to retry: when.")
+    previous_slot: datetime | None = Field(
+        default=None,
+        description="The schedule's fire before this run's slot (`timings.scheduled_for`) when it was "
+        "planned; null when there was none. Part of the run's context (templated payloads: docs/targets.md).",
+    )
+    next_slot: datetime | None = Field(
+        default=None, description="The schedule's fire after this run's slot; null once the schedule ended."
+    )
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
@@ -1121,6 +1129,8 @@ class RunOut(BaseModel):
             else LeaseOut(owner=run.lease_owner, expires_at=run.lease_expires_at),
             heartbeat_at=run.heartbeat_at,
             retry_at=run.retry_at,
+            previous_slot=run.previous_slot,
+            next_slot=run.next_slot,
         )
 
 

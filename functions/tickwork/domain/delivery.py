@@ -55,7 +55,7 @@ from tickwork.domain.models import (
     split_run_id,
 )
 from tickwork.domain.slots import ALL, Pool, SlotHold, SlotLimits, pools_for
-from tickwork.domain.targets import Invocation, TargetResult
+from tickwork.domain.targets import Invocation, TargetResult, rendered
 from tickwork.domain.timekeys import truncate_ms
 
 # Messages arrive up to a second early (SQS delays are whole seconds, rounded down): hold them. A message
@@ -231,7 +231,16 @@ class StartTarget(Step):
             callback=None if token is None or links is None else links.urls(token),
             track=view.completion is Completion.TRACKED,
             owner=run.owner,
+            trigger=str(run.trigger),
+            revision=run.job_version,
+            previous_slot=run.previous_slot,
+            next_slot=run.next_slot,
         )
+
+    def call(self, links: CallbackLinks | None) -> tuple[Target, Invocation]:
+        """The target as this attempt calls it (a templated payload filled in) and the call."""
+        invocation = self.invocation(links)
+        return rendered(self.target, invocation), invocation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from tickwork.domain.alert_rules import NO_ALERTS, AlertRules
 from tickwork.domain.errors import ValidationError
-from tickwork.domain.schedule import Schedule, jitter_offset
+from tickwork.domain.schedule import Schedule, jitter_offset, next_fire_after, previous_fire_before
 from tickwork.domain.timekeys import compact_instant, due_key, parse_compact_instant
 
 
@@ -294,6 +294,10 @@ class Run:
     heartbeat_at: datetime | None = None
     # A tracked run's running attempt: what it started (a Step Functions execution ARN), followed to its end.
     tracking: str | None = None
+    # The schedule's fires either side of `scheduled_for` when the run was planned (its context: a run that
+    # starts late still knows the slot it stands for and the one after). None: there was none.
+    previous_slot: datetime | None = None
+    next_slot: datetime | None = None
 
     @property
     def run_id(self) -> str:
@@ -315,6 +319,9 @@ class Run:
         jitter)."""
         if due_at is None:
             due_at = scheduled_for + jitter_offset(job.schedule, job.job_id, scheduled_for)
+        # A run on request is keyed below the second (a rerun of a fire at the fire plus microseconds): its
+        # slots are the schedule's either side of its whole second, so a rerun's previous slot is not itself.
+        second = scheduled_for.replace(microsecond=0)
         return cls(
             job_id=job.job_id,
             scheduled_for=scheduled_for,
@@ -329,4 +336,6 @@ class Run:
             finished_at=now if state.is_terminal else None,
             job_view=None if state.is_terminal else JobView.planned(job),
             owner=job.owner,
+            previous_slot=previous_fire_before(job.schedule, second),
+            next_slot=next_fire_after(job.schedule, second),
         )

@@ -780,6 +780,55 @@ def next_fire_after(schedule: Schedule, after: datetime) -> datetime | None:
     return None if fire is None else _to_datetime(fire[0])
 
 
+# How far back `previous_fire_before` looks before it says there is none: as far as the forward search
+# looks ahead (`_SEARCH_MONTHS`), so a schedule that fires every 28 years (`0 0 * 2 MON#5`) has a previous
+# slot as surely as a next one. Never before 1970: no slot of a job is older.
+_PREVIOUS_FIRE_HORIZON = timedelta(days=_SEARCH_MONTHS * 31)
+_EARLIEST_SLOT = datetime(1970, 1, 1, tzinfo=UTC)
+# Fires walked one by one before a search bisects instead (a window that holds many fires).
+_PREVIOUS_FIRE_WALK = 4
+
+
+def previous_fire_before(schedule: Schedule, before: datetime) -> datetime | None:
+    """The last fire strictly before `before`, in UTC (a run's previous slot); None when there is none
+    (before `start_at` or 1970, or within the forward search's horizon). Found with `next_fire_after`
+    itself, so it agrees with it through DST gaps and repeats: a window that doubles back from `before`
+    until it holds a fire, then a short walk, or a bisection when the window holds many."""
+    before = _require_aware(before, "before").astimezone(UTC)
+    floor = _EARLIEST_SLOT if schedule.start_at is None else max(_EARLIEST_SLOT, schedule.start_at)
+    window = timedelta(seconds=2 * shortest_interval_seconds(schedule))
+    while True:
+        start = max(before - window, floor - timedelta(seconds=1))
+        fire = next_fire_after(schedule, start)
+        if fire is not None and fire < before:
+            return _last_fire_before(schedule, start, fire, before)
+        if start < floor or window >= _PREVIOUS_FIRE_HORIZON:
+            return None
+        window = min(window * 8, _PREVIOUS_FIRE_HORIZON)
+
+
+def _last_fire_before(schedule: Schedule, start: datetime, fire: datetime, before: datetime) -> datetime:
+    """The last fire before `before`, given `fire`, the first after `start`, which is before it."""
+    for _ in range(_PREVIOUS_FIRE_WALK):
+        following = next_fire_after(schedule, fire)
+        if following is None or following >= before:
+            return fire
+        fire = following
+    # Many fires in the window: bisect on the time a search starts from (the first fire after a time only
+    # moves later as the time does). `low` always has a fire after it and before `before`; `high` none.
+    low, high = fire, before - timedelta(microseconds=1)
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        found = next_fire_after(schedule, middle)
+        if found is not None and found < before:
+            low = middle
+        else:
+            high = middle
+    last = next_fire_after(schedule, low)
+    assert last is not None and last < before  # the bisection's invariant
+    return last
+
+
 def is_fire_time(schedule: Schedule, instant: datetime) -> bool:
     """Whether `instant` is exactly one of the schedule's fires (policies and bounds included).
 

@@ -18,6 +18,16 @@ from urllib.parse import urlsplit
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Completion, Target
 from tickwork.domain.secrets import REDACTED, SECRET_HEADERS, SECRET_REFS, is_credential_header
+from tickwork.domain.templates import (
+    LONGEST,
+    NAMES,
+    TEMPLATED_FIELDS,
+    TEMPLATED_KEY,
+    WITHOUT_SLOTS,
+    RunContext,
+    check_templates,
+    render,
+)
 from tickwork.domain.timekeys import format_instant
 
 TARGET_KINDS = ("http", "sqs", "sns", "eventbridge", "lambda", "stepfunctions", "ecs")
@@ -106,9 +116,9 @@ ECS_MAX_SUBNETS = 16
 ECS_MAX_SECURITY_GROUPS = 5
 ECS_MAX_COMMAND_ITEMS = 64
 ECS_MAX_ENVIRONMENT = 64
-# ECS refuses a RunTask whose overrides exceed 8,192 characters; a job's command and environment get 7 KiB of
-# them, the rest is the container name and the run's identity.
-ECS_MAX_OVERRIDES_CHARS = 7 * 1024
+# ECS refuses a RunTask whose overrides exceed 8,192 characters as JSON: the container's name, the job's
+# command and environment and the run's identity (at its longest) must fit.
+ECS_MAX_OVERRIDES_CHARS = 8 * 1024
 # startedBy: up to 36 letters, digits, hyphens, underscores and slashes. clientToken: up to 64 characters in
 # the ASCII range 33-126.
 ECS_STARTED_BY_MAX = 36
@@ -138,6 +148,26 @@ class Invocation:
     track: bool = False
     # Whose run it is: an HTTP call is signed with this owner's own key (tickwork/signing.py).
     owner: str = ""
+    # The rest of the run's context (domain/templates.py): why the run exists, the job's revision that
+    # planned it, and the schedule's slots either side of `scheduled_for`. None (trigger, revision): not a
+    # run's call (an alert's notification), which carries neither.
+    trigger: str | None = None
+    revision: int | None = None
+    previous_slot: datetime | None = None
+    next_slot: datetime | None = None
+
+    @property
+    def context(self) -> RunContext:
+        return RunContext(
+            run_id=self.run_id,
+            job_id=self.job_id,
+            scheduled_for=self.scheduled_for,
+            attempt=self.attempt,
+            revision=self.revision or 0,
+            trigger=self.trigger or "",
+            previous_slot=self.previous_slot,
+            next_slot=self.next_slot,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,18 +250,60 @@ def invocation_context(invocation: Invocation) -> dict[str, Any]:
         "job_id": invocation.job_id,
         "scheduled_for": format_instant(invocation.scheduled_for),
         "attempt": invocation.attempt,
+    } | run_context(invocation)
+
+
+def run_context(invocation: Invocation) -> dict[str, Any]:
+    """The rest of a run's context (none for a call that is not a run's: an alert's notification)."""
+    if invocation.trigger is None:
+        return {}
+    return {
+        "revision": invocation.revision,
+        "trigger": invocation.trigger,
+        "previous_slot": _opt_instant(invocation.previous_slot),
+        "next_slot": _opt_instant(invocation.next_slot),
     }
+
+
+def _opt_instant(moment: datetime | None) -> str | None:
+    return None if moment is None else format_instant(moment)
+
+
+def rendered(target: Target, invocation: Invocation) -> Target:
+    """The target as this attempt calls it: a templated one's placeholders filled with the run's context."""
+    if not target.config.get(TEMPLATED_KEY):
+        return target
+    try:
+        check_templates(target.kind, target.config)
+    except ValidationError:
+        return target  # stored under other rules: the adapter's own check refuses it (a failed run, no crash)
+    return Target(target.kind, render(target.kind, target.config, invocation.context))
 
 
 def invocation_headers(invocation: Invocation) -> dict[str, str]:
     """HTTP headers that identify the call; `Idempotency-Key` follows the IETF draft of that name."""
-    return {
-        "Idempotency-Key": invocation.run_id,
-        "X-Tickwork-Run-Id": invocation.run_id,
-        "X-Tickwork-Job-Id": invocation.job_id,
-        "X-Tickwork-Scheduled-For": format_instant(invocation.scheduled_for),
-        "X-Tickwork-Attempt": str(invocation.attempt),
-    } | callback_headers(invocation)
+    return (
+        {
+            "Idempotency-Key": invocation.run_id,
+            "X-Tickwork-Run-Id": invocation.run_id,
+            "X-Tickwork-Job-Id": invocation.job_id,
+            "X-Tickwork-Scheduled-For": format_instant(invocation.scheduled_for),
+            "X-Tickwork-Attempt": str(invocation.attempt),
+        }
+        | run_context_headers(invocation)
+        | callback_headers(invocation)
+    )
+
+
+def run_context_headers(invocation: Invocation) -> dict[str, str]:
+    """The rest of a run's context as headers, each only when there is one (an empty header says nothing)."""
+    names = {
+        "revision": "X-Tickwork-Revision",
+        "trigger": "X-Tickwork-Trigger",
+        "previous_slot": "X-Tickwork-Previous-Slot",
+        "next_slot": "X-Tickwork-Next-Slot",
+    }
+    return {names[key]: str(value) for key, value in run_context(invocation).items() if value is not None}
 
 
 def callback_headers(invocation: Invocation) -> dict[str, str]:
@@ -294,7 +366,40 @@ def ecs_environment(invocation: Invocation) -> dict[str, str]:
         f"{ECS_ENV_PREFIX}JOB_ID": context["job_id"],
         f"{ECS_ENV_PREFIX}SCHEDULED_FOR": context["scheduled_for"],
         f"{ECS_ENV_PREFIX}ATTEMPT": str(context["attempt"]),
+    } | {f"{ECS_ENV_PREFIX}{key.upper()}": str(value or "") for key, value in run_context(invocation).items()}
+
+
+def ecs_container_override(config: Mapping[str, Any], identity: Mapping[str, str]) -> dict[str, Any]:
+    """The named container's override as RunTask gets it: the job's environment and the run's identity (as
+    ECS's name/value list), and the job's command."""
+    container: dict[str, Any] = {
+        "name": config["container"],
+        "environment": [
+            {"name": name, "value": value} for name, value in {**config["environment"], **identity}.items()
+        ],
     }
+    if "command" in config:
+        container["command"] = list(config["command"])
+    return container
+
+
+def _longest_identity() -> dict[str, str]:
+    """The run's identity in a container's environment at its longest (what the overrides' size is checked
+    with)."""
+    longest = LONGEST
+    return ecs_environment(
+        Invocation(
+            run_id=longest.run_id,
+            job_id=longest.job_id,
+            scheduled_for=longest.scheduled_for,
+            attempt=longest.attempt,
+            timeout_seconds=0.0,
+            trigger=longest.trigger,
+            revision=longest.revision,
+            previous_slot=longest.previous_slot,
+            next_slot=longest.next_slot,
+        )
+    )
 
 
 def is_fifo_queue_url(queue_url: str) -> bool:
@@ -328,8 +433,36 @@ def validate_target(kind: str, config: Mapping[str, Any], *, stored: bool = Fals
     for key in config:
         if not isinstance(key, str):
             raise ValidationError("target.config", f"keys must be strings, got {key!r}")
-    normalised = _VALIDATORS[kind](_Config(config, stored=stored))
+    templated = config.get(TEMPLATED_KEY)
+    if templated is not None and not isinstance(templated, bool):
+        raise ValidationError(_field(TEMPLATED_KEY), "must be true or false")
+    raw = {key: value for key, value in config.items() if key != TEMPLATED_KEY}
+    normalised = _VALIDATORS[kind](_Config(raw, stored=stored))
+    if templated:
+        _check_templated(kind, raw, normalised, stored=stored)
+        normalised[TEMPLATED_KEY] = True
     return Target(kind=kind, config=normalised)
+
+
+def _check_templated(
+    kind: str, raw: Mapping[str, Any], normalised: Mapping[str, Any], *, stored: bool
+) -> None:
+    """A templated config's placeholders are known names, none is in a secret header (sent as stored, never
+    filled in), and filled in at their longest, or with no slots, the config still keeps its kind's rules."""
+    check_templates(kind, normalised)
+    for name, value in dict(normalised.get(SECRET_HEADERS) or {}).items():
+        if "{{" in str(value):
+            where = "headers" if name in (raw.get("headers") or {}) else SECRET_HEADERS
+            raise ValidationError(
+                _field(f"{where}.{name}"), "is a secret header, sent as stored: it cannot hold a placeholder"
+            )
+    for context, words in ((LONGEST, "at their longest"), (WITHOUT_SLOTS, "with no previous or next slot")):
+        try:
+            _VALIDATORS[kind](_Config(render(kind, raw, context), stored=stored))
+        except ValidationError as error:
+            raise ValidationError(
+                error.field, f"{error.message}, once its placeholders are filled in {words}"
+            ) from error
 
 
 def default_completion(target: Target) -> Completion:
@@ -702,13 +835,14 @@ def _validate_ecs(cfg: _Config) -> dict[str, Any]:
             raise ValidationError(_field(f"environment.{name}"), "value must be a string")
         _check_unicode(f"environment.{name}", value)
     normalised["environment"] = dict(environment)
-    # As botocore sends it (JSON, non-ASCII escaped): the longest these can be in the request.
-    overrides = json_dumps({"command": normalised.get("command", []), "environment": environment})
+    # As botocore sends it (JSON, non-ASCII escaped), with the run's identity at its longest.
+    override = ecs_container_override({**normalised, "environment": environment}, _longest_identity())
+    overrides = json_dumps({"containerOverrides": [override]})
     if len(overrides) > ECS_MAX_OVERRIDES_CHARS:
         raise ValidationError(
             _field("environment" if environment else "command"),
-            f"command and environment are {len(overrides)} characters as JSON; ECS takes "
-            f"{ECS_MAX_OVERRIDES_CHARS} (7 KiB) of a task's overrides for them",
+            f"command and environment are {len(overrides)} characters as JSON with the container's name and "
+            f"the run's identity; ECS takes {ECS_MAX_OVERRIDES_CHARS} (8 KiB) of a task's overrides",
         )
     return cfg.finish(normalised)
 
@@ -846,7 +980,7 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
         f"value the job stores for that header, at the same scheme, host and port only; a job that keeps "
         f"none refuses it."
     )
-    return {
+    schemas: dict[str, dict[str, Any]] = {
         "http": {
             "type": "object",
             "additionalProperties": False,
@@ -941,6 +1075,16 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
         },
         "ecs": _ecs_schema(),
     }
+    for kind, schema in schemas.items():
+        schema["properties"][TEMPLATED_KEY] = {
+            "type": "boolean",
+            "default": False,
+            "description": f"Fill `{{{{ name }}}}` placeholders in {', '.join(TEMPLATED_FIELDS[kind])} with "
+            f"the run's context at each attempt (names: {', '.join(NAMES)}; a time name takes .epoch or "
+            ".date). An unknown placeholder is refused when the job is written, as is a field that would "
+            "break its kind's rules once filled in (docs/targets.md).",
+        }
+    return schemas
 
 
 def _ecs_schema() -> dict[str, Any]:
@@ -949,8 +1093,9 @@ def _ecs_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "required": ["cluster", "task_definition", "container"],
-        "description": f"command and environment together: at most {ECS_MAX_OVERRIDES_CHARS} characters as "
-        "JSON (non-ASCII characters escaped).",
+        "description": f"command and environment, with the container's name and the run's identity "
+        f"(TICKWORK_* variables, about 400 characters), as ECS counts a task's overrides: at most "
+        f"{ECS_MAX_OVERRIDES_CHARS} characters as JSON (non-ASCII characters escaped).",
         "properties": {
             "cluster": {"type": "string", "pattern": _ECS_CLUSTER.pattern},
             "task_definition": {"type": "string", "pattern": _ECS_TASK_DEFINITION.pattern},

@@ -120,7 +120,7 @@ class Executor:
             job = store.get_job(known.message.job_id)
             return known.after(step, clock.now(), job=job)
         if isinstance(step, StartTarget):
-            result = self._invoker.invoke(step.target, step.invocation(self._config.callbacks))
+            result = self._invoker.invoke(*step.call(self._config.callbacks))
             return known.after(step, clock.now(), result=result)
         if isinstance(step, PollTarget):
             assert self._tracker is not None and step.running.tracking is not None, "no tracker to look with"

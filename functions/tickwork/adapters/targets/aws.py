@@ -36,6 +36,7 @@ from tickwork.domain.targets import (
     Invocation,
     TargetResult,
     ecs_client_token,
+    ecs_container_override,
     ecs_environment,
     ecs_started_by,
     fifo_id,
@@ -43,6 +44,7 @@ from tickwork.domain.targets import (
     is_fifo_queue_url,
     is_fifo_topic_arn,
     json_dumps,
+    run_context,
     sfn_execution_name,
 )
 
@@ -525,15 +527,7 @@ class AwsInvoker:
         """One task (count 1). `clientToken` makes a repeated start of the same attempt return the task it
         started; `startedBy` names the run (ListTasks can find its tasks); the named container gets the
         run's identity as environment variables, and the job's command and environment."""
-        container: dict[str, Any] = {
-            "name": config["container"],
-            "environment": [
-                {"name": name, "value": value}
-                for name, value in {**config["environment"], **ecs_environment(invocation)}.items()
-            ],
-        }
-        if "command" in config:
-            container["command"] = list(config["command"])
+        container = ecs_container_override(config, ecs_environment(invocation))
         request: dict[str, Any] = {
             "cluster": config["cluster"],
             "taskDefinition": config["task_definition"],
@@ -677,6 +671,14 @@ def message_attributes(invocation: Invocation) -> dict[str, dict[str, str]]:
         "tickwork.job_id": {"DataType": "String", "StringValue": context["job_id"]},
         "tickwork.scheduled_for": {"DataType": "String", "StringValue": context["scheduled_for"]},
         "tickwork.attempt": {"DataType": "Number", "StringValue": str(context["attempt"])},
+    } | {
+        # SQS and SNS refuse an empty attribute: what a call does not have is left out
+        f"tickwork.{name}": {
+            "DataType": "Number" if name == "revision" else "String",
+            "StringValue": str(value),
+        }
+        for name, value in run_context(invocation).items()
+        if value is not None
     }
 
 
