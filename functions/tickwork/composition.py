@@ -12,7 +12,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLog
+from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLog, DynamoRevisions
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
 from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
@@ -20,7 +20,12 @@ from tickwork.adapters.email import SnsEmail
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
 from tickwork.adapters.sqlite.db import Database
-from tickwork.adapters.sqlite.events import SqliteAlertDefaults, SqliteEventLog, SqliteRunChangeFeed
+from tickwork.adapters.sqlite.events import (
+    SqliteAlertDefaults,
+    SqliteEventLog,
+    SqliteRevisions,
+    SqliteRunChangeFeed,
+)
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
 from tickwork.adapters.sqlite.store import SqliteStore
@@ -40,9 +45,18 @@ from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
-from tickwork.services.ports import AlertDefaults, EmailChannel, EventLog, Metrics, RunChangeFeed, SlotStore
+from tickwork.services.ports import (
+    AlertDefaults,
+    EmailChannel,
+    EventLog,
+    Metrics,
+    RevisionReader,
+    RunChangeFeed,
+    SlotStore,
+)
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.retrying import retrying
+from tickwork.services.revisions import RevisionService
 from tickwork.services.sweeping import Sweeper
 from tickwork.services.watching import (
     SEND_TIMEOUT_SECONDS,
@@ -316,6 +330,17 @@ class Components:
 
     def event_reader(self) -> EventReader:
         return EventReader(self.job_service(), self.event_log)
+
+    @cached_property
+    def revision_reader(self) -> RevisionReader:
+        """Jobs' revisions and owners' audit logs (the events table), every call retried on throttling."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteRevisions(self.database), self.clock, Random())
+        tables = TableNames.from_resources(self.settings.resource_names)
+        return retrying(DynamoRevisions(self.client_for("dynamodb"), tables), self.clock, Random())
+
+    def revision_service(self) -> RevisionService:
+        return RevisionService(self.job_service(), self.revision_reader)
 
     def job_service(self) -> JobService:
         config = JobServiceConfig(

@@ -102,8 +102,9 @@ SLOTS = TableDef(
 
 EVENTS = TableDef(
     logical_name="events",
-    # `scope`: the job's id for its events and deadline timers, `owner#<owner>` for the owner's channel
-    # windows, messages owed and channel health. `key` orders a job's events by time (domain/notify.py).
+    # `scope`: the job's id for its events, deadline timers and revisions (`r#<number>`), `owner#<owner>`
+    # for the owner's channel windows, messages owed, channel health and audit log (`a#<time>#...`). `key`
+    # orders a job's events by time (domain/notify.py).
     partition=KeyAttr("scope"),
     sort=KeyAttr("key"),
     indexes=(
@@ -115,7 +116,7 @@ EVENTS = TableDef(
     ),
     ttl_attribute="expires_at",
     purpose="what each job's owner is told: events (run failed, late, deadline missed...), messages owed, "
-    "channel windows and health",
+    "channel windows and health; and what was done to each job: its revisions and its owner's audit log",
 )
 
 TABLES: tuple[TableDef, ...] = (JOBS, RUNS, SHARDS, REQUESTS, SLOTS, EVENTS)

@@ -601,7 +601,14 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
         assert call("GET", "/runs", query="state=failed").status == 200
         refused = call("POST", f"/jobs/{minutely.body['id']}/runs/{now.body['id']}/retry")
         assert refused.status == 409, refused.body
-        assert call("DELETE", f"/jobs/{job_id}").status == 204
+        # Revisions and the audit log (the events table), a diff and a rollback (an edit).
+        assert call("GET", f"/jobs/{job_id}/revisions").body["items"]
+        assert call("GET", f"/jobs/{job_id}/revisions/1").status == 200
+        assert call("GET", f"/jobs/{job_id}/diff", query="from=1&to=2").status == 200
+        rolled = call("POST", f"/jobs/{job_id}/rollback", body={"revision": 1, "note": "undo"})
+        assert rolled.status == 200, rolled.body
+        assert call("GET", "/audit").body["items"]
+        assert call("DELETE", f"/jobs/{job_id}", query="note=done").status == 204
 
     prefix = default.stack.config.prefix
     done = performed(recorder.calls, prefix)
@@ -610,6 +617,9 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
     assert ("dynamodb:Query", f"{jobs_table}/index/by_owner") in done
     runs_table = _arn("dynamodb", f"table/{prefix}-runs")
     assert ("dynamodb:Query", f"{runs_table}/index/failed_runs") in done, "failed runs were not listed"
+    events_table = _arn("dynamodb", f"table/{prefix}-events")
+    assert ("dynamodb:PutItem", events_table) in done, "no revision was written with its job"
+    assert ("dynamodb:Query", events_table) in done, "no revision or audit entry was read"
     requests_table = _arn("dynamodb", f"table/{prefix}-requests")
     assert ("dynamodb:PutItem", requests_table) in done or (
         "dynamodb:TransactWriteItems",

@@ -68,6 +68,41 @@ def test_jobs_are_created_read_listed_paused_resumed_and_deleted(
     assert gone.exit_code == 1 and "not found" in gone.stderr
 
 
+def test_revisions_a_diff_a_rollback_and_the_audit_log(instance: Supervisor, target: Target) -> None:
+    """Issue 33, part 3, on the SQLite engine through the CLI: a rollback that restores an earlier schedule
+    and target, with every write's revision and note in the job's history and the audit log."""
+    job = ok(
+        cli(instance, "jobs", "create", "--name", "cli-rev", "--schedule", "0 3 * * *", "--http", target.url)
+    )
+    moved = ok(
+        cli(instance, "jobs", "update", job["id"], "--schedule", "30 5 * * *", "--http", f"{target.url}/v2",
+            "--note", "new endpoint")
+    )  # fmt: skip
+    assert moved["target"]["config"]["url"].endswith("/v2")
+    assert ok(cli(instance, "jobs", "pause", job["id"], "--note", "v2 is failing"))["state"] == "paused"
+    changes = {c["field"]: c for c in ok(cli(instance, "jobs", "diff", job["id"], "1", "2"))["changes"]}
+    assert changes["schedule.expression"]["after"] == "30 5 * * *" and "target.config" in changes
+    refused = cli(instance, "jobs", "rollback", job["id"], "1")
+    assert refused.exit_code == 2 and "--note" in refused.stderr
+    rolled = ok(cli(instance, "jobs", "rollback", job["id"], "1", "--note", "back to v1"))
+    assert rolled["schedule"]["expression"] == "0 3 * * *" and rolled["target"]["config"]["url"] == target.url
+    assert rolled["state"] == "paused"
+    history = ok(cli(instance, "jobs", "revisions", job["id"]))["items"]
+    assert [(r["revision"], r["action"], r["note"]) for r in history] == [
+        (4, "rollback", "back to v1"),
+        (3, "pause", "v2 is failing"),
+        (2, "update", "new endpoint"),
+        (1, "create", None),
+    ]
+    audit = ok(cli(instance, "audit", "--limit", "100"))["items"]
+    assert [(e["revision"], e["action"]) for e in audit if e["job_id"] == job["id"]][:2] == [
+        (4, "rollback"),
+        (3, "pause"),
+    ]
+    table = cli(instance, "jobs", "revisions", job["id"], output="table")
+    assert table.exit_code == 0 and "back to v1" in table.stdout
+
+
 def test_run_now_retry_and_failed_runs(instance: Supervisor, target: Target, tmp_path: Path) -> None:
     job = ok(
         cli(instance, "jobs", "create", "--name", "cli-run", "--schedule", "0 3 * * *", "--http", target.url)

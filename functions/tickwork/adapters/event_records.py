@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from tickwork.adapters.conditions import REQUEST_FINGERPRINT
+from tickwork.adapters.records import job_from_item
 from tickwork.domain.alert_rules import (
     AlertRules,
     Channel,
@@ -17,7 +19,9 @@ from tickwork.domain.alert_rules import (
     alerts_to_mapping,
 )
 from tickwork.domain.alerts import EventKind, JobEvent
+from tickwork.domain.models import Job
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.revisions import Action, Authored, Revision
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
 
 OUTBOX_PARTITIONS = 8  # the outbox index's partitions: a pass reads each, so writes spread over them
@@ -254,3 +258,114 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "as_integer_ratio") and not isinstance(value, (int, float, bool)):
         return int(value) if value == int(value) else float(value)
     return value
+
+
+# --- revisions and the audit log (domain/revisions.py) ---------------------------------------------------
+
+# What the ticker, the executors and the store move on a job item: not part of what a person wrote.
+_NOT_DEFINITION = frozenset(
+    {"job_id", "owner", "shard", "version", "next_fire_at", "due_key", "resumed_at", "due_floor",
+     "run_requests", "created_at", "updated_at", "paused_at"}
+)  # fmt: skip
+
+
+def job_definition(job_item: Mapping[str, Any]) -> dict[str, Any]:
+    """The job as a person wrote it, from its stored item: what a revision keeps and a diff compares."""
+    return {key: value for key, value in job_item.items() if key not in _NOT_DEFINITION}
+
+
+def revision_key(revision: int) -> str:
+    return f"r#{revision:010d}"
+
+
+def audit_key(revision: Revision) -> str:
+    return f"a#{format_instant_ms(revision.at)}#{revision.job_id}#{revision.revision:010d}"
+
+
+def revision_to_items(revision: Revision) -> tuple[Item, Item]:
+    """The revision in its job's history (`scope` the job id, with the definition), and its entry in the
+    owner's audit log (`scope` the owner's, without it); both kept AUDIT_RETENTION."""
+    entry: Item = {
+        "job_id": revision.job_id,
+        "revision": revision.revision,
+        "owner": revision.owner,
+        "actor": revision.actor,
+        "at": format_instant_ms(revision.at),
+        "action": str(revision.action),
+        "note": revision.note,
+        "changed": list(revision.changed),
+        "expires_at": epoch_seconds(revision.expires_at),
+    }
+    entry = {key: value for key, value in entry.items() if value is not None}
+    kept = {**entry, "scope": revision.job_id, "key": revision_key(revision.revision)}
+    kept["definition"] = dict(revision.definition)
+    return kept, {**entry, "scope": owner_scope(revision.owner), "key": audit_key(revision)}
+
+
+def revision_from_item(item: Mapping[str, Any]) -> Revision:
+    return Revision(
+        job_id=str(item["job_id"]),
+        revision=int(item["revision"]),
+        owner=str(item["owner"]),
+        actor=str(item["actor"]),
+        at=parse_instant(str(item["at"])),
+        action=Action(item["action"]),
+        note=None if item.get("note") is None else str(item["note"]),
+        definition=dict(item.get("definition") or {}),
+        changed=tuple(str(field) for field in item.get("changed") or ()),
+    )
+
+
+def written_revision(
+    authored: Authored, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> tuple[Item, Item]:
+    """The items of a job write's revision, from the job's stored item before the write and the one it
+    writes (None: no job, a create's before or a delete's after): numbered by the version written (a
+    delete: the one after the last)."""
+    job = after if after is not None else before
+    if job is None:
+        raise ValueError("a revision of no job")
+    number = int(job["version"]) + (1 if after is None else 0)
+    revision = authored.revision(
+        str(job["job_id"]),
+        str(job["owner"]),
+        number,
+        job_definition(before) if before is not None else {},
+        job_definition(after) if after is not None else {},
+    )
+    return revision_to_items(revision)
+
+
+def without_fingerprint(job_item: Mapping[str, Any]) -> dict[str, Any]:
+    """A created job's item without the idempotent create's fingerprint (not part of the job)."""
+    return {key: value for key, value in job_item.items() if key != REQUEST_FINGERPRINT}
+
+
+def revisions_page(items: list[Item], limit: int) -> tuple[list[Revision], str | None]:
+    """A page of revisions or audit entries from the items a listing read (up to `limit` + 1, newest
+    first): the first `limit`, and the cursor after them (the last one's key) if there was one more."""
+    revisions = [revision_from_item(item) for item in items[:limit]]
+    cursor = str(items[limit - 1]["key"]) if len(items) > limit else None
+    return revisions, cursor
+
+
+REVISIONS_FROM, REVISIONS_TO = "r#", "r#~"  # a job scope's revisions: keys r#<number>
+AUDIT_FROM, AUDIT_TO = "a#", "a#~"  # an owner scope's audit entries: keys a#<at>#<job>#<number>
+
+
+def job_at_revision(revision: Revision) -> Job:
+    """The job as a revision kept it (its definition; what the ticker moves is not kept: no next fire)."""
+    if not revision.definition:
+        raise ValueError(f"revision {revision.revision} of job {revision.job_id} keeps no job (a delete)")
+    at = format_instant_ms(revision.at)
+    return job_from_item(
+        {
+            **revision.definition,
+            "job_id": revision.job_id,
+            "owner": revision.owner,
+            "shard": 0,
+            "version": revision.revision,
+            "created_at": at,
+            "updated_at": at,
+        }
+    )

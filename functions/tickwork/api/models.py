@@ -76,6 +76,7 @@ from tickwork.domain.requests import (
     MIN_BACKFILL_RATE,
     BackfillWindow,
 )
+from tickwork.domain.revisions import MAX_NOTE_CHARS, FieldChange, Revision
 from tickwork.domain.schedule import (
     MAX_JITTER_SECONDS,
     MAX_PREVIEW_COUNT,
@@ -1262,3 +1263,70 @@ class SigningKeysOut(BaseModel):
     with them)."""
 
     items: list[SigningKeyOut]
+
+
+class RevisionOut(BaseModel):
+    """One write of a job's definition (docs/api.md, "Revisions and the audit log")."""
+
+    job_id: str
+    revision: int = Field(description="The job's version after the write (a delete: the one after the last).")
+    action: str = Field(description="create, update, pause, resume, delete, rollback or auto_pause.")
+    actor: str = Field(description="Who wrote it: the caller's identity, or `tickwork` (an auto-pause).")
+    at: datetime = Field(description="When (UTC).")
+    note: str | None = Field(description="Why, as the writer said (the reason, for an auto-pause).")
+    changed: list[str] = Field(description="The definition's fields that differ from the revision before.")
+    definition: dict[str, Any] | None = Field(
+        default=None,
+        description="The job as written, as stored (a secret header's value is its reference, never the "
+        "value); in a job's history and a single revision, not in the audit log. {} for a delete.",
+    )
+
+    @classmethod
+    def of(cls, revision: Revision, *, with_definition: bool = True) -> RevisionOut:
+        return cls(
+            job_id=revision.job_id,
+            revision=revision.revision,
+            action=str(revision.action),
+            actor=revision.actor,
+            at=revision.at,
+            note=revision.note,
+            changed=list(revision.changed),
+            definition=dict(revision.definition) if with_definition else None,
+        )
+
+
+class RevisionListOut(BaseModel):
+    items: list[RevisionOut]
+    next_cursor: str | None
+
+
+class FieldChangeOut(BaseModel):
+    field: str = Field(description="`name`, or `parent.field` one level down (`schedule.expression`).")
+    before: Any = Field(description="Its value in the earlier revision (null: not set).")
+    after: Any = Field(description="Its value in the later revision (null: not set).")
+
+
+class RevisionDiffOut(BaseModel):
+    job_id: str
+    before: int = Field(description="The revision compared from.")
+    after: int = Field(description="The revision compared to.")
+    changes: list[FieldChangeOut]
+
+    @classmethod
+    def of(cls, old: Revision, new: Revision, changes: list[FieldChange]) -> RevisionDiffOut:
+        return cls(
+            job_id=old.job_id,
+            before=old.revision,
+            after=new.revision,
+            changes=[FieldChangeOut(field=c.field, before=c.before, after=c.after) for c in changes],
+        )
+
+
+class RollbackIn(RequestModel):
+    model_config = ConfigDict(extra="forbid")
+    revision: Annotated[
+        int, Strict(), Field(ge=1, description="The revision whose definition to write back."), _INTEGRAL
+    ]
+    note: str = Field(
+        min_length=1, max_length=MAX_NOTE_CHARS, description="Why: required, recorded with the new revision."
+    )

@@ -465,6 +465,7 @@ def jobs_create(
 @click.option("--no-heartbeat", is_flag=True, help="Remove the heartbeat of a callback job.")
 @click.option("--no-concurrency-key", is_flag=True, help="Remove the job's concurrency key and limit.")
 @click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
+@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
 @api_call
 def jobs_update(
@@ -483,6 +484,7 @@ def jobs_update(
     no_heartbeat: bool,
     no_concurrency_key: bool,
     if_match: int | None,
+    note: str | None,
 ) -> None:
     """Change some of a job's fields (PATCH): from a file, or --name, --schedule, --tz, --http, --completion,
     --heartbeat (--no-heartbeat), --timeout, --concurrency-key with --concurrency-limit
@@ -508,7 +510,9 @@ def jobs_update(
     if not body:
         raise click.UsageError("nothing to change: give -f FILE or a field option")
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
-    job = ctx.client.request("PATCH", f"/jobs/{job_id}", body=body, headers=headers).body
+    job = ctx.client.request(
+        "PATCH", f"/jobs/{job_id}", body=body, headers=headers, query={"note": note}
+    ).body
     ctx.emit(job, lambda: _job_detail(job))
 
 
@@ -523,10 +527,11 @@ def _moved_http_target(ctx: Context, job_id: str, url: str) -> tuple[dict[str, A
     return {"kind": "http", "config": {**target["config"], "url": url}}, int(job["version"])
 
 
-def _state_change(action: str) -> Callable[[Context, str, int | None], None]:
-    def change(ctx: Context, job_id: str, if_match: int | None) -> None:
+def _state_change(action: str) -> Callable[[Context, str, int | None, str | None], None]:
+    def change(ctx: Context, job_id: str, if_match: int | None, note: str | None) -> None:
         headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
-        job = ctx.client.request("POST", f"/jobs/{job_id}/{action}", headers=headers).body
+        query = {"note": note}
+        job = ctx.client.request("POST", f"/jobs/{job_id}/{action}", headers=headers, query=query).body
         ctx.emit(job, lambda: _job_detail(job))
 
     return change
@@ -535,35 +540,38 @@ def _state_change(action: str) -> Callable[[Context, str, int | None], None]:
 @jobs.command("pause")
 @click.argument("job_id")
 @click.option("--if-match", "if_match", type=int)
+@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_pause(ctx: Context, job_id: str, if_match: int | None) -> None:
+def jobs_pause(ctx: Context, job_id: str, if_match: int | None, note: str | None) -> None:
     """Pause a job: no run starts until it is resumed."""
-    _state_change("pause")(ctx, job_id, if_match)
+    _state_change("pause")(ctx, job_id, if_match, note)
 
 
 @jobs.command("resume")
 @click.argument("job_id")
 @click.option("--if-match", "if_match", type=int)
+@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_resume(ctx: Context, job_id: str, if_match: int | None) -> None:
+def jobs_resume(ctx: Context, job_id: str, if_match: int | None, note: str | None) -> None:
     """Resume a job; the fires missed while paused follow its missed-fire policy."""
-    _state_change("resume")(ctx, job_id, if_match)
+    _state_change("resume")(ctx, job_id, if_match, note)
 
 
 @jobs.command("delete")
 @click.argument("job_id")
 @click.option("--if-match", "if_match", type=int)
 @click.option("--yes", is_flag=True, help="Do not ask.")
+@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_delete(ctx: Context, job_id: str, if_match: int | None, yes: bool) -> None:
+def jobs_delete(ctx: Context, job_id: str, if_match: int | None, yes: bool, note: str | None) -> None:
     """Delete a job (its run history stays until it expires)."""
     if not yes:
         click.confirm(f"delete {job_id}?", abort=True, err=True)
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
-    ctx.client.request("DELETE", f"/jobs/{job_id}", headers=headers)
+    ctx.client.request("DELETE", f"/jobs/{job_id}", headers=headers, query={"note": note})
     ctx.emit({"deleted": job_id}, lambda: f"deleted {job_id}")
 
 
@@ -823,6 +831,88 @@ def events(ctx: Context, job_id: str | None, limit: int, cursor: str | None) -> 
         return shown
 
     ctx.emit(page, table)
+
+
+# --- revisions and the audit log ---------------------------------------------------------------------------
+
+
+def _revisions_table(revisions: Sequence[Mapping[str, Any]], *, with_job: bool) -> Table:
+    shown = Table()
+    columns = ("at", "job", "revision", "action", "actor", "changed", "note")
+    for column in columns if with_job else tuple(c for c in columns if c != "job"):
+        shown.add_column(column, overflow="fold")
+    for revision in revisions:
+        row = [
+            str(revision["at"]),
+            str(revision["revision"]),
+            revision["action"],
+            revision["actor"],
+            ", ".join(revision["changed"]) or "-",
+            revision.get("note") or "-",
+        ]
+        shown.add_row(*([row[0], revision["job_id"], *row[1:]] if with_job else row))
+    return shown
+
+
+@jobs.command("revisions")
+@click.argument("job_id")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--cursor", help="The next page: the previous answer's next_cursor.")
+@click.pass_obj
+@api_call
+def jobs_revisions(ctx: Context, job_id: str, limit: int, cursor: str | None) -> None:
+    """A job's revisions, newest first: who changed what, when, and why."""
+    page = ctx.client.request(
+        "GET", f"/jobs/{job_id}/revisions", query={"limit": limit, "cursor": cursor}
+    ).body
+    ctx.emit(page, lambda: _revisions_table(page["items"], with_job=False))
+
+
+@jobs.command("diff")
+@click.argument("job_id")
+@click.argument("before", type=click.IntRange(min=1))
+@click.argument("after", type=click.IntRange(min=1))
+@click.pass_obj
+@api_call
+def jobs_diff(ctx: Context, job_id: str, before: int, after: int) -> None:
+    """What changed between two revisions of a job, field by field."""
+    diff = ctx.client.request("GET", f"/jobs/{job_id}/diff", query={"from": before, "to": after}).body
+
+    def table() -> Table:
+        shown = Table(title=f"{job_id}: revision {before} -> {after}")
+        for column in ("field", f"revision {before}", f"revision {after}"):
+            shown.add_column(column, overflow="fold")
+        for change in diff["changes"]:
+            shown.add_row(change["field"], _short(change["before"], 60), _short(change["after"], 60))
+        return shown
+
+    ctx.emit(diff, table)
+
+
+@jobs.command("rollback")
+@click.argument("job_id")
+@click.argument("revision", type=click.IntRange(min=1))
+@click.option("--note", required=True, help="Why: required, recorded with the new revision.")
+@click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
+@click.pass_obj
+@api_call
+def jobs_rollback(ctx: Context, job_id: str, revision: int, note: str, if_match: int | None) -> None:
+    """Write a job's definition at an earlier revision back (a new revision; its state stays)."""
+    headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
+    body = {"revision": revision, "note": note}
+    job = ctx.client.request("POST", f"/jobs/{job_id}/rollback", body=body, headers=headers).body
+    ctx.emit(job, lambda: _job_detail(job))
+
+
+@tickwork.command("audit")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.option("--cursor", help="The next page: the previous answer's next_cursor.")
+@click.pass_obj
+@api_call
+def audit(ctx: Context, limit: int, cursor: str | None) -> None:
+    """Every write of your jobs, newest first: who, what, when, why."""
+    page = ctx.client.request("GET", "/audit", query={"limit": limit, "cursor": cursor}).body
+    ctx.emit(page, lambda: _revisions_table(page["items"], with_job=True))
 
 
 # --- preview ---------------------------------------------------------------------------------------------

@@ -348,3 +348,41 @@ def describe_paused_fires(policy: MissedFirePolicy, count: int, capped: bool, la
         f"None of the {many} {fires} missed during the pause runs; each is recorded as missed "
         f"(missed_fire=skip)."
     )
+
+
+def rollback_patch(old: Job) -> JobPatch:
+    """The edit that writes a job's definition at an earlier revision back (a rollback is an edit, so a new
+    revision): every field a person sets, whole. The state stays as it is (a rollback restores what the job
+    does, not whether it runs: pause and resume say that)."""
+    schedule = old.schedule
+    policies = old.policies
+    return JobPatch(
+        name=old.name,
+        description=old.description,
+        tags=dict(old.tags),
+        schedule=SchedulePatch(
+            expression=schedule.expression,
+            timezone=schedule.timezone,
+            start_at=schedule.start_at,
+            end_at=schedule.end_at,
+            jitter_seconds=schedule.jitter_seconds,
+            dst_gap=schedule.dst_gap,
+            dst_repeat=schedule.dst_repeat,
+        ),
+        target=old.target,
+        policies=PoliciesPatch(
+            overlap=policies.overlap,
+            missed_fire=policies.missed_fire,
+            retry=RetryPatch(
+                max_attempts=policies.retry.max_attempts,
+                backoff_base_seconds=policies.retry.backoff_base_seconds,
+                backoff_max_seconds=policies.retry.backoff_max_seconds,
+            ),
+            concurrency=policies.concurrency,
+        ),
+        timeout_seconds=old.timeout_seconds,
+        retention_days=old.retention_days,
+        completion=old.completion,
+        heartbeat_seconds=old.heartbeat_seconds,
+        alerts=old.alerts,
+    )

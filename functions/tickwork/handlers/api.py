@@ -51,6 +51,10 @@ from tickwork.api.models import (
     OperatorNoteIn,
     PreviewOut,
     ResumedJobOut,
+    RevisionDiffOut,
+    RevisionListOut,
+    RevisionOut,
+    RollbackIn,
     RunListOut,
     RunOut,
     SchedulePreviewIn,
@@ -62,10 +66,11 @@ from tickwork.api.problems import ApiProblem
 from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.requests import MAX_BACKFILL_FIRES
+from tickwork.domain.revisions import MAX_NOTE_CHARS
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers import callback_routes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
-from tickwork.services.jobs import JobQuery, JobService, ResumeResult
+from tickwork.services.jobs import Author, JobQuery, JobService, ResumeResult
 from tickwork.services.requests import RunRequests
 from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
 
@@ -216,6 +221,30 @@ def owner_of(event: Mapping[str, Any], tenant_claim: str = "sub") -> str | None:
     return None
 
 
+def actor_of(event: Mapping[str, Any]) -> str | None:
+    """Who is calling, as a revision records it: the IAM principal as signed (an assumed role's session
+    included: who logged in, where the owner is the role), or a JWT's `sub` (the user, where the owner may
+    be their organisation). None: no more than the owner is known."""
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    if not isinstance(authorizer, Mapping):
+        return None
+    iam = authorizer.get("iam")
+    if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
+        return str(iam["userArn"])
+    jwt = authorizer.get("jwt")
+    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
+    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
+        return str(claims["sub"])
+    return None
+
+
+def author(request: Request, owner: str, note: str | None) -> Author:
+    """The write's author: the caller (or the owner, when no more is known), and the note it gave."""
+    actor = actor_of(request.resolved_event.raw_event) or owner
+    return Author(actor[:MAX_OWNER_CHARS], note)
+
+
 def current_owner(request: Request) -> str:
     """The owner of the request being served. Every route takes its `Request` (Powertools passes the one
     it is resolving) and asks it: the identity never comes from state shared between requests."""
@@ -235,6 +264,15 @@ Cursor = Annotated[
         pattern=r"^[A-Za-z0-9_-]+$",
         description="`next_cursor` of the previous page, as given. Cursors carry a check: one this API did "
         "not issue for this listing (edited, invented, or another listing's) is a 400.",
+    ),
+]
+Note = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_NOTE_CHARS,
+        description="Why: recorded with the write's revision, who made it and when (GET "
+        "/jobs/{job_id}/revisions, GET /audit).",
     ),
 ]
 IfMatch = Annotated[
@@ -363,6 +401,7 @@ JOB_LINKS = _links(
     ("ResumeJob", "resumeJob"),
     ("PreviewJob", "previewJob"),
     ("ListRuns", "listRuns"),
+    ("ListRevisions", "listRevisions"),
     ("DeleteJob", "deleteJob"),
     fenced=("updateJob", "pauseJob", "resumeJob", "deleteJob"),
 )
@@ -425,13 +464,15 @@ def create_job(
             description="Any unique visible-ASCII string (a UUID); the same key always names the same job.",
         ),
     ] = None,
+    note: Note = None,
 ) -> Response[JobOut]:
     owner = current_owner(request)
     spec = body.to_spec()
+    by = author(request, owner, note)
     if idempotency_key is None:
-        job = jobs().create(owner, spec)
+        job = jobs().create(owner, spec, by)
         return job_response(JobOut.of(job), job, 201)
-    result = jobs().create_idempotent(owner, spec, idempotency_key, body.fingerprint)
+    result = jobs().create_idempotent(owner, spec, idempotency_key, body.fingerprint, by)
     if result.replayed:
         return job_response(JobOut.of(result.job), result.job, 200, **{"Idempotent-Replayed": "true"})
     return job_response(JobOut.of(result.job), result.job, 201)
@@ -496,9 +537,12 @@ def get_job(job_id: str, request: Request) -> Response[JobOut]:
         **problems.problem_responses(400, 403, 404, 412, 413, 415),
     },
 )
-def update_job(job_id: str, body: JobPatchIn, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
+def update_job(
+    job_id: str, body: JobPatchIn, request: Request, if_match: IfMatch = None, note: Note = None
+) -> Response[JobOut]:
     owner = current_owner(request)
-    job = jobs().update(owner, job_id, body.to_patch(), expected_version(if_match, owner, job_id))
+    version = expected_version(if_match, owner, job_id)
+    job = jobs().update(owner, job_id, body.to_patch(), version, author(request, owner, note))
     return job_response(JobOut.of(job), job)
 
 
@@ -510,9 +554,9 @@ def update_job(job_id: str, body: JobPatchIn, request: Request, if_match: IfMatc
     tags=["jobs"],
     responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 412)},
 )
-def delete_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[None]:
+def delete_job(job_id: str, request: Request, if_match: IfMatch = None, note: Note = None) -> Response[None]:
     owner = current_owner(request)
-    jobs().delete(owner, job_id, expected_version(if_match, owner, job_id))
+    jobs().delete(owner, job_id, expected_version(if_match, owner, job_id), author(request, owner, note))
     return Response(status_code=204, body=None)
 
 
@@ -527,9 +571,10 @@ def delete_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respo
         **problems.problem_responses(404, 412),
     },
 )
-def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[JobOut]:
+def pause_job(job_id: str, request: Request, if_match: IfMatch = None, note: Note = None) -> Response[JobOut]:
     owner = current_owner(request)
-    job = jobs().pause(owner, job_id, expected_version(if_match, owner, job_id))
+    version = expected_version(if_match, owner, job_id)
+    job = jobs().pause(owner, job_id, version, by=author(request, owner, note))
     return job_response(JobOut.of(job), job)
 
 
@@ -547,9 +592,12 @@ def pause_job(job_id: str, request: Request, if_match: IfMatch = None) -> Respon
         **problems.problem_responses(404, 412),
     },
 )
-def resume_job(job_id: str, request: Request, if_match: IfMatch = None) -> Response[ResumedJobOut]:
+def resume_job(
+    job_id: str, request: Request, if_match: IfMatch = None, note: Note = None
+) -> Response[ResumedJobOut]:
     owner = current_owner(request)
-    result = jobs().resume(owner, job_id, expected_version(if_match, owner, job_id))
+    version = expected_version(if_match, owner, job_id)
+    result = jobs().resume(owner, job_id, version, author(request, owner, note))
     _tell_resumed(result)
     resumed = ResumedJobOut.of_resume(result.job, result.paused_fires, result.cleared_auto_pause)
     return job_response(resumed, result.job)
@@ -849,6 +897,105 @@ def list_events(
     )
 
 
+# --- revisions and the audit log ---------------------------------------------------------------------
+
+
+@router.get(
+    "/jobs/<job_id>/revisions",
+    operation_id="listRevisions",
+    summary="A job's revisions",
+    description="Every write of the job's definition, newest first: who, when, what changed, the note, and "
+    "the job as written. A deleted job's history stays (its delete is its last revision). Kept 400 days, "
+    "longer than any run history, so every run's `job_version` names a revision that can be read.",
+    tags=["revisions"],
+    responses={**ok(RevisionListOut, "A page of revisions."), **problems.problem_responses(400, 404, 422)},
+)
+def list_revisions(
+    job_id: str,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Cursor = None,
+) -> Response[RevisionListOut]:
+    page = components().revision_service().history(current_owner(request), job_id, limit, cursor)
+    return json_response(
+        RevisionListOut(items=[RevisionOut.of(r) for r in page.revisions], next_cursor=page.next_cursor)
+    )
+
+
+@router.get(
+    "/jobs/<job_id>/revisions/<revision>",
+    operation_id="getRevision",
+    summary="One revision of a job",
+    tags=["revisions"],
+    responses={**ok(RevisionOut, "The revision."), **problems.problem_responses(404, 422)},
+)
+def get_revision(job_id: str, revision: int, request: Request) -> Response[RevisionOut]:
+    found = components().revision_service().revision(current_owner(request), job_id, revision)
+    return json_response(RevisionOut.of(found))
+
+
+@router.get(
+    "/jobs/<job_id>/diff",
+    operation_id="diffRevisions",
+    summary="What changed between two revisions of a job",
+    description="Field by field (`schedule.expression`, `target.config`, ...), from revision `from` to `to`.",
+    tags=["revisions"],
+    responses={**ok(RevisionDiffOut, "The changes."), **problems.problem_responses(404, 422)},
+)
+def diff_revisions(
+    job_id: str,
+    request: Request,
+    from_revision: Annotated[int, Query(alias="from", ge=1, description="The earlier revision.")],
+    to_revision: Annotated[int, Query(alias="to", ge=1, description="The later revision.")],
+) -> Response[RevisionDiffOut]:
+    service = components().revision_service()
+    old, new, changes = service.diff(current_owner(request), job_id, from_revision, to_revision)
+    return json_response(RevisionDiffOut.of(old, new, changes))
+
+
+@router.post(
+    "/jobs/<job_id>/rollback",
+    operation_id="rollbackJob",
+    summary="Write a job's definition at an earlier revision back",
+    description="A new revision (action `rollback`, its note required) with every field a person sets as "
+    "that revision had it: schedule, target, policies, alerts, name, tags... The job's state stays (pause "
+    f"and resume say whether it runs). Checked as any edit is. {RUN_RULE}",
+    tags=["revisions"],
+    responses={
+        **ok(JobOut, "The job, rolled back.", etag_header=True, links=JOB_LINKS),
+        **problems.problem_responses(400, 403, 404, 412, 413, 415),
+    },
+)
+def rollback_job(
+    job_id: str, body: RollbackIn, request: Request, if_match: IfMatch = None
+) -> Response[JobOut]:
+    owner = current_owner(request)
+    version = expected_version(if_match, owner, job_id)
+    job = jobs().rollback(
+        owner, job_id, body.revision, components().revision_reader, version, author(request, owner, body.note)
+    )
+    return job_response(JobOut.of(job), job)
+
+
+@router.get(
+    "/audit",
+    operation_id="listAudit",
+    summary="The caller's audit log",
+    description="Every write of the caller's jobs (deleted ones too), newest first: who, what, when, which "
+    "fields, why. Operator actions on them are there, named by the operator. Kept 400 days.",
+    tags=["revisions"],
+    responses={**ok(RevisionListOut, "A page of the audit log."), **problems.problem_responses(400, 422)},
+)
+def list_audit(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Cursor = None,
+) -> Response[RevisionListOut]:
+    page = components().revision_service().audit(current_owner(request), limit, cursor)
+    items = [RevisionOut.of(r, with_definition=False) for r in page.revisions]
+    return json_response(RevisionListOut(items=items, next_cursor=page.next_cursor))
+
+
 @router.get(
     "/health", operation_id="health", summary="Health", tags=["service"], responses=ok(HealthOut, "Serving.")
 )
@@ -911,7 +1058,7 @@ def operator_list_jobs(
 def operator_pause_job(job_id: str, body: OperatorNoteIn, request: Request) -> Response[JobOut]:
     operator = _operator(request)
     owner = jobs().owner_of_job(job_id)
-    job = jobs().pause(owner, job_id)
+    job = jobs().pause(owner, job_id, by=Author(operator, body.note))
     _record(operator, "pause", owner, job_id, body.note)
     return job_response(JobOut.of(job), job)
 
@@ -927,7 +1074,7 @@ def operator_pause_job(job_id: str, body: OperatorNoteIn, request: Request) -> R
 def operator_resume_job(job_id: str, body: OperatorNoteIn, request: Request) -> Response[JobOut]:
     operator = _operator(request)
     owner = jobs().owner_of_job(job_id)
-    result = jobs().resume(owner, job_id)
+    result = jobs().resume(owner, job_id, by=Author(operator, body.note))
     _tell_resumed(result)
     job = result.job
     _record(operator, "resume", owner, job_id, body.note)

@@ -33,6 +33,7 @@ from tickwork.domain.jobs import (
     describe_paused_fires,
     fires_between,
     resume_from,
+    rollback_patch,
 )
 from tickwork.domain.models import (
     Job,
@@ -46,6 +47,7 @@ from tickwork.domain.models import (
 )
 from tickwork.domain.planning import PausedFireOutcomes, paused_fire_outcomes, plan_batch
 from tickwork.domain.quotas import OwnerQuotas
+from tickwork.domain.revisions import Action, Authored, checked_note
 from tickwork.domain.schedule import (
     DstGapPolicy,
     FireTime,
@@ -67,7 +69,7 @@ from tickwork.domain.secrets import (
 )
 from tickwork.domain.targets import validate_target
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
-from tickwork.services.ports import AlertDefaults, Dispatcher, EmailChannel, ManagedJobStore
+from tickwork.services.ports import AlertDefaults, Dispatcher, EmailChannel, ManagedJobStore, RevisionReader
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
@@ -112,8 +114,26 @@ class IdempotencyKeyReusedError(ConflictError):
     """The Idempotency-Key already created a job from a different request body."""
 
 
-# DynamoDB's limit on the items of one transaction: a job write, the runs it plans and the views it rewrites.
+# DynamoDB's limit on the items of one transaction: a job write, the runs it plans and the views it rewrites,
+# and its revision (the revision in the job's history, the entry in the owner's audit log).
 MAX_TRANSACTION_ITEMS = 100
+REVISION_ITEMS = 2
+TICKWORK = "tickwork"  # the actor of the writes Tickwork makes itself (an auto-pause)
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    """Who makes a job write and why (None: the owner, no note)."""
+
+    actor: str
+    note: str | None = None
+
+
+def _authored(by: Author | None, owner: str, action: Action, now: datetime) -> Authored:
+    """The write's revision as the store records it: the note checked (required for some actions)."""
+    author = by or Author(owner)
+    note = author.note if author.actor == TICKWORK else checked_note(action, author.note)
+    return Authored(author.actor, action, now, note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +207,16 @@ class JobService:
 
     # --- create ------------------------------------------------------------------------------------
 
-    def create(self, owner: str, spec: JobSpec) -> Job:
-        return self._create(owner, spec, self._new_id(), None)
+    def create(self, owner: str, spec: JobSpec, by: Author | None = None) -> Job:
+        return self._create(owner, spec, self._new_id(), None, by)
 
     def create_idempotent(
-        self, owner: str, spec: JobSpec, key: str, fingerprint: Callable[[Mapping[str, str]], str]
+        self,
+        owner: str,
+        spec: JobSpec,
+        key: str,
+        fingerprint: Callable[[Mapping[str, str]], str],
+        by: Author | None = None,
     ) -> CreateResult:
         """Create under the id the key names. A retry with the same request (same fingerprint) returns the
         job its first attempt created; the same key with a different request is a conflict. `fingerprint`
@@ -206,7 +231,7 @@ class JobService:
         if replayed is not None:
             return replayed
         try:
-            return CreateResult(self._create(owner, spec, job_id, stored), replayed=False)
+            return CreateResult(self._create(owner, spec, job_id, stored, by), replayed=False)
         except VersionMismatchError:
             raise
         except ConflictError:
@@ -330,7 +355,9 @@ class JobService:
         self._alert_defaults.set_defaults(owner, rules)
         return NO_ALERTS if rules is None else rules
 
-    def _create(self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None) -> Job:
+    def _create(
+        self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None, by: Author | None = None
+    ) -> Job:
         self._check_grant(owner, spec.target)
         alerts = spec.alerts if spec.alerts is not None else self.alert_defaults(owner)
         self._check_channels(owner, alerts)
@@ -364,10 +391,11 @@ class JobService:
         self._keep_secrets(owner, spec.target)
         if spec.alerts is not None:  # (the owner's defaults were subscribed when they were set)
             self._subscribe(owner, alerts)
+        authored = _authored(by, owner, Action.CREATE, now)
         if fingerprint is None:
-            self._store.create_job(job, runs)
+            self._store.create_job(job, runs, authored)
         else:
-            self._store.create_job_with_fingerprint(job, runs, fingerprint)
+            self._store.create_job_with_fingerprint(job, runs, fingerprint, authored)
         self._dispatch(runs, now)
         return job
 
@@ -423,7 +451,39 @@ class JobService:
 
     # --- edit --------------------------------------------------------------------------------------
 
-    def update(self, owner: str, job_id: str, patch: JobPatch, if_match: int | None = None) -> Job:
+    def update(
+        self, owner: str, job_id: str, patch: JobPatch, if_match: int | None = None, by: Author | None = None
+    ) -> Job:
+        return self._update(owner, job_id, patch, if_match, by, Action.UPDATE)
+
+    def rollback(
+        self,
+        owner: str,
+        job_id: str,
+        revision: int,
+        revisions: RevisionReader,
+        if_match: int | None = None,
+        by: Author | None = None,
+    ) -> Job:
+        """Write the job's definition at `revision` back, as a new revision (its note is required): an edit
+        of every field a person sets, checked as any edit is (grants, quotas, channels)."""
+        self.get(owner, job_id)  # another owner's job: NotFoundError before its history is read
+        kept = revisions.get_revision(job_id, revision)
+        if kept is None or kept.owner != owner or not kept.definition:
+            raise NotFoundError(f"job {job_id} has no revision {revision} to roll back to")
+        return self._update(
+            owner, job_id, rollback_patch(revisions.job_at(kept)), if_match, by, Action.ROLLBACK
+        )
+
+    def _update(
+        self,
+        owner: str,
+        job_id: str,
+        patch: JobPatch,
+        if_match: int | None,
+        by: Author | None,
+        action: Action,
+    ) -> Job:
         """Partial update. With `if_match`, only if the job is still at that version (else
         VersionMismatchError); without, the last writer wins."""
         given = patch.target if isinstance(patch.target, Target) else None
@@ -449,7 +509,7 @@ class JobService:
                 return edited, ()
             return self._plan_own_horizon(edited, now, room)
 
-        return self._edit(owner, job_id, if_match, edit)[1]
+        return self._edit(owner, job_id, if_match, edit, action, by)[1]
 
     def owner_of_job(self, job_id: str) -> str:
         """Whose job this is (the operator scope acts on any owner's job as that owner's): NotFoundError."""
@@ -466,6 +526,7 @@ class JobService:
         *,
         reason: str | None = None,
         cause_at: datetime | None = None,
+        by: Author | None = None,
     ) -> Job:
         """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them.
         `reason`: Tickwork pauses the job itself (auto-pause), and says why on the job; such a pause does
@@ -486,9 +547,13 @@ class JobService:
             )
             return paused, ()
 
-        return self._edit(owner, job_id, if_match, edit)[1]
+        if reason is not None:  # Tickwork's own pause: the reason is its note
+            return self._edit(owner, job_id, if_match, edit, Action.AUTO_PAUSE, Author(TICKWORK, reason))[1]
+        return self._edit(owner, job_id, if_match, edit, Action.PAUSE, by)[1]
 
-    def resume(self, owner: str, job_id: str, if_match: int | None = None) -> ResumeResult:
+    def resume(
+        self, owner: str, job_id: str, if_match: int | None = None, by: Author | None = None
+    ) -> ResumeResult:
         """The job fires again from the first fire after its pause: the fires that fell inside the pause
         follow the job's missed-fire policy, as after an outage. What fits in one transaction is planned
         here; the job is filed in the `due` index under `due_floor`, so the next tick plans the rest."""
@@ -514,7 +579,7 @@ class JobService:
         existing: dict[datetime, RunState] = {}
         if paused.state is JobState.PAUSED and paused.paused_at is not None:
             existing = self._store.run_states_between(job_id, paused.paused_at, self._clock.now())
-        before, after = self._edit(owner, job_id, if_match, edit)
+        before, after = self._edit(owner, job_id, if_match, edit, Action.RESUME, by)
         if before is after or before.paused_at is None or after.resumed_at is None:
             effect = describe_paused_fires(after.policies.missed_fire, 0, False, None)
             return ResumeResult(after, PausedFires(0, False, after.policies.missed_fire, effect))
@@ -534,15 +599,18 @@ class JobService:
             after, PausedFires(count, capped, after.policies.missed_fire, effect, outcomes), cleared
         )
 
-    def delete(self, owner: str, job_id: str, if_match: int | None = None) -> None:
+    def delete(self, owner: str, job_id: str, if_match: int | None = None, by: Author | None = None) -> None:
         """Planned runs stay as history; an executor that claims one records it `cancelled` (the delete
         marks their job views deleted in the same transaction)."""
         for attempt in range(MAX_WRITE_ATTEMPTS):
             job = self.get(owner, job_id)
             _check_version(job, if_match)
-            unclaimed = self._unclaimed_runs(job_id, self._clock.now())
+            now = self._clock.now()
+            unclaimed = self._unclaimed_runs(job_id, now)
             try:
-                self._store.delete_job(job, rewritten_views(None, unclaimed))
+                self._store.delete_job(
+                    job, rewritten_views(None, unclaimed), _authored(by, owner, Action.DELETE, now)
+                )
                 return
             except VersionMismatchError:
                 if attempt + 1 == MAX_WRITE_ATTEMPTS:
@@ -558,6 +626,8 @@ class JobService:
         job_id: str,
         if_match: int | None,
         edit: Callable[[Job, datetime, int], tuple[Job, tuple[Run, ...]] | None],
+        action: Action,
+        by: Author | None,
     ) -> tuple[Job, Job]:
         """Read, check If-Match, edit, write conditionally; re-read and edit again when the write lost to
         another writer (usually the ticker advancing next_fire_at, which leaves the version alone).
@@ -569,7 +639,7 @@ class JobService:
             # Read first: the views they carry are rewritten in the job's own transaction, and what they
             # take of it bounds how many fires the write may plan itself.
             unclaimed = self._unclaimed_runs(job_id, now)
-            planned = edit(job, now, MAX_TRANSACTION_ITEMS - 1 - len(unclaimed))
+            planned = edit(job, now, MAX_TRANSACTION_ITEMS - 1 - REVISION_ITEMS - len(unclaimed))
             if planned is None:
                 return job, job
             updated, runs = planned
@@ -577,7 +647,8 @@ class JobService:
             taken = {run.scheduled_for for run in unclaimed}
             runs = tuple(run for run in runs if run.scheduled_for not in taken)
             try:
-                runs = self._write(job, updated, runs, rewritten_views(updated, unclaimed))
+                authored = _authored(by, owner, action, now)
+                runs = self._write(job, updated, runs, rewritten_views(updated, unclaimed), authored)
             except VersionMismatchError:  # the ticker, a claim of one of those runs, or another writer
                 if attempt + 1 == MAX_WRITE_ATTEMPTS:
                     raise
@@ -592,11 +663,12 @@ class JobService:
         updated: Job,
         runs: tuple[Run, ...],
         refreshed: Sequence[tuple[Run, JobView]],
+        authored: Authored,
     ) -> tuple[Run, ...]:
         """replace_job; fires that already have a run record (planned before a pause or an edit) are not
         planned twice. Returns the runs actually created."""
         try:
-            self._store.replace_job(expected, updated, runs, refreshed)
+            self._store.replace_job(expected, updated, runs, refreshed, authored)
             return runs
         except VersionMismatchError:
             raise
@@ -607,7 +679,7 @@ class JobService:
             expected.job_id, runs[0].scheduled_for, runs[-1].scheduled_for
         )
         fresh = tuple(r for r in runs if r.scheduled_for not in existing)
-        self._store.replace_job(expected, updated, fresh, refreshed)
+        self._store.replace_job(expected, updated, fresh, refreshed, authored)
         return fresh
 
     def _plan_own_horizon(

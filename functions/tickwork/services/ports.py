@@ -15,6 +15,7 @@ from tickwork.domain.models import Job, JobView, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.prescale import MappingState
 from tickwork.domain.requests import RunRequest
+from tickwork.domain.revisions import Authored, Revision
 from tickwork.domain.slots import Pool, SlotHold
 from tickwork.domain.targets import TargetResult
 
@@ -57,8 +58,9 @@ class JobStore(Protocol):
 
     def get_job(self, job_id: str) -> Job | None: ...
 
-    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
-        """Create the job (must not exist) together with runs it plans for itself. ConflictError if exists."""
+    def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
+        """Create the job (must not exist) together with runs it plans for itself, and the write's revision
+        when `authored`. ConflictError if exists."""
         ...
 
     def replace_job(
@@ -67,16 +69,20 @@ class JobStore(Protocol):
         updated: Job,
         runs: Sequence[Run],
         refreshed: Sequence[tuple[Run, JobView]] = (),
+        authored: Authored | None = None,
     ) -> None:
         """Write `updated` if the stored job still has `expected`'s version and next fire, creating `runs`
         and rewriting the job views of `refreshed` runs (each only if still unclaimed at the attempt read)
-        in the same transaction. VersionMismatchError if the job changed, RunsMovedError if one of those
-        runs was claimed meanwhile, NotFoundError if the job is gone."""
+        and recording the write's revision when `authored`, in the same transaction. VersionMismatchError
+        if the job changed, RunsMovedError if one of those runs was claimed meanwhile, NotFoundError if the
+        job is gone."""
         ...
 
-    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
-        """Delete if still at `expected.version`, rewriting the views of `refreshed` runs with it;
-        VersionMismatchError (or RunsMovedError) otherwise."""
+    def delete_job(
+        self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = (), authored: Authored | None = None
+    ) -> None:
+        """Delete if still at `expected.version`, rewriting the views of `refreshed` runs with it (and
+        recording the revision when `authored`); VersionMismatchError (or RunsMovedError) otherwise."""
         ...
 
     def claimable_runs(self, job_id: str, since: datetime) -> list[Run]:
@@ -88,7 +94,9 @@ class JobStore(Protocol):
 class ManagedJobStore(JobStore, Protocol):
     """Storage as job management and the API see it (the DynamoDB store implements all of it)."""
 
-    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None: ...
+    def create_job_with_fingerprint(
+        self, job: Job, runs: Sequence[Run], fingerprint: str, authored: Authored | None = None
+    ) -> None: ...
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None: ...
 
@@ -245,6 +253,7 @@ class AuditStore(Protocol):
         updated: Job,
         runs: Sequence[Run],
         refreshed: Sequence[tuple[Run, JobView]] = (),
+        authored: Authored | None = None,
     ) -> None: ...
 
     def get_watermark(self, shard: int) -> datetime | None: ...
@@ -408,3 +417,22 @@ class EventLog(Protocol):
     def health(self, owner: str, channels: Sequence[Channel]) -> dict[str, ChannelHealth]:
         """The recorded health of these channels of the owner, by channel id (none recorded: healthy)."""
         ...
+
+
+class RevisionReader(Protocol):
+    """A job's revisions and an owner's audit log (written by the job writes themselves), newest first,
+    paged by the key of the last item given."""
+
+    def job_revisions(
+        self, job_id: str, limit: int, before: str | None
+    ) -> tuple[list[Revision], str | None]: ...
+
+    def get_revision(self, job_id: str, revision: int) -> Revision | None: ...
+
+    def job_at(self, revision: Revision) -> Job:
+        """The job as the revision kept it (ValueError for a delete's, which keeps none)."""
+        ...
+
+    def owner_audit(
+        self, owner: str, limit: int, before: str | None
+    ) -> tuple[list[Revision], str | None]: ...

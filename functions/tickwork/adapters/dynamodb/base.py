@@ -18,7 +18,7 @@ from tickwork.domain.errors import (
 from tickwork.domain.execution import CLAIMABLE_STATES
 from tickwork.domain.models import Job, JobView, Run
 from tickwork.domain.timekeys import format_instant, format_instant_ms
-from tickwork.resources import JOBS, REQUESTS, RUNS, SHARDS, ResourceNames
+from tickwork.resources import EVENTS, JOBS, REQUESTS, RUNS, SHARDS, ResourceNames
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -56,6 +56,7 @@ class TableNames:
     runs: str
     shards: str
     requests: str
+    events: str  # a job write's revision and audit entry go there, in the write's transaction
 
     @classmethod
     def from_resources(cls, names: ResourceNames) -> TableNames:
@@ -64,6 +65,7 @@ class TableNames:
             runs=names.table(RUNS),
             shards=names.table(SHARDS),
             requests=names.table(REQUESTS),
+            events=names.table(EVENTS),
         )
 
 
@@ -260,6 +262,9 @@ class StoreBase:
                 "ExpressionAttributeValues": serialize(values),
             }
         }
+
+    def _put_revision(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"Put": {"TableName": self.tables.events, "Item": serialize(item)}}
 
     def _put_new_run(self, run: Run) -> dict[str, Any]:
         return {

@@ -13,7 +13,11 @@ from botocore.exceptions import ClientError
 from tickwork.adapters.dynamodb.base import StoreBase, TableNames, _Cancelled, _code
 from tickwork.adapters.dynamodb.items import serialize
 from tickwork.adapters.event_records import (
+    AUDIT_FROM,
+    AUDIT_TO,
     DEFAULTS_KEY,
+    REVISIONS_FROM,
+    REVISIONS_TO,
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
@@ -22,11 +26,15 @@ from tickwork.adapters.event_records import (
     health_from_item,
     health_key,
     health_to_item,
+    job_at_revision,
     message_key,
     message_to_item,
     outbox_entry,
     outbox_keys,
     owner_scope,
+    revision_from_item,
+    revision_key,
+    revisions_page,
     timer_key,
     timer_to_item,
     window_from_item,
@@ -36,7 +44,9 @@ from tickwork.adapters.event_records import (
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent
 from tickwork.domain.errors import ConflictError, TransientStoreError
+from tickwork.domain.models import Job
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.revisions import Revision
 from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
 
 if TYPE_CHECKING:
@@ -245,3 +255,40 @@ class DynamoAlertDefaults(StoreBase):
                 self._client.put_item(TableName=self._table, Item=serialize(defaults_to_item(owner, rules)))
         except ClientError as error:
             raise self._translate(error) from error
+
+
+class DynamoRevisions(StoreBase):
+    """A job's revisions and an owner's audit log (the job writes record them: adapters/dynamodb/jobs.py)."""
+
+    def __init__(self, client: DynamoDBClient, tables: TableNames) -> None:
+        super().__init__(client, tables)
+        self._table = tables.events
+
+    def job_revisions(self, job_id: str, limit: int, before: str | None) -> tuple[list[Revision], str | None]:
+        return self._page(job_id, REVISIONS_FROM, before or REVISIONS_TO, limit)
+
+    def get_revision(self, job_id: str, revision: int) -> Revision | None:
+        item = self._get(self._table, {"scope": job_id, "key": revision_key(revision)})
+        return None if item is None else revision_from_item(item)
+
+    def job_at(self, revision: Revision) -> Job:
+        return job_at_revision(revision)
+
+    def owner_audit(self, owner: str, limit: int, before: str | None) -> tuple[list[Revision], str | None]:
+        return self._page(owner_scope(owner), AUDIT_FROM, before or AUDIT_TO, limit)
+
+    def _page(self, scope: str, low: str, high: str, limit: int) -> tuple[list[Revision], str | None]:
+        request = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#s = :s AND #k > :lo AND #k < :hi",
+            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
+            "ExpressionAttributeValues": serialize({":s": scope, ":lo": low, ":hi": high}),
+            "ScanIndexForward": False,
+            "Limit": limit + 1,
+        }
+        found: list[dict[str, Any]] = []
+        for item in self._query_items(request):
+            found.append(item)
+            if len(found) > limit:
+                break
+        return revisions_page(found, limit)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
+from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, filed_under, job_from_item, job_to_item
 from tickwork.domain.audit import AuditedJob
 from tickwork.domain.errors import (
@@ -19,6 +20,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobView, Run
+from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 
 if TYPE_CHECKING:
@@ -143,15 +145,17 @@ class JobRecords(StoreBase):
                 run_exists=cancelled.failed(0, len(runs)), job_changed=cancelled.failed(len(runs))
             ) from cancelled.error
 
-    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
-        self._create(job_to_item(job), runs)
+    def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
+        self._create(job_to_item(job), runs, authored)
 
-    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
+    def create_job_with_fingerprint(
+        self, job: Job, runs: Sequence[Run], fingerprint: str, authored: Authored | None = None
+    ) -> None:
         """create_job, also recording the fingerprint of the request that created the job (an idempotent
         create compares a retry against it). ConflictError if the job exists."""
-        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs, authored)
 
-    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run], authored: Authored | None) -> None:
         """Put a new job (it must not exist) with the runs it plans for itself, in one transaction."""
         items: list[dict[str, Any]] = [
             {
@@ -163,6 +167,7 @@ class JobRecords(StoreBase):
             }
         ]
         items.extend(self._put_new_run(run) for run in runs)
+        items.extend(self._revision(authored, None, without_fingerprint(job_item)))
         try:
             self._transact(items)
         except _Cancelled as cancelled:
@@ -174,6 +179,7 @@ class JobRecords(StoreBase):
         updated: Job,
         runs: Sequence[Run],
         refreshed: Sequence[tuple[Run, JobView]] = (),
+        authored: Authored | None = None,
     ) -> None:
         # An update of the fields job management owns, never a whole-item put: the executors' overlap slot
         # (active_run, queued_run) lives on the same item and must survive an edit.
@@ -199,9 +205,12 @@ class JobRecords(StoreBase):
         ]
         items.extend(self._put_new_run(run) for run in runs)
         items.extend(self._refresh_view(run, view) for run, view in refreshed)
-        self._transact_job_change(expected, items, new_runs=len(runs))
+        items.extend(self._revision(authored, job_to_item(expected), item))
+        self._transact_job_change(expected, items, new_runs=len(runs), views=len(refreshed))
 
-    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+    def delete_job(
+        self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = (), authored: Authored | None = None
+    ) -> None:
         # The next fire too, as for replace_job: a run the ticker planned after the views were read would
         # otherwise keep an active view and run after the delete.
         condition, values = _job_condition(expected)
@@ -216,10 +225,23 @@ class JobRecords(StoreBase):
             }
         ]
         items.extend(self._refresh_view(run, view) for run, view in refreshed)
-        self._transact_job_change(expected, items, new_runs=0)
+        items.extend(self._revision(authored, job_to_item(expected), None))
+        self._transact_job_change(expected, items, new_runs=0, views=len(refreshed))
 
-    def _transact_job_change(self, expected: Job, items: list[dict[str, Any]], *, new_runs: int) -> None:
-        """A job write: items[0] is the job, then `new_runs` runs it plans, then the views it rewrites."""
+    def _revision(
+        self, authored: Authored | None, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """The puts of a job write's revision and audit entry (none for a write no one authored: the
+        ticker's, the audit's)."""
+        if authored is None:
+            return []
+        return [self._put_revision(item) for item in written_revision(authored, before, after)]
+
+    def _transact_job_change(
+        self, expected: Job, items: list[dict[str, Any]], *, new_runs: int, views: int
+    ) -> None:
+        """A job write: items[0] is the job, then `new_runs` runs it plans, then the `views` it rewrites,
+        then its revision's two items."""
         if len(items) > MAX_TRANSACTION_ITEMS:
             raise ValueError(f"a job write of {len(items)} items does not fit in one transaction")
         try:
@@ -231,7 +253,7 @@ class JobRecords(StoreBase):
                 raise VersionMismatchError(
                     f"job {expected.job_id} changed since version {expected.version}"
                 ) from cancelled.error
-            if cancelled.failed(1 + new_runs, len(items)):
+            if cancelled.failed(1 + new_runs, 1 + new_runs + views):
                 raise RunsMovedError(
                     f"job {expected.job_id}: a run it rewrites was claimed meanwhile; read it again"
                 ) from cancelled.error

@@ -34,6 +34,8 @@ class MemoryTables:
     runs: dict[str, dict[str, Record]] = field(default_factory=dict)
     shards: dict[str, Record] = field(default_factory=dict)
     requests: dict[str, Record] = field(default_factory=dict)
+    # The events table's revisions and audit entries, by (scope, key) (the job writes record them).
+    events: dict[tuple[str, str], Record] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 

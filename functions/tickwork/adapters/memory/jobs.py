@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
+from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.memory.base import MemoryBase, copied
 from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.domain.audit import AuditedJob, audit_segment
@@ -19,6 +20,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 
 
@@ -102,18 +104,21 @@ class MemoryJobRecords(MemoryBase):
             self._put_runs(runs)
             self._put_job(item)
 
-    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
-        self._create(job_to_item(job), runs)
+    def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
+        self._create(job_to_item(job), runs, authored)
 
-    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
-        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+    def create_job_with_fingerprint(
+        self, job: Job, runs: Sequence[Run], fingerprint: str, authored: Authored | None = None
+    ) -> None:
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs, authored)
 
-    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run], authored: Authored | None) -> None:
         with self.tables.lock:
             if job_item["job_id"] in self.tables.jobs or any(self._run_exists(run) for run in runs):
                 raise ConflictError(f"job {job_item['job_id']} already exists")
             self._put_job(job_item)
             self._put_runs(runs)
+            self._record(authored, None, without_fingerprint(job_item))
 
     def replace_job(
         self,
@@ -121,6 +126,7 @@ class MemoryJobRecords(MemoryBase):
         updated: Job,
         runs: Sequence[Run],
         refreshed: Sequence[tuple[Run, JobView]] = (),
+        authored: Authored | None = None,
     ) -> None:
         with self.tables.lock:
             stored = self._check_job_change(expected, refreshed)
@@ -129,12 +135,23 @@ class MemoryJobRecords(MemoryBase):
             self._put_job(rewritten_job(stored, updated))
             self._put_runs(runs)
             self._rewrite_views(refreshed)
+            self._record(authored, job_to_item(expected), job_to_item(updated))
 
-    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+    def delete_job(
+        self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = (), authored: Authored | None = None
+    ) -> None:
         with self.tables.lock:
             self._check_job_change(expected, refreshed)
             del self.tables.jobs[expected.job_id]
             self._rewrite_views(refreshed)
+            self._record(authored, job_to_item(expected), None)
+
+    def _record(
+        self, authored: Authored | None, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> None:
+        if authored is not None:
+            for item in written_revision(authored, before, after):
+                self.tables.events[(item["scope"], item["key"])] = copied(item)
 
     def _check_job_change(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]]) -> dict[str, Any]:
         """The stored job, if a job write may go ahead: NotFoundError, VersionMismatchError or

@@ -10,7 +10,11 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.adapters.event_records import (
+    AUDIT_FROM,
+    AUDIT_TO,
     DEFAULTS_KEY,
+    REVISIONS_FROM,
+    REVISIONS_TO,
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
@@ -20,11 +24,15 @@ from tickwork.adapters.event_records import (
     health_from_item,
     health_key,
     health_to_item,
+    job_at_revision,
     message_key,
     message_to_item,
     outbox_entry,
     outbox_keys,
     owner_scope,
+    revision_from_item,
+    revision_key,
+    revisions_page,
     timer_key,
     timer_to_item,
     window_from_item,
@@ -36,7 +44,9 @@ from tickwork.adapters.sqlite.base import SqliteBase, load, put
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.errors import ConflictError
+from tickwork.domain.models import Job
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.revisions import Revision
 from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
 from tickwork.resources import EVENTS
 
@@ -214,3 +224,29 @@ def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:
         and message.send_at is not None
         and stored["send_at"] == format_instant_ms(message.send_at)
     )
+
+
+class SqliteRevisions(SqliteBase):
+    """A job's revisions and an owner's audit log (the job writes record them: adapters/sqlite/jobs.py)."""
+
+    def job_revisions(self, job_id: str, limit: int, before: str | None) -> tuple[list[Revision], str | None]:
+        return self._page(job_id, REVISIONS_FROM, before or REVISIONS_TO, limit)
+
+    def get_revision(self, job_id: str, revision: int) -> Revision | None:
+        items = self._select_items(
+            "SELECT item FROM events WHERE scope = ? AND key = ?", (job_id, revision_key(revision))
+        )
+        return revision_from_item(items[0]) if items else None
+
+    def job_at(self, revision: Revision) -> Job:
+        return job_at_revision(revision)
+
+    def owner_audit(self, owner: str, limit: int, before: str | None) -> tuple[list[Revision], str | None]:
+        return self._page(owner_scope(owner), AUDIT_FROM, before or AUDIT_TO, limit)
+
+    def _page(self, scope: str, low: str, high: str, limit: int) -> tuple[list[Revision], str | None]:
+        items = self._select_items(
+            "SELECT item FROM events WHERE scope = ? AND key > ? AND key < ? ORDER BY key DESC LIMIT ?",
+            (scope, low, high, limit + 1),
+        )
+        return revisions_page(items, limit)

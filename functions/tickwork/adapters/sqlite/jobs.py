@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
+from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.adapters.sqlite.base import SqliteBase, put
 from tickwork.domain.audit import AuditedJob, audit_segment
@@ -20,8 +21,9 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
-from tickwork.resources import JOBS, RUNS
+from tickwork.resources import EVENTS, JOBS, RUNS
 
 
 class SqliteJobRecords(SqliteBase):
@@ -123,13 +125,15 @@ class SqliteJobRecords(SqliteBase):
                 item["due_key"] = advanced.due_key
             put(connection, JOBS, item)
 
-    def create_job(self, job: Job, runs: Sequence[Run]) -> None:
-        self._create(job_to_item(job), runs)
+    def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
+        self._create(job_to_item(job), runs, authored)
 
-    def create_job_with_fingerprint(self, job: Job, runs: Sequence[Run], fingerprint: str) -> None:
-        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs)
+    def create_job_with_fingerprint(
+        self, job: Job, runs: Sequence[Run], fingerprint: str, authored: Authored | None = None
+    ) -> None:
+        self._create({**job_to_item(job), REQUEST_FINGERPRINT: fingerprint}, runs, authored)
 
-    def _create(self, job_item: dict[str, Any], runs: Sequence[Run]) -> None:
+    def _create(self, job_item: dict[str, Any], runs: Sequence[Run], authored: Authored | None) -> None:
         with self.db.write() as connection:
             if self._job_item(connection, job_item["job_id"]) is not None or any(
                 self._exists(connection, run) for run in runs
@@ -137,6 +141,7 @@ class SqliteJobRecords(SqliteBase):
                 raise ConflictError(f"job {job_item['job_id']} already exists")
             put(connection, JOBS, job_item)
             self._insert_runs(connection, runs)
+            _record(connection, authored, None, without_fingerprint(job_item))
 
     def replace_job(
         self,
@@ -144,6 +149,7 @@ class SqliteJobRecords(SqliteBase):
         updated: Job,
         runs: Sequence[Run],
         refreshed: Sequence[tuple[Run, JobView]] = (),
+        authored: Authored | None = None,
     ) -> None:
         with self.db.write() as connection:
             stored = self._check_job_change(connection, expected, refreshed)
@@ -152,12 +158,16 @@ class SqliteJobRecords(SqliteBase):
             put(connection, JOBS, rewritten_job(stored, updated))
             self._insert_runs(connection, runs)
             self._rewrite_views(connection, refreshed)
+            _record(connection, authored, job_to_item(expected), job_to_item(updated))
 
-    def delete_job(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = ()) -> None:
+    def delete_job(
+        self, expected: Job, refreshed: Sequence[tuple[Run, JobView]] = (), authored: Authored | None = None
+    ) -> None:
         with self.db.write() as connection:
             self._check_job_change(connection, expected, refreshed)
             connection.execute("DELETE FROM jobs WHERE job_id = ?", (expected.job_id,))
             self._rewrite_views(connection, refreshed)
+            _record(connection, authored, job_to_item(expected), None)
 
     def _check_job_change(
         self, connection: sqlite3.Connection, expected: Job, refreshed: Sequence[tuple[Run, JobView]]
@@ -198,3 +208,16 @@ class SqliteJobRecords(SqliteBase):
     def _insert_runs(connection: sqlite3.Connection, runs: Sequence[Run]) -> None:
         for run in runs:
             put(connection, RUNS, run_to_item(run))
+
+
+def _record(
+    connection: sqlite3.Connection,
+    authored: Authored | None,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> None:
+    """A job write's revision and audit entry, in the write's transaction (none for a write no one
+    authored: the ticker's, the audit's)."""
+    if authored is not None:
+        for item in written_revision(authored, before, after):
+            put(connection, EVENTS, item)
