@@ -346,6 +346,47 @@ def test_events_across_jobs_and_on_the_page_of_a_job_that_paused_itself(
     until("no events of the first owner", lambda: "Nothing has happened yet." in find(browser, "main").text)
 
 
+def test_a_jobs_revisions_a_diff_and_a_rollback_in_the_console(
+    browser: WebDriver, instance: Supervisor
+) -> None:
+    """Issue 33, part 3: the job's page lists its revisions; a revision's diff shows what changed, field by
+    field; a rollback with a note restores the earlier schedule and target; the audit log lists it all."""
+    status, job = instance.call(
+        "POST",
+        "/jobs",
+        {"name": "console revisions", "schedule": {"expression": "0 6 * * *"},
+         "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/v1"}}},
+    )  # fmt: skip
+    assert status == 201, job
+    status, edited = instance.call(
+        "PATCH",
+        f"/jobs/{job['id']}?note=move+to+v2",
+        {"schedule": {"expression": "30 6 * * 1-5"}, "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/v2"}}},
+    )  # fmt: skip
+    assert status == 200, edited
+
+    sign_in(browser, instance, TOKEN)
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs/{job['id']}")
+    until("the revisions", lambda: "move to v2" in find(browser, "table.revisions").text)
+    browser.find_element(By.LINK_TEXT, "What changed in 2").click()
+    until("the diff", lambda: find(browser, "h1").text == "Revision 1 → 2")
+    diff = find(browser, "table.diff").text
+    assert "schedule.expression" in diff and "0 6 * * *" in diff and "30 6 * * 1-5" in diff
+    assert "target.config" in diff and "/v2" in diff
+    assert not low_contrast_text(browser) and not badly_named_inputs(browser)
+    shot(browser, "revision-diff")
+    find(browser, "#rollback-note").send_keys("v2 is not ready")
+    button(browser, "Roll back to revision 1").click()
+    until("back on the job", lambda: find(browser, "h1").text == "console revisions")
+    until("rolled back", lambda: "0 6 * * *" in find(browser, "dl.def").text)
+    assert "/v1" in find(browser, "dl.def").text
+    assert "v2 is not ready" in find(browser, "table.revisions").text
+
+    browser.find_element(By.LINK_TEXT, "Audit log").click()
+    until("the audit log", lambda: "v2 is not ready" in find(browser, "table.audit").text)
+    assert find(browser, "nav a[aria-current='page']").text == "Audit log"
+
+
 def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, instance: Supervisor) -> None:
     status, job = instance.call(
         "POST",

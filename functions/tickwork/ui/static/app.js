@@ -437,16 +437,87 @@ async function eventsView(params) {
       page.next_cursor ? h("a", { href: `#/events?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older events") : null));
 }
 
+// A job's revisions (who changed what, when, why), each with a link to what it changed.
+function revisionsTable(jobId, items) {
+  const heads = ["Revision", "When", "Action", "By", "Changed", "Note", ""];
+  return h("table", { class: "revisions" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, items.map((r) => h("tr", {},
+      h("td", {}, r.revision), h("td", {}, when(r.at)), h("td", {}, r.action.replaceAll("_", " ")),
+      h("td", {}, r.actor), h("td", {}, r.changed.join(", ") || "–"), h("td", {}, r.note || "–"),
+      h("td", {}, r.revision > 1 && r.action !== "delete"
+        ? h("a", { href: `#/jobs/${encodeURIComponent(jobId)}/diff?${new URLSearchParams({ from: r.revision - 1, to: r.revision })}` },
+          `What changed in ${r.revision}`)
+        : "")))));
+}
+
+function shown(value) {
+  if (value === null || value === undefined) return "–";
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+// Two revisions side by side, field by field, and a rollback to the earlier one (a new revision; its note
+// is required).
+async function diffView(jobId, params) {
+  const live = alive();
+  const path = `/jobs/${encodeURIComponent(jobId)}`;
+  const from = params.get("from") || "1";
+  const to = params.get("to") || "1";
+  const diff = (await api("GET", `${path}/diff`, { query: { from, to } })).body;
+  const note = h("input", { id: "rollback-note", name: "note", required: true, maxlength: "1000", autocomplete: "off" });
+  const rollback = h("form", { onsubmit: async (event) => {
+    event.preventDefault();
+    try {
+      await api("POST", `${path}/rollback`, { body: { revision: Number(from), note: note.value } });
+      flash(`Rolled back to revision ${from}.`);
+      go(`#/jobs/${encodeURIComponent(jobId)}`);
+    } catch (error) { failed(error); }
+  } }, h("div", { class: "filters" }, h("label", { for: "rollback-note" }, "Why"), note,
+    h("button", { type: "submit" }, `Roll back to revision ${from}`)));
+  if (!live()) return;
+  view(`Revision ${from} → ${to}`,
+    h("p", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}` }, "Back to the job")),
+    diff.changes.length
+      ? h("table", { class: "diff" },
+        h("thead", {}, h("tr", {}, ["Field", `Revision ${from}`, `Revision ${to}`].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, diff.changes.map((c) => h("tr", {}, h("td", {}, c.field),
+          h("td", { class: "before" }, shown(c.before)), h("td", { class: "after" }, shown(c.after))))))
+      : h("p", { class: "muted" }, "Nothing changed."),
+    h("h2", {}, "Roll back"),
+    h("p", { class: "muted" }, `Writes revision ${from}'s schedule, target, policies and alerts back as a new revision; the job stays paused or active as it is.`),
+    rollback);
+}
+
+async function auditView(params) {
+  const live = alive();
+  const cursor = params.get("cursor") || "";
+  const page = (await api("GET", "/audit", { query: { limit: 50, cursor } })).body;
+  if (!live()) return;
+  const heads = ["When", "Job", "Revision", "Action", "By", "Changed", "Note"];
+  view("Audit log",
+    h("p", { class: "muted" }, "Every write of your jobs, newest first: who, what, when and why."),
+    page.items.length
+      ? h("table", { class: "audit" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, page.items.map((r) => h("tr", {}, h("td", {}, when(r.at)),
+          h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(r.job_id)}` }, r.job_id)), h("td", {}, r.revision),
+          h("td", {}, r.action.replaceAll("_", " ")), h("td", {}, r.actor), h("td", {}, r.changed.join(", ") || "–"),
+          h("td", {}, r.note || "–")))))
+      : h("p", { class: "muted" }, cursor ? "No older entries." : "Nothing written yet."),
+    h("div", { class: "pager" },
+      cursor ? h("a", { href: "#/audit" }, "Newest entries") : null,
+      page.next_cursor ? h("a", { href: `#/audit?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older entries") : null));
+}
+
 async function jobView(jobId) {
   const live = alive();
   const path = `/jobs/${encodeURIComponent(jobId)}`;
   const answer = await api("GET", path);
   const job = answer.body;
   const etag = answer.headers.get("ETag");
-  const [preview, runs, events] = await Promise.all([
+  const [preview, runs, events, revisions] = await Promise.all([
     api("GET", `${path}/preview`, { query: { count: 10 } }),
     api("GET", `${path}/runs`, { query: { limit: 50 } }),
     api("GET", "/events", { query: { job_id: jobId, limit: 20 } }),
+    api("GET", `${path}/revisions`, { query: { limit: 20 } }),
   ]);
   const fenced = { "If-Match": etag };
   const runKey = crypto.randomUUID();  // one run now per page: a retried click after a lost answer is the same
@@ -515,6 +586,8 @@ async function jobView(jobId) {
     h("table", {}, h("thead", {}, h("tr", {}, ["UTC", `Local (${job.schedule.timezone})`, "DST"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, fires)),
     h("h2", { id: "events-heading" }, "Events"),
     events.body.items.length ? eventsTable(events.body.items, false) : h("p", { class: "muted" }, "Nothing to tell yet."),
+    h("h2", { id: "revisions-heading" }, "Revisions"),
+    revisionsTable(jobId, revisions.body.items),
     runsArea);
   showRuns(jobId, runsArea, runs.body.items);
 }
@@ -707,9 +780,11 @@ async function render(quiet) {
     else if (parts[0] === "jobs" && parts.length === 1) await jobsView(params);
     else if (parts[0] === "jobs" && parts.length === 2) await jobView(parts[1]);
     else if (parts[0] === "jobs" && parts[2] === "runs" && parts.length === 4) await runView(parts[1], parts[3]);
+    else if (parts[0] === "jobs" && parts[2] === "diff" && parts.length === 3) await diffView(parts[1], params);
     else if (parts[0] === "new") newJobView();
     else if (parts[0] === "failed") await failedView(params);
     else if (parts[0] === "events") await eventsView(params);
+    else if (parts[0] === "audit") await auditView(params);
     else if (parts[0] === "health") await healthView();
     else if (parts[0] === "signin") { go("#/jobs"); return; }
     else view("Not found", h("p", {}, "No such page. ", h("a", { href: "#/jobs" }, "Your jobs")));
