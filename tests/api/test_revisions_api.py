@@ -104,3 +104,32 @@ def test_the_audit_log_is_the_owners_alone_and_outlives_a_delete(call: Api) -> N
     rest = call("GET", "/audit", query=f"limit=2&cursor={page['next_cursor']}", owner=ALICE).body
     assert len(page["items"]) == 2 and [e["action"] for e in rest["items"]] == ["create"]
     assert rest["next_cursor"] is None
+
+
+def test_no_revision_shows_a_secret_value_and_a_job_id_named_again_keeps_its_old_history(call: Api) -> None:
+    secret = {
+        "kind": "http",
+        "config": {"url": "https://hooks.example.com/s", "headers": {"Authorization": "Bearer t0p"}},
+    }
+    made = call(
+        "POST", "/jobs", body=job_body(target=secret), headers={"Idempotency-Key": "once"}, owner=ALICE
+    )
+    assert made.status == 201, made.body
+    job_id = made.body["id"]
+    call("PATCH", f"/jobs/{job_id}", body={"target": {**secret, "config": {**secret["config"], "url": "https://hooks.example.com/t"}}},
+         owner=ALICE)  # fmt: skip
+    history = call("GET", f"/jobs/{job_id}/revisions", owner=ALICE).body["items"]
+    diff = call("GET", f"/jobs/{job_id}/diff", query="from=1&to=2", owner=ALICE).body
+    for shown in (str(history), str(diff)):
+        assert "t0p" not in shown and "secret_refs" not in shown and "<redacted>" in shown
+
+    assert call("DELETE", f"/jobs/{job_id}", owner=ALICE).status == 204
+    again = call(
+        "POST", "/jobs", body=job_body(name="again"), headers={"Idempotency-Key": "once"}, owner=ALICE
+    )
+    assert again.status == 409, again.body  # the key's job id holds an earlier job's history
+    assert [r["action"] for r in call("GET", f"/jobs/{job_id}/revisions", owner=ALICE).body["items"]] == [
+        "delete",
+        "update",
+        "create",
+    ]

@@ -79,3 +79,40 @@ def test_each_write_records_its_revision_and_a_write_that_loses_records_none(eng
     assert [(c.field, c.before, c.after) for c in changes] == [("name", "n", "renamed")]
     with pytest.raises(NotFoundError):
         service.history("bob", job.job_id, 10, None)
+
+
+def test_a_history_pages_with_cursors_and_holds_revisions_only(engine: tuple[Any, Any]) -> None:
+    store, reader = engine
+    clock = FakeClock(NOW)
+    jobs = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=2))
+    job = jobs.create("alice", JobSpec(name="n", schedule=parse_schedule("0 4 * * *"), target=HOOK))
+    for name in ("b", "c", "d"):
+        clock.advance(1)
+        jobs.update("alice", job.job_id, JobPatch(name=name))
+    seen, cursor, pages = [], None, 0
+    while True:
+        page, cursor = reader.job_revisions(job.job_id, 1, cursor)
+        seen += [r.revision for r in page]
+        pages += 1
+        if cursor is None:
+            break
+    assert seen == [4, 3, 2, 1] and pages == 4
+    audit, cursor = reader.owner_audit("alice", 3, None)
+    assert [r.revision for r in audit] == [4, 3, 2] and cursor is not None
+    assert [r.revision for r in reader.owner_audit("alice", 3, cursor)[0]] == [1]
+
+
+def test_the_dynamodb_listings_put_one_condition_on_the_sort_key(dynamodb: Any) -> None:
+    """DynamoDB refuses two conditions on one key ("KeyConditionExpressions must only contain one condition
+    per key"); moto does not, so the expressions sent are checked here."""
+    tables = TableNames.from_resources(NAMES)
+    sent: list[str] = []
+    dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.Query",
+        lambda params, **_: sent.append(params["KeyConditionExpression"]),
+    )
+    reader = DynamoRevisions(dynamodb, tables)
+    reader.job_revisions("job_1", 5, None)
+    reader.job_revisions("job_1", 5, "r#0000000003")
+    reader.owner_audit("alice", 5, None)
+    assert len(sent) == 3 and all(expression.count("#k") == 1 for expression in sent), sent

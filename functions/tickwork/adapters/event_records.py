@@ -22,6 +22,7 @@ from tickwork.domain.alerts import EventKind, JobEvent
 from tickwork.domain.models import Job
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.revisions import Action, Authored, Revision
+from tickwork.domain.secrets import REDACTED, is_credential_header
 from tickwork.domain.timekeys import epoch_seconds, format_instant, format_instant_ms, parse_instant
 
 OUTBOX_PARTITIONS = 8  # the outbox index's partitions: a pass reads each, so writes spread over them
@@ -270,8 +271,24 @@ _NOT_DEFINITION = frozenset(
 
 
 def job_definition(job_item: Mapping[str, Any]) -> dict[str, Any]:
-    """The job as a person wrote it, from its stored item: what a revision keeps and a diff compares."""
-    return {key: value for key, value in job_item.items() if key not in _NOT_DEFINITION}
+    """The job as a person wrote it, from its stored item: what a revision keeps and a diff compares. A
+    credential-like header a job written before secret references still holds in plain text is kept as
+    REDACTED: no revision copies a secret value (secret headers are references already)."""
+    definition = {key: value for key, value in job_item.items() if key not in _NOT_DEFINITION}
+    if "target" in definition:
+        definition["target"] = _without_plain_credentials(definition["target"])
+    return definition
+
+
+def _without_plain_credentials(target: Any) -> Any:
+    if not isinstance(target, Mapping) or not isinstance(target.get("config"), Mapping):
+        return target
+    config = target["config"]
+    headers = config.get("headers")
+    if not isinstance(headers, Mapping) or not any(is_credential_header(str(n)) for n in headers):
+        return target
+    hidden = {name: REDACTED if is_credential_header(str(name)) else value for name, value in headers.items()}
+    return {**target, "config": {**config, "headers": hidden}}
 
 
 def revision_key(revision: int) -> str:
@@ -283,8 +300,8 @@ def audit_key(revision: Revision) -> str:
 
 
 def revision_to_items(revision: Revision) -> tuple[Item, Item]:
-    """The revision in its job's history (`scope` the job id, with the definition), and its entry in the
-    owner's audit log (`scope` the owner's, without it); both kept AUDIT_RETENTION."""
+    """The revision in its job's history (`scope` the job id, with the definition; no TTL), and its entry
+    in the owner's audit log (`scope` the owner's, without it; kept AUDIT_RETENTION)."""
     entry: Item = {
         "job_id": revision.job_id,
         "revision": revision.revision,
@@ -297,8 +314,12 @@ def revision_to_items(revision: Revision) -> tuple[Item, Item]:
         "expires_at": epoch_seconds(revision.expires_at),
     }
     entry = {key: value for key, value in entry.items() if value is not None}
-    kept = {**entry, "scope": revision.job_id, "key": revision_key(revision.revision)}
-    kept["definition"] = dict(revision.definition)
+    # A job's revisions are kept as long as the job's history is (no TTL): the revision a job is at, or
+    # that planned a run still kept, stays readable however long ago it was written.
+    kept = {key: value for key, value in entry.items() if key != "expires_at"}
+    kept.update(
+        scope=revision.job_id, key=revision_key(revision.revision), definition=dict(revision.definition)
+    )
     return kept, {**entry, "scope": owner_scope(revision.owner), "key": audit_key(revision)}
 
 

@@ -1291,8 +1291,17 @@ class RevisionOut(BaseModel):
             at=revision.at,
             note=revision.note,
             changed=list(revision.changed),
-            definition=dict(revision.definition) if with_definition else None,
+            definition=_shown_definition(revision.definition) if with_definition else None,
         )
+
+
+def _shown_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A revision's definition as answers show a job: secret header values never (`_redacted_config`)."""
+    shown = dict(definition)
+    target = shown.get("target")
+    if isinstance(target, Mapping) and isinstance(target.get("config"), Mapping):
+        shown["target"] = {**target, "config": _redacted_config(target["config"])}
+    return shown
 
 
 class RevisionListOut(BaseModel):
@@ -1318,8 +1327,24 @@ class RevisionDiffOut(BaseModel):
             job_id=old.job_id,
             before=old.revision,
             after=new.revision,
-            changes=[FieldChangeOut(field=c.field, before=c.before, after=c.after) for c in changes],
+            changes=[
+                FieldChangeOut(
+                    field=c.field,
+                    before=_shown_value(c.field, c.before),
+                    after=_shown_value(c.field, c.after),
+                )
+                for c in changes
+            ],
         )
+
+
+def _shown_value(field: str, value: Any) -> Any:
+    """A diffed value as answers show it: a target's config without secret values."""
+    if field == "target.config" and isinstance(value, Mapping):
+        return _redacted_config(value)
+    if field == "target" and isinstance(value, Mapping):
+        return _shown_definition({"target": value})["target"]
+    return value
 
 
 class RollbackIn(RequestModel):

@@ -17,8 +17,8 @@ from typing import Any
 
 from tickwork.domain.errors import ValidationError
 
-# How long revisions and audit entries are kept (TTL): longer than the longest run history (365 days), so
-# every run in the history still names a revision that can be read.
+# How long an owner's audit entries are kept (TTL): longer than the longest run history (365 days). A job's
+# revisions themselves have no TTL: the one a job is at, or that planned a run still kept, stays readable.
 AUDIT_RETENTION = timedelta(days=400)
 MAX_NOTE_CHARS = 1000
 

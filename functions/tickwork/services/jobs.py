@@ -63,6 +63,7 @@ from tickwork.domain.secrets import (
     HeaderSecretStore,
     check_kept_origin,
     has_secret_values,
+    is_credential_header,
     kept_reference,
     sealed,
     with_plain_values,
@@ -132,7 +133,7 @@ class Author:
 def _authored(by: Author | None, owner: str, action: Action, now: datetime) -> Authored:
     """The write's revision as the store records it: the note checked (required for some actions)."""
     author = by or Author(owner)
-    note = author.note if author.actor == TICKWORK else checked_note(action, author.note)
+    note = author.note if action is Action.AUTO_PAUSE else checked_note(action, author.note)
     return Authored(author.actor, action, now, note)
 
 
@@ -471,9 +472,16 @@ class JobService:
         kept = revisions.get_revision(job_id, revision)
         if kept is None or kept.owner != owner or not kept.definition:
             raise NotFoundError(f"job {job_id} has no revision {revision} to roll back to")
-        return self._update(
-            owner, job_id, rollback_patch(revisions.job_at(kept)), if_match, by, Action.ROLLBACK
-        )
+        old = revisions.job_at(kept)
+        plain = old.target.config.get("headers") or {}
+        if any(is_credential_header(str(name)) for name in plain):
+            raise ValidationError(
+                "revision",
+                f"revision {revision}'s target held a credential header in plain text (written before secret "
+                "headers were kept as references; its revision kept no value): give the target again instead",
+            )
+        validate_target(old.target.kind, old.target.config, stored=True)  # today's rules: a 422 naming it
+        return self._update(owner, job_id, rollback_patch(old), if_match, by, Action.ROLLBACK)
 
     def _update(
         self,

@@ -264,7 +264,15 @@ class StoreBase:
         }
 
     def _put_revision(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {"Put": {"TableName": self.tables.events, "Item": serialize(item)}}
+        # Never over an earlier job's history (a job id an Idempotency-Key names again after a delete).
+        return {
+            "Put": {
+                "TableName": self.tables.events,
+                "Item": serialize(item),
+                "ConditionExpression": "attribute_not_exists(#k)",
+                "ExpressionAttributeNames": {"#k": "key"},
+            }
+        }
 
     def _put_new_run(self, run: Run) -> dict[str, Any]:
         return {

@@ -278,16 +278,20 @@ class DynamoRevisions(StoreBase):
         return self._page(owner_scope(owner), AUDIT_FROM, before or AUDIT_TO, limit)
 
     def _page(self, scope: str, low: str, high: str, limit: int) -> tuple[list[Revision], str | None]:
+        # One condition on the sort key (DynamoDB takes no more): BETWEEN includes the bounds, and the upper
+        # one is the cursor's own item when there is a cursor, so it is read and left out.
         request = {
             "TableName": self._table,
-            "KeyConditionExpression": "#s = :s AND #k > :lo AND #k < :hi",
+            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
             "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
             "ExpressionAttributeValues": serialize({":s": scope, ":lo": low, ":hi": high}),
             "ScanIndexForward": False,
-            "Limit": limit + 1,
+            "Limit": limit + 2,
         }
         found: list[dict[str, Any]] = []
         for item in self._query_items(request):
+            if item["key"] in (low, high):
+                continue
             found.append(item)
             if len(found) > limit:
                 break

@@ -149,9 +149,15 @@ class MemoryJobRecords(MemoryBase):
     def _record(
         self, authored: Authored | None, before: dict[str, Any] | None, after: dict[str, Any] | None
     ) -> None:
-        if authored is not None:
-            for item in written_revision(authored, before, after):
-                self.tables.events[(item["scope"], item["key"])] = copied(item)
+        if authored is None:
+            return
+        items = written_revision(authored, before, after)
+        if any((item["scope"], item["key"]) in self.tables.events for item in items):
+            raise ConflictError(
+                f"job {items[0]['job_id']}: revision {items[0]['revision']} is an earlier job's"
+            )
+        for item in items:
+            self.tables.events[(item["scope"], item["key"])] = copied(item)
 
     def _check_job_change(self, expected: Job, refreshed: Sequence[tuple[Run, JobView]]) -> dict[str, Any]:
         """The stored job, if a job write may go ahead: NotFoundError, VersionMismatchError or

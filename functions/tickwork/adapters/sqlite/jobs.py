@@ -218,6 +218,14 @@ def _record(
 ) -> None:
     """A job write's revision and audit entry, in the write's transaction (none for a write no one
     authored: the ticker's, the audit's)."""
-    if authored is not None:
-        for item in written_revision(authored, before, after):
-            put(connection, EVENTS, item)
+    if authored is None:
+        return
+    items = written_revision(authored, before, after)
+    for item in items:
+        taken = connection.execute(
+            "SELECT 1 FROM events WHERE scope = ? AND key = ?", (item["scope"], item["key"])
+        ).fetchone()
+        if taken is not None:  # an earlier job's history under a job id named again: never overwritten
+            raise ConflictError(f"job {item['job_id']}: revision {item['revision']} is an earlier job's")
+    for item in items:
+        put(connection, EVENTS, item)
