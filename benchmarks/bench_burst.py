@@ -49,6 +49,7 @@ from _e2e import (
     wait_for,
 )
 from tickwork.resources import RUNS
+from tickwork.services.jobs import Author
 
 SEED_THREADS = 8
 CALIBRATION_JOBS = 100
@@ -140,7 +141,7 @@ def run_tickwork_burst(
             )
             service = parts.job_service()
             for job_id in calibration:
-                service.delete("local-user", job_id)
+                service.delete("local-user", job_id, by=Author("local-user", "benchmark cleanup"))
             estimate = n * calib_s / CALIBRATION_JOBS * 1.3 + 10
             due_at, expression = fixed_second(time.time() + estimate + settings.lookahead + 10)
             result = BurstResult(n=n, settings=settings, due=due_at.timestamp())

@@ -56,6 +56,7 @@ from _e2e import (
     other_benchmarks,
     sleep_until,
 )
+from tickwork.services.jobs import Author
 
 CALIBRATION_JOBS = 100
 SEED_THREADS = 8
@@ -307,7 +308,7 @@ def run(
     calibration, calibration_seconds = seed_specs(parts, CALIBRATION_JOBS, spec(far), SEED_THREADS)
     service = parts.job_service()
     for job_id in calibration:
-        service.delete("local-user", job_id)
+        service.delete("local-user", job_id, by=Author("local-user", "benchmark cleanup"))
     estimate = n * calibration_seconds / CALIBRATION_JOBS * 1.5 + 20
     beyond = args.lookahead if args.planned_by == "ticker" else 0
     due_at, expression = fixed_second(time.time() + estimate + beyond + 15)

@@ -5,7 +5,7 @@ JOB=$(tickwork -o json jobs list --all | python3 -c 'import json, sys; print([j[
 tickwork jobs get "$JOB"
 tickwork jobs run "$JOB"                                          # run now, besides the schedule
 tickwork runs list "$JOB"                                         # history, newest first
-tickwork jobs pause "$JOB"
+tickwork jobs pause "$JOB" --note "disk swap tonight"            # a pause or a delete says why
 tickwork jobs run "$JOB" --even-if-paused                         # a paused job runs only when you insist
 tickwork jobs resume "$JOB"
 tickwork jobs backfill "$JOB" --from 1h --rate 5                  # every fire of the last hour, 5 a second
@@ -14,4 +14,7 @@ tickwork events --job "$JOB"                                      # what its rul
 tickwork jobs apply -f docs/examples/jobs.yaml --dry-run          # the diff, nothing written
 tickwork jobs apply -f docs/examples/jobs.yaml --yes              # create what is new
 tickwork jobs apply -f docs/examples/jobs.yaml --yes              # again: nothing to change
-tickwork jobs delete "$JOB" --yes
+tickwork jobs revisions "$JOB"                                    # every write: who, what changed, why
+tickwork jobs diff "$JOB" 1 2                                     # what one write changed, field by field
+tickwork audit                                                    # every write of your jobs, newest first
+tickwork jobs delete "$JOB" --yes --note "replaced by the new backup job"

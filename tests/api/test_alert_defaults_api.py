@@ -58,6 +58,6 @@ def test_a_resume_that_clears_an_auto_pause_is_an_event(call: Api) -> None:
     assert [e["kind"] for e in events] == ["resumed"]
     assert "paused after 2 failures in a row" in events[0]["detail"]
     # An owner's own pause and resume is no event.
-    call("POST", f"/jobs/{job_id}/pause", owner=ALICE)
+    call("POST", f"/jobs/{job_id}/pause", query="note=test", owner=ALICE)
     assert call("POST", f"/jobs/{job_id}/resume", owner=ALICE).body["cleared_auto_pause"] is None
     assert len(call("GET", "/events", query=f"job_id={job_id}", owner=ALICE).body["items"]) == 1

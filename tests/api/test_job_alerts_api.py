@@ -250,7 +250,7 @@ def test_an_auto_pause_is_on_the_job_and_the_resume_that_clears_it_says_so(call:
 def test_an_owners_pause_has_no_reason_and_its_resume_clears_no_auto_pause(call: Api) -> None:
     job = made(call)
 
-    paused = call("POST", f"/jobs/{job['id']}/pause")
+    paused = call("POST", f"/jobs/{job['id']}/pause", query="note=test")
     assert (paused.body["state"], paused.body["paused_reason"]) == ("paused", None)
 
     resumed = call("POST", f"/jobs/{job['id']}/resume")

@@ -35,7 +35,7 @@ def test_another_owner_gets_404_on_every_route_and_cannot_list_the_job(call: Api
         ("GET", f"/jobs/{job['id']}/runs/{job['id']}:20261202T120500Z", None),
         ("GET", f"/jobs/{job['id']}/preview", None),
     ]:
-        reply = call(method, path, body=body, owner=BOB)
+        reply = call(method, path, body=body, owner=BOB, query="note=test")
         assert reply.status == 404, (method, path, reply.body)
         assert reply.content_type == PROBLEM and reply.body["title"] == missing.body["title"]
     assert call("GET", "/jobs", owner=BOB).body == {"items": [], "next_cursor": None}
@@ -113,7 +113,7 @@ def test_a_stale_if_match_fails_every_write_and_changes_nothing(call: Api) -> No
         ("POST", f"/jobs/{job['id']}/pause", None),
         ("DELETE", f"/jobs/{job['id']}", None),
     ]:
-        assert call(method, path, body=body, headers={"If-Match": '"1"'}).status == 412
+        assert call(method, path, body=body, headers={"If-Match": '"1"'}, query="note=test").status == 412
     assert call("GET", f"/jobs/{job['id']}").body["name"] == "v2"
 
 
@@ -144,7 +144,7 @@ def test_patch_retries_when_the_ticker_advanced_the_job_meanwhile(call: Api) -> 
 
 def test_jobs_are_listed_a_page_at_a_time_with_state_and_tag_filters(call: Api) -> None:
     jobs = [create(call, tags={"team": "a" if i % 2 else "b"}) for i in range(5)]
-    call("POST", f"/jobs/{jobs[0]['id']}/pause")
+    call("POST", f"/jobs/{jobs[0]['id']}/pause", query="note=test")
     seen: list[str] = []
     cursor = None
     while True:
@@ -177,7 +177,7 @@ def test_jobs_are_searched_by_name_ignoring_case_a_page_at_a_time(call: Api) -> 
         if cursor is None:
             break
     assert sorted(seen) == sorted(n for n in names if "nightly" in n.lower())
-    call("POST", f"/jobs/{jobs['nightly-backup']['id']}/pause")
+    call("POST", f"/jobs/{jobs['nightly-backup']['id']}/pause", query="note=test")
     both = call("GET", "/jobs", query="name=nightly&state=paused").body["items"]
     assert [j["name"] for j in both] == ["nightly-backup"]
     empty = call("GET", "/jobs", query="name=")
@@ -336,5 +336,5 @@ def test_if_match_garbage_on_a_missing_job_is_404_not_412(call: Api, method: str
     verb, _, action = method.partition(" ")
     path = "/jobs/job_00000000000000000000" + (f"/{action}" if action else "")
     body = {"description": "x"} if verb == "PATCH" else None
-    reply = call(verb, path, body=body, headers={"If-Match": "garbage"})
+    reply = call(verb, path, body=body, headers={"If-Match": "garbage"}, query="note=test")
     assert reply.status == 404 and reply.content_type == PROBLEM, reply.body

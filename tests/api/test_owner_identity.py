@@ -53,7 +53,7 @@ def test_two_sessions_of_one_role_see_the_same_jobs(call: Api) -> None:
 
     listed = call("GET", "/jobs", owner=SESSION_B)
     fetched = call("GET", f"/jobs/{job_id}", owner=SESSION_B)
-    paused = call("POST", f"/jobs/{job_id}/pause", owner=SESSION_B)
+    paused = call("POST", f"/jobs/{job_id}/pause", query="note=test", owner=SESSION_B)
 
     assert listed.status == 200 and [j["id"] for j in listed.body["items"]] == [job_id]
     assert fetched.status == 200 and fetched.body["id"] == job_id
@@ -67,7 +67,7 @@ def test_a_session_of_another_role_does_not_see_them(call: Api) -> None:
 
     listed = call("GET", "/jobs", owner=OTHER_ROLE)
     fetched = call("GET", f"/jobs/{job_id}", owner=OTHER_ROLE)
-    deleted = call("DELETE", f"/jobs/{job_id}", owner=OTHER_ROLE)
+    deleted = call("DELETE", f"/jobs/{job_id}", query="note=test", owner=OTHER_ROLE)
 
     assert listed.status == 200 and listed.body["items"] == []
     assert fetched.status == 404

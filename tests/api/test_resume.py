@@ -17,7 +17,7 @@ from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import MissedFirePolicy, Policies, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 
 PAUSED_FIRES = [datetime(2026, 12, 2, 12, minute, tzinfo=UTC) for minute in (5, 10, 15, 20, 25, 30)]
@@ -66,7 +66,7 @@ def test_paused_fires_follow_the_missed_fire_policy_through_the_next_tick(
     )
     job = service.create("alice", spec)
     clock.set(at("2026-12-02T12:01:00"))
-    service.pause("alice", job.job_id)
+    service.pause("alice", job.job_id, by=Author("alice", "a test"))
 
     clock.set(at("2026-12-02T12:31:10"))
     result = service.resume("alice", job.job_id)
@@ -98,7 +98,10 @@ def test_resume_answers_with_the_paused_fires_and_plans_them_at_once(call: Api) 
     body = job_body(policies={"missed_fire": "coalesce"})
     job = call("POST", "/jobs", body=body).body
     call.clock.set(at("2026-12-02T12:01:00"))
-    assert call("POST", f"/jobs/{job['id']}/pause").body["paused_at"] == "2026-12-02T12:01:00Z"
+    assert (
+        call("POST", f"/jobs/{job['id']}/pause", query="note=test").body["paused_at"]
+        == "2026-12-02T12:01:00Z"
+    )
     call.clock.set(at("2026-12-02T12:31:10"))
 
     reply = call("POST", f"/jobs/{job['id']}/resume", headers={"If-Match": '"2"'})
@@ -123,7 +126,7 @@ def test_a_fire_already_planned_before_the_pause_is_not_planned_twice(call: Api)
     job = call("POST", "/jobs", body=job_body(schedule={"expression": "*/30 * * * * *"})).body
     before = {r["id"] for r in call("GET", f"/jobs/{job['id']}/runs").body["items"]}
     assert len(before) == 4  # 12:01:00 .. 12:02:30, planned by the create itself
-    call("POST", f"/jobs/{job['id']}/pause")
+    call("POST", f"/jobs/{job['id']}/pause", query="note=test")
     call.clock.set(at("2026-12-02T12:04:10"))
     reply = call("POST", f"/jobs/{job['id']}/resume")
     assert reply.status == 200, reply.body
@@ -170,7 +173,7 @@ def test_resume_does_not_promise_runs_for_fires_cancelled_during_the_pause(
     job = service.create("alice", spec)  # plans 12:05 itself (inside its lookahead)
     [planned] = dispatcher.sent
     assert planned.scheduled_for == at("2026-12-02T12:05:00")
-    service.pause("alice", job.job_id)
+    service.pause("alice", job.job_id, by=Author("alice", "a test"))
     clock.set(at("2026-12-02T12:05:00"))
     executor = Executor(
         store, ScriptedInvoker(), dispatcher, clock, RecordingMetrics(), ExecutorConfig(worker_id="w")

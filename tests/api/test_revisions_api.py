@@ -59,7 +59,7 @@ def test_a_rollback_restores_an_earlier_schedule_and_target_as_a_new_revision(ca
     job_id = call("POST", "/jobs", body=job_body(target=FIRST_TARGET), owner=ALICE).body["id"]
     call("PATCH", f"/jobs/{job_id}", body={"schedule": {"expression": "0 4 * * *"}, "target": SECOND_TARGET},
          owner=ALICE)  # fmt: skip
-    assert call("POST", f"/jobs/{job_id}/pause", owner=ALICE).status == 200
+    assert call("POST", f"/jobs/{job_id}/pause", query="note=hold", owner=ALICE).status == 200
 
     without_note = call("POST", f"/jobs/{job_id}/rollback", body={"revision": 1}, owner=ALICE)
     assert without_note.status == 422 and without_note.body["errors"][0]["field"] == "note"
@@ -123,7 +123,7 @@ def test_no_revision_shows_a_secret_value_and_a_job_id_named_again_keeps_its_old
     for shown in (str(history), str(diff)):
         assert "t0p" not in shown and "secret_refs" not in shown and "<redacted>" in shown
 
-    assert call("DELETE", f"/jobs/{job_id}", owner=ALICE).status == 204
+    assert call("DELETE", f"/jobs/{job_id}", query="note=gone", owner=ALICE).status == 204
     again = call(
         "POST", "/jobs", body=job_body(name="again"), headers={"Idempotency-Key": "once"}, owner=ALICE
     )

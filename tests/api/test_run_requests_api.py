@@ -57,7 +57,7 @@ def test_run_now_answers_201_with_the_run_and_a_replay_answers_200(call: Api) ->
 
 def test_run_now_on_a_paused_job_is_409_unless_even_if_paused(call: Api) -> None:
     job_id = _job(call)
-    assert call("POST", f"/jobs/{job_id}/pause").status == 200
+    assert call("POST", f"/jobs/{job_id}/pause", query="note=test").status == 200
     refused = _problem(call("POST", f"/jobs/{job_id}/runs"), 409)
     assert "paused" in refused["detail"] and "even_if_paused" in refused["detail"]
     forced = call("POST", f"/jobs/{job_id}/runs", query="even_if_paused=true")

@@ -211,6 +211,10 @@ def test_a_job_created_previewed_paused_resumed_and_run_in_the_console(
     )
     job_url = browser.current_url
 
+    button(browser, "Pause").click()  # a pause says why: nothing is sent without it
+    until("why asked", lambda: "Say why you pause it" in find(browser, "#status").text)
+    assert find(browser, "dl.def .state").text == "active"
+    find(browser, "#action-note").send_keys("quiet hours")
     button(browser, "Pause").click()
     until("the job paused", lambda: find(browser, "dl.def .state").text == "paused")
     button(browser, "Resume").click()
@@ -470,6 +474,7 @@ def test_the_next_fires_mark_dst_transitions(browser: WebDriver, instance: Super
     # Someone else changes the job behind the open page: the page's If-Match fails and says so (412).
     status, changed = instance.call("PATCH", f"/jobs/{job['id']}", {"name": "renamed elsewhere"})
     assert status == 200, changed
+    find(browser, "#action-note").send_keys("daylight saving check")
     button(browser, "Pause").click()
     until("the 412 explained", lambda: "Someone else changed this job" in find(browser, "#status").text)
     assert instance.call("GET", f"/jobs/{job['id']}")[1]["state"] == "active"

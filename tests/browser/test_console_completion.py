@@ -48,7 +48,7 @@ def owner_of_the_token(instance: Supervisor, store: SqliteStore) -> str:
     assert status == 201, job
     stored = store.get_job(job["id"])
     assert stored is not None
-    assert instance.call("DELETE", f"/jobs/{job['id']}")[0] == 204
+    assert instance.call("DELETE", f"/jobs/{job['id']}?note=test")[0] == 204
     return stored.owner
 
 

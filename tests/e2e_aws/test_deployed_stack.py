@@ -415,7 +415,7 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
     status, failed = api.call("GET", "/runs?state=failed")
     assert status == 200 and failed["items"] == [], failed
 
-    status, paused = api.call("POST", f"/jobs/{job_id}/pause")
+    status, paused = api.call("POST", f"/jobs/{job_id}/pause?note=e2e")
     assert status == 200, paused
     assert paused["state"] == "paused"
     status, resumed = api.call("POST", f"/jobs/{job_id}/resume")
@@ -426,7 +426,7 @@ def test_job_lifecycle_through_the_deployed_stack(deployed: Deployed) -> None:
     assert status == 200, one
     assert one["state"] == "succeeded"
 
-    status, _ = api.call("DELETE", f"/jobs/{job_id}")
+    status, _ = api.call("DELETE", f"/jobs/{job_id}?note=e2e")
     assert status == 204
     status, gone = api.call("GET", f"/jobs/{job_id}")
     assert status == 404, gone
@@ -529,7 +529,7 @@ def test_callback_run_completes_through_api_gateway(deployed: Deployed) -> None:
         # One call in all: the 202 was not taken for a failure, and nothing called the target again.
         assert len(target.calls) == 1, target.calls
 
-    status, _ = api.call("DELETE", f"/jobs/{job_id}")
+    status, _ = api.call("DELETE", f"/jobs/{job_id}?note=e2e")
     assert status == 204
 
 
@@ -732,7 +732,7 @@ def test_step_functions_runs_end_with_their_execution(deployed: Deployed, webhoo
         assert len(executions) == 1, executions
         expected = "SUCCEEDED" if outcome == "succeeds" else "FAILED"
         assert executions[0]["status"] == expected, executions
-        status, _ = api.call("DELETE", f"/jobs/{jobs[outcome]}")
+        status, _ = api.call("DELETE", f"/jobs/{jobs[outcome]}?note=e2e")
         assert status == 204
 
 
@@ -837,7 +837,7 @@ def test_losses_around_the_code_lose_no_run(deployed: Deployed) -> None:
         f"{len(received)} executed, the last {time.monotonic() - phase:.0f} s after the queues were purged"
     )
     for job_id in every:
-        assert api.call("DELETE", f"/jobs/{job_id}")[0] == 204
+        assert api.call("DELETE", f"/jobs/{job_id}?note=e2e")[0] == 204
 
 
 def test_a_job_at_another_tenants_resource_is_refused(deployed: Deployed) -> None:

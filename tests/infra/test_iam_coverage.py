@@ -580,7 +580,7 @@ def test_the_api_role_grants_every_operation_of_the_api(base: Components, defaul
         assert patched.status == 200, patched.body
         patched = call("PATCH", f"/jobs/{job_id}", body={"schedule": {"expression": "* * * * *"}})
         assert patched.status == 200, patched.body
-        assert call("POST", f"/jobs/{job_id}/pause").status == 200
+        assert call("POST", f"/jobs/{job_id}/pause", query="note=test").status == 200
         assert call("POST", f"/jobs/{job_id}/resume").status == 200
         runs = call("GET", f"/jobs/{minutely.body['id']}/runs")
         assert runs.status == 200 and runs.body["items"], runs.body

@@ -54,7 +54,7 @@ def test_jobs_are_created_read_listed_paused_resumed_and_deleted(
     assert ok(cli(instance, "jobs", "get", job["id"]))["id"] == job["id"]
     listed = ok(cli(instance, "jobs", "list", "--all"))
     assert job["id"] in [j["id"] for j in listed["items"]]
-    assert ok(cli(instance, "jobs", "pause", job["id"]))["state"] == "paused"
+    assert ok(cli(instance, "jobs", "pause", job["id"], "--note", "quiet night"))["state"] == "paused"
     assert ok(cli(instance, "jobs", "list", "--all", "--state", "paused"))["items"][0]["state"] == "paused"
     assert ok(cli(instance, "jobs", "resume", job["id"]))["state"] == "active"
     updated = ok(cli(instance, "jobs", "update", job["id"], "--schedule", "15 4 * * *", "--if-match", "3"))
@@ -63,7 +63,7 @@ def test_jobs_are_created_read_listed_paused_resumed_and_deleted(
     assert stale.exit_code == 1 and "412" in stale.stderr
     table = cli(instance, "jobs", "get", job["id"], output="table")
     assert table.exit_code == 0 and "15 4 * * *" in table.stdout and "every day at 04:15" in table.stdout
-    assert ok(cli(instance, "jobs", "delete", job["id"], "--yes")) == {"deleted": job["id"]}
+    assert ok(cli(instance, "jobs", "delete", job["id"], "--yes", "--note", "done")) == {"deleted": job["id"]}
     gone = cli(instance, "jobs", "get", job["id"])
     assert gone.exit_code == 1 and "not found" in gone.stderr
 
@@ -145,7 +145,7 @@ def test_run_now_retry_and_failed_runs(instance: Supervisor, target: Target, tmp
     retried = ok(cli(instance, "runs", "retry", failed_run["id"]))
     assert retried["state"] == "retry_wait" and len(retried["attempts"]) == 1
 
-    ok(cli(instance, "jobs", "pause", job["id"]))
+    ok(cli(instance, "jobs", "pause", job["id"], "--note", "hold it"))
     paused = cli(instance, "jobs", "run", job["id"])
     assert paused.exit_code == 1 and "paused" in paused.stderr
     assert ok(cli(instance, "jobs", "run", job["id"], "--even-if-paused"))["trigger"] == "manual"

@@ -103,7 +103,7 @@ def test_a_generated_client_builds_every_target_kind_and_drives_the_api(
         http = made["http"]
         preview = schedules.preview_job.sync(http, client=client, count=3)
         assert isinstance(preview, models.PreviewOut) and len(preview.fires) == 3
-        paused = jobs.pause_job.sync(http, client=client)
+        paused = jobs.pause_job.sync(http, client=client, note="generated client")
         assert isinstance(paused, models.JobOut) and paused.state == models.JobState.PAUSED
         resumed = jobs.resume_job.sync(http, client=client)
         assert isinstance(resumed, models.ResumedJobOut) and resumed.state == models.JobState.ACTIVE
@@ -120,7 +120,7 @@ def test_a_generated_client_builds_every_target_kind_and_drives_the_api(
             raise AssertionError(f"run {run.id} did not succeed: {listed_runs}")
         assert any(call["run_id"] == run.id for call in target.calls)
         for job_id in made.values():
-            assert jobs.delete_job.sync_detailed(job_id, client=client).status_code == 204
+            assert jobs.delete_job.sync_detailed(job_id, client=client, note="done").status_code == 204
     left = jobs.list_jobs.sync(client=client, limit=100)
     assert not {j.id for j in left.items} & set(made.values())
 

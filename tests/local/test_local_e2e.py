@@ -223,7 +223,7 @@ def test_runs_start_on_time_and_show_in_the_history(local: Local, target: Target
         assert 0 <= run["timings"]["start_delay_ms"] < 1000, run
         [call] = [c for c in target.calls if c["run_id"] == run["id"]]
         assert 0 <= call["at"] - scheduled.timestamp() < 1.0
-    status, _ = local.call("POST", f"/jobs/{job_id}/pause")
+    status, _ = local.call("POST", f"/jobs/{job_id}/pause?note=test")
     assert status == 200
 
 
@@ -247,7 +247,7 @@ def test_a_run_whose_executor_is_killed_is_retried_and_completed(local: Local, t
         return any(r["id"] == first["run_id"] and r["state"] == "succeeded" for r in local.runs(job_id))
 
     local.wait_for("the killed run to be retried and succeed", finished, 60)
-    local.call("POST", f"/jobs/{job_id}/pause")
+    local.call("POST", f"/jobs/{job_id}/pause?note=test")
     [run] = [r for r in local.runs(job_id) if r["id"] == first["run_id"]]
     assert run["attempt"] == 2
     assert [a["status"] for a in run["attempts"]] == ["LeaseExpired", "204"]
@@ -278,7 +278,7 @@ def test_a_ticker_down_for_a_while_catches_up_every_missed_fire_per_policy(
 
     local.wait_for("all jobs back on schedule", caught_up, 60)
     for job_id in jobs.values():
-        local.call("POST", f"/jobs/{job_id}/pause")
+        local.call("POST", f"/jobs/{job_id}/pause?note=test")
     for policy, job_id in jobs.items():
         runs = sorted(local.runs(job_id), key=lambda r: r["timings"]["scheduled_for"])
         slots = [instant(r["timings"]["scheduled_for"]) for r in runs]
@@ -339,7 +339,7 @@ def test_secret_header_values_reach_the_target_and_no_table_index_or_log_holds_t
     }
     job_id = local.create("secret", "", target={"kind": "http", "config": config})
     local.wait_for("a succeeded run", lambda: any(r["state"] == "succeeded" for r in local.runs(job_id)), 60)
-    local.call("POST", f"/jobs/{job_id}/pause")
+    local.call("POST", f"/jobs/{job_id}/pause?note=test")
 
     [call, *_] = [c for c in target.calls if c["path"] == "/secret"]
     assert call["headers"]["Authorization"] == BEARER and call["headers"]["X-Signing-Token"] == MARKED
@@ -379,4 +379,4 @@ def test_a_failing_job_tells_its_webhook_once_lists_the_event_and_pauses_itself(
     assert "X-Tickwork-Signature" in hooks[0]["headers"]
     status, resumed = local.call("POST", f"/jobs/{job_id}/resume")
     assert status == 200 and resumed["cleared_auto_pause"] == job["paused_reason"]
-    local.call("POST", f"/jobs/{job_id}/pause")
+    local.call("POST", f"/jobs/{job_id}/pause?note=test")

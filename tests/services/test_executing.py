@@ -28,7 +28,7 @@ from tickwork.domain.models import (
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
 
@@ -310,9 +310,9 @@ def test_a_dead_lettered_run_is_marked_failed_not_left_in_limbo(world: World) ->
 )
 def test_the_jobs_state_at_claim_time_rules(world: World, change: str, reason: str) -> None:
     if change == "pause":
-        world.jobs.pause("alice", world.job.job_id)
+        world.jobs.pause("alice", world.job.job_id, by=Author("alice", "a test"))
     elif change == "delete":
-        world.jobs.delete("alice", world.job.job_id)
+        world.jobs.delete("alice", world.job.job_id, by=Author("alice", "a test"))
     else:
         edit = JobPatch(schedule=SchedulePatch(expression="*/7 * * * *"))
         world.jobs.update("alice", world.job.job_id, edit)
@@ -380,7 +380,7 @@ def test_a_retry_of_a_run_whose_job_changed_while_it_ran_reads_the_job(world: Wo
     comes back to retry with the view it was claimed with, so a retry reads the job."""
     world.invoker.results = [failure()]
     assert world.executor().execute(world.first_message()) is Outcome.RETRY_SCHEDULED
-    world.jobs.pause("alice", world.job.job_id)
+    world.jobs.pause("alice", world.job.job_id, by=Author("alice", "a test"))
     [retry] = world.dispatcher.messages
     world.clock.set(retry.not_before)
 

@@ -11,7 +11,7 @@ from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobPatch, JobSpec, SchedulePatch
 from tickwork.domain.models import Job, Target
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 
 
@@ -39,7 +39,7 @@ def test_a_long_pause_resumed_just_before_a_tick_it_cannot_see_is_planned_in_ful
     planner = Planner(store, dispatcher, clock)
     planner.plan(job.shard, at("2026-12-02T12:00:40"))
     clock.set(at("2026-12-02T12:01:00"))
-    service.pause("alice", job.job_id)
+    service.pause("alice", job.job_id, by=Author("alice", "a test"))
 
     clock.set(at("2026-12-02T15:00:59.900"))
     service.resume("alice", job.job_id)  # 180 paused fires: more than the resume's own transaction holds

@@ -17,7 +17,7 @@ from tickwork.domain.clock import FakeClock
 from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Job, JobState, MissedFirePolicy, Policies, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner, PlannerConfig
 from tickwork.services.retrying import retrying
 
@@ -130,7 +130,7 @@ def test_a_ticker_with_a_stale_read_does_not_plan_a_run_twice(store: MemoryStore
 def test_a_job_paused_after_the_index_read_is_skipped(store: MemoryStore, clock: FakeClock) -> None:
     dispatcher = RecordingDispatcher()
     job = create(store, clock, dispatcher, "*/5 * * * *")
-    make_service(store, clock, dispatcher).pause("alice", job.job_id)
+    make_service(store, clock, dispatcher).pause("alice", job.job_id, by=Author("alice", "a test"))
 
     report = Planner(StaleIndex(store, [job]), dispatcher, clock).plan(job.shard, at("2026-12-02T12:03:10"))  # type: ignore[arg-type]
 
@@ -250,7 +250,7 @@ def test_a_paused_job_leaves_the_due_index(store: MemoryStore, clock: FakeClock)
     job = create(store, clock, dispatcher, "*/5 * * * *")
     assert list(store.query_due(job.due_key or "", at("2026-12-02T13:00:00"))) != []
 
-    paused = make_service(store, clock, dispatcher).pause("alice", job.job_id)
+    paused = make_service(store, clock, dispatcher).pause("alice", job.job_id, by=Author("alice", "a test"))
 
     assert paused.state is JobState.PAUSED and paused.due_key is None
     assert list(store.query_due(job.due_key or "", at("2026-12-02T13:00:00"))) == []

@@ -20,7 +20,7 @@ from tickwork.domain.models import Job, OverlapPolicy, Policies, RetryPolicy, Ru
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services import planning
 from tickwork.services.executing import Executor, ExecutorConfig, Outcome
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.sweeping import Sweeper
 
@@ -319,7 +319,9 @@ def test_a_dead_workers_run_whose_job_was_deleted_ends_when_its_message_comes_ba
     run is running at the message's attempt: not a duplicate to drop, its lease is what decides."""
     _, message, running = claimed_run(store, clock, RetryPolicy(max_attempts=3))
     dispatcher = RecordingDispatcher()
-    JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2)).delete("alice", running.job_id)
+    JobService(store, dispatcher, clock, JobServiceConfig(shard_count=2)).delete(
+        "alice", running.job_id, by=Author("alice", "a test")
+    )
     clock.set(FIRE + timedelta(minutes=16))  # the queue's visibility timeout in AWS: 960 s
 
     outcome = executor(store, clock, dispatcher, ScriptedInvoker()).execute(message)

@@ -25,7 +25,7 @@ from tickwork.domain.models import Job, OverlapPolicy, Policies, RetryPolicy, Ru
 from tickwork.domain.requests import MAX_BACKFILL_FIRES, BackfillWindow, JobPausedError, RunNotRetryableError
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import IdempotencyKeyReusedError, JobService, JobServiceConfig
+from tickwork.services.jobs import Author, IdempotencyKeyReusedError, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.requests import RunRequests
 from tickwork.services.runs import RunService
@@ -118,7 +118,7 @@ def test_run_now_creates_a_manual_run_that_runs_and_leaves_the_schedule_alone(wo
 def test_run_now_on_a_paused_job_is_refused_unless_asked_and_then_the_pause_does_not_cancel_it(
     world: World,
 ) -> None:
-    job = world.jobs.pause(ALICE, world.job().job_id)
+    job = world.jobs.pause(ALICE, world.job().job_id, by=Author("alice", "a test"))
     with pytest.raises(JobPausedError):
         world.requests.run_now(ALICE, job.job_id)
     (run,) = world.requests.run_now(ALICE, job.job_id, even_if_paused=True).runs
@@ -169,7 +169,7 @@ def test_a_run_now_on_a_scheduled_second_is_not_the_slot_and_survives_a_schedule
 def test_a_delete_after_a_run_now_cancels_it(world: World) -> None:
     job = world.job()
     run = world.requests.run_now(ALICE, job.job_id).runs[0]
-    world.jobs.delete(ALICE, job.job_id)
+    world.jobs.delete(ALICE, job.job_id, by=Author("alice", "a test"))
     assert world.execute(run).state is RunState.CANCELLED
     assert world.invoker.calls == []
 
@@ -302,7 +302,7 @@ def test_a_backfill_is_bounded_and_refuses_the_future_and_paused_jobs(world: Wor
         )
     with pytest.raises(ValidationError, match="before from"):
         world.requests.backfill(ALICE, job.job_id, BackfillWindow(now, now - timedelta(hours=1)))
-    world.jobs.pause(ALICE, job.job_id)
+    world.jobs.pause(ALICE, job.job_id, by=Author("alice", "a test"))
     with pytest.raises(JobPausedError):
         world.requests.backfill(ALICE, job.job_id, BackfillWindow(now - timedelta(hours=1), now))
     assert [r for r in world.store.list_runs(job.job_id) if r.trigger is Trigger.BACKFILL] == []

@@ -262,7 +262,12 @@ def _carry_out(client: ApiClient, change: Change, apply_id: str) -> None:
             headers={"If-Match": f'"{change.version}"'},
         )
     elif change.action is Action.DELETE:
-        client.request("DELETE", f"/jobs/{change.job_id}", headers={"If-Match": f'"{change.version}"'})
+        client.request(
+            "DELETE",
+            f"/jobs/{change.job_id}",
+            headers={"If-Match": f'"{change.version}"'},
+            query={"note": "tickwork apply --prune: not in the applied file"},
+        )
 
 
 def summary(changes: Sequence[Change]) -> dict[str, int]:

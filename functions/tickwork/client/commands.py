@@ -540,10 +540,10 @@ def _state_change(action: str) -> Callable[[Context, str, int | None, str | None
 @jobs.command("pause")
 @click.argument("job_id")
 @click.option("--if-match", "if_match", type=int)
-@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
+@click.option("--note", required=True, help="Why: required, recorded with the revision (tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_pause(ctx: Context, job_id: str, if_match: int | None, note: str | None) -> None:
+def jobs_pause(ctx: Context, job_id: str, if_match: int | None, note: str) -> None:
     """Pause a job: no run starts until it is resumed."""
     _state_change("pause")(ctx, job_id, if_match, note)
 
@@ -563,10 +563,10 @@ def jobs_resume(ctx: Context, job_id: str, if_match: int | None, note: str | Non
 @click.argument("job_id")
 @click.option("--if-match", "if_match", type=int)
 @click.option("--yes", is_flag=True, help="Do not ask.")
-@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
+@click.option("--note", required=True, help="Why: required, recorded with the revision (tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_delete(ctx: Context, job_id: str, if_match: int | None, yes: bool, note: str | None) -> None:
+def jobs_delete(ctx: Context, job_id: str, if_match: int | None, yes: bool, note: str) -> None:
     """Delete a job (its run history stays until it expires)."""
     if not yes:
         click.confirm(f"delete {job_id}?", abort=True, err=True)

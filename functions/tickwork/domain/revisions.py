@@ -33,8 +33,8 @@ class Action(StrEnum):
     AUTO_PAUSE = "auto_pause"  # Tickwork paused it (failures in a row: domain/alert_rules.py)
 
 
-# Writes whose note is required: they undo a job's history, and someone will ask why.
-NOTE_REQUIRED = frozenset({Action.ROLLBACK})
+# Writes whose note is required: they stop a job's runs, or undo its history, and someone will ask why.
+NOTE_REQUIRED = frozenset({Action.PAUSE, Action.DELETE, Action.ROLLBACK})
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,6 +275,15 @@ Note = Annotated[
         "/jobs/{job_id}/revisions, GET /audit).",
     ),
 ]
+RequiredNote = Annotated[
+    str,
+    Query(
+        min_length=1,
+        max_length=MAX_NOTE_CHARS,
+        description="Why: required for a pause or a delete, recorded with the write's revision, who made it "
+        "and when (GET /jobs/{job_id}/revisions, GET /audit).",
+    ),
+]
 IfMatch = Annotated[
     str | None,
     Header(
@@ -554,7 +563,7 @@ def update_job(
     tags=["jobs"],
     responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 412)},
 )
-def delete_job(job_id: str, request: Request, if_match: IfMatch = None, note: Note = None) -> Response[None]:
+def delete_job(job_id: str, request: Request, note: RequiredNote, if_match: IfMatch = None) -> Response[None]:
     owner = current_owner(request)
     jobs().delete(owner, job_id, expected_version(if_match, owner, job_id), author(request, owner, note))
     return Response(status_code=204, body=None)
@@ -571,7 +580,9 @@ def delete_job(job_id: str, request: Request, if_match: IfMatch = None, note: No
         **problems.problem_responses(404, 412),
     },
 )
-def pause_job(job_id: str, request: Request, if_match: IfMatch = None, note: Note = None) -> Response[JobOut]:
+def pause_job(
+    job_id: str, request: Request, note: RequiredNote, if_match: IfMatch = None
+) -> Response[JobOut]:
     owner = current_owner(request)
     version = expected_version(if_match, owner, job_id)
     job = jobs().pause(owner, job_id, version, by=author(request, owner, note))

@@ -45,7 +45,10 @@ async function main(): Promise<void> {
   const path = { job_id: http };
   const listed = check(await client.GET("/jobs", { params: { query: { limit: 100 } } }), "list");
   const preview = check(await client.GET("/jobs/{job_id}/preview", { params: { path, query: { count: 3 } } }), "preview");
-  const paused = check(await client.POST("/jobs/{job_id}/pause", { params: { path } }), "pause");
+  const paused = check(
+    await client.POST("/jobs/{job_id}/pause", { params: { path, query: { note: "generated client" } } }),
+    "pause",
+  );
   const resumed = check(await client.POST("/jobs/{job_id}/resume", { params: { path } }), "resume");
   const run = check(await client.POST("/jobs/{job_id}/runs", { params: { path } }), "run now");
   let state = run.state;
@@ -56,7 +59,7 @@ async function main(): Promise<void> {
   }
   const deleted: number[] = [];
   for (const job_id of Object.values(made)) {
-    const answer = await client.DELETE("/jobs/{job_id}", { params: { path: { job_id } } });
+    const answer = await client.DELETE("/jobs/{job_id}", { params: { path: { job_id }, query: { note: "done" } } });
     deleted.push(answer.response.status);
   }
   console.log(

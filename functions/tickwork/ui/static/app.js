@@ -521,11 +521,21 @@ async function jobView(jobId) {
   ]);
   const fenced = { "If-Match": etag };
   const runKey = crypto.randomUUID();  // one run now per page: a retried click after a lost answer is the same
+  // Why: recorded with the write's revision; a pause and a delete need one (a resume may say why too).
+  const note = h("input", { id: "action-note", name: "note", maxlength: "1000", autocomplete: "off" });
+  const why = (action) => {
+    if (note.value.trim() || action === "resume") return note.value.trim() || null;
+    say(`Say why you ${action} it: the note goes into the job's revisions.`, "error");
+    note.focus();
+    return undefined;
+  };
   const deleteArea = h("span", { class: "confirm" });
   const askDelete = h("button", { type: "button", class: "danger", onclick: () => {
     deleteArea.replaceChildren(h("span", {}, `Delete ${job.name}? Its history stays until it expires.`),
       act("Yes, delete", async () => {
-        await api("DELETE", path, { headers: fenced });
+        const reason = why("delete");
+        if (reason === undefined) return false;
+        await api("DELETE", path, { headers: fenced, query: { note: reason } });
         flash(`Deleted ${job.name}.`);
         go("#/jobs");
       }, "danger"),
@@ -538,14 +548,23 @@ async function jobView(jobId) {
   deleteArea.append(askDelete);
   const actions = h("div", { class: "actions" },
     job.state === "active"
-      ? act("Pause", async () => { await api("POST", `${path}/pause`, { headers: fenced }); await rerender("Paused.", "Resume"); })
-      : act("Resume", async () => { await api("POST", `${path}/resume`, { headers: fenced }); await rerender("Resumed.", "Pause"); }),
+      ? act("Pause", async () => {
+        const reason = why("pause");
+        if (reason === undefined) return false;
+        await api("POST", `${path}/pause`, { headers: fenced, query: { note: reason } });
+        await rerender("Paused.", "Resume");
+      })
+      : act("Resume", async () => {
+        await api("POST", `${path}/resume`, { headers: fenced, query: { note: why("resume") } });
+        await rerender("Resumed.", "Pause");
+      }),
     act("Run now", async () => {
       const run = (await api("POST", `${path}/runs`, { query: job.state === "paused" ? { even_if_paused: "true" } : null,
         headers: { "Idempotency-Key": runKey } })).body;
       await rerender(`Started run ${run.id}.`, "Run now");
     }, "secondary"),
-    deleteArea);
+    deleteArea,
+    h("span", { class: "why" }, h("label", { for: "action-note" }, "Why"), note));
 
   let editorValid = true;
   const save = h("button", { type: "submit" }, "Save schedule");
@@ -732,7 +751,8 @@ async function healthView() {
 function act(label, action, className) {
   return h("button", { type: "button", class: className, onclick: async (event) => {
     event.target.disabled = true;
-    try { await action(); } catch (error) { failed(error); event.target.disabled = false; }
+    // An action that answers false did nothing (it asked for more first): its button is ready again.
+    try { if (await action() === false) event.target.disabled = false; } catch (error) { failed(error); event.target.disabled = false; }
   } }, label);
 }
 
