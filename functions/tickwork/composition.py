@@ -39,7 +39,7 @@ from tickwork.domain.grants import GrantedTargets
 from tickwork.domain.models import JobState
 from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
-from tickwork.resources import EVENTS, RUNS, SLOTS
+from tickwork.resources import RUNS, SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
@@ -288,7 +288,7 @@ class Components:
             return retrying(SqliteEventLog(self.database), self.clock, Random())
         names = self.settings.resource_names
         tables = TableNames.from_resources(names)
-        log = DynamoEventLog(self.client_for("dynamodb"), tables, names.table(EVENTS))
+        log = DynamoEventLog(self.client_for("dynamodb"), tables)
         return retrying(log, self.clock, Random())
 
     def run_change_feed(self) -> RunChangeFeed:
@@ -365,7 +365,7 @@ class Components:
             return retrying(SqliteAlertDefaults(self.database), self.clock, Random())
         names = self.settings.resource_names
         tables = TableNames.from_resources(names)
-        defaults = DynamoAlertDefaults(self.client_for("dynamodb"), tables, names.table(EVENTS))
+        defaults = DynamoAlertDefaults(self.client_for("dynamodb"), tables)
         return retrying(defaults, self.clock, Random())
 
     @cached_property

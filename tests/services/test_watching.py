@@ -37,7 +37,7 @@ from tickwork.domain.models import Job, JobState, Run, RunState, Target, Trigger
 from tickwork.domain.notify import MAX_SEND_ATTEMPTS, Message
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
-from tickwork.resources import EVENTS, RUNS
+from tickwork.resources import RUNS
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.ports import EventLog, RunChangeFeed
 from tickwork.services.watching import Watcher
@@ -129,7 +129,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
     streams = boto3.client("dynamodbstreams", region_name="us-east-1")
     yield (
         DynamoStore(dynamodb, tables),
-        DynamoEventLog(dynamodb, tables, NAMES.table(EVENTS)),
+        DynamoEventLog(dynamodb, tables),
         DynamoStreamFeed(dynamodb, streams, NAMES.table(RUNS)),
     )
 

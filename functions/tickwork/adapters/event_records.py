@@ -5,9 +5,9 @@ owner's channel windows, messages owed and channel health, and deadline timers. 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT
 from tickwork.adapters.records import job_from_item
@@ -30,6 +30,7 @@ OUTBOX_PARTITIONS = 8  # the outbox index's partitions: a pass reads each, so wr
 KEEP = timedelta(days=14)
 
 Item = dict[str, Any]
+T = TypeVar("T")
 
 
 def outbox_key(scope: str) -> str:
@@ -76,12 +77,14 @@ def event_from_item(item: Mapping[str, Any]) -> JobEvent:
     )
 
 
-def events_page(items: list[Item], order: str, limit: int) -> tuple[list[JobEvent], str | None]:
-    """A page of events from the items a listing read (up to `limit` + 1, in its order): the first `limit`,
-    and the cursor after them (the last one's `order` attribute) if there was one more."""
-    events = [event_from_item(item) for item in items[:limit]]
+def page_of(
+    items: list[Item], order: str, limit: int, decode: Callable[[Mapping[str, Any]], T]
+) -> tuple[list[T], str | None]:
+    """A page from the items a listing read (up to `limit` + 1, in its order), each decoded: the first
+    `limit`, and the cursor after them (the last one's `order` attribute) if there was one more. Events,
+    revisions and audit entries alike."""
     cursor = str(items[limit - 1][order]) if len(items) > limit else None
-    return events, cursor
+    return [decode(item) for item in items[:limit]], cursor
 
 
 def _channel_to_item(channel: Channel) -> Item:
@@ -360,14 +363,6 @@ def written_revision(
 def without_fingerprint(job_item: Mapping[str, Any]) -> dict[str, Any]:
     """A created job's item without the idempotent create's fingerprint (not part of the job)."""
     return {key: value for key, value in job_item.items() if key != REQUEST_FINGERPRINT}
-
-
-def revisions_page(items: list[Item], limit: int) -> tuple[list[Revision], str | None]:
-    """A page of revisions or audit entries from the items a listing read (up to `limit` + 1, newest
-    first): the first `limit`, and the cursor after them (the last one's key) if there was one more."""
-    revisions = [revision_from_item(item) for item in items[:limit]]
-    cursor = str(items[limit - 1]["key"]) if len(items) > limit else None
-    return revisions, cursor
 
 
 REVISIONS_FROM, REVISIONS_TO = "r#", "r#~"  # a job scope's revisions: keys r#<number>

@@ -202,41 +202,40 @@ def owner_of(event: Mapping[str, Any], tenant_claim: str = "sub") -> str | None:
     a new one per login or cold start; the owner is the role, `arn:<partition>:iam::<account>:role/<role>`,
     so every session of one role sees the same jobs. That ARN carries no role path (the assumed-role ARN has
     none), so a role with a path owns as `role/<name>`. IAM users and other principals keep their ARN."""
-    context = event.get("requestContext")
-    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
-    if not isinstance(authorizer, Mapping):
-        return None
-    iam = authorizer.get("iam")
-    if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
-        arn = str(iam["userArn"])
+    arn, claimed = _authorized(event, tenant_claim)
+    if arn is not None:
         session = re.fullmatch(r"arn:([\w-]+):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/[\w+=,.@-]+", arn)
         if session is not None:
             partition, account, role = session.groups()
             return f"arn:{partition}:iam::{account}:role/{role}"
         return arn
-    jwt = authorizer.get("jwt")
-    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
-    if isinstance(claims, Mapping) and isinstance(claims.get(tenant_claim), str) and claims[tenant_claim]:
-        return str(claims[tenant_claim])
-    return None
+    return claimed
 
 
 def actor_of(event: Mapping[str, Any]) -> str | None:
     """Who is calling, as a revision records it: the IAM principal as signed (an assumed role's session
     included: who logged in, where the owner is the role), or a JWT's `sub` (the user, where the owner may
     be their organisation). None: no more than the owner is known."""
+    arn, sub = _authorized(event, "sub")
+    return arn if arn is not None else sub
+
+
+def _authorized(event: Mapping[str, Any], claim: str) -> tuple[str | None, str | None]:
+    """What the API Gateway (payload v2) authorizer context says of the caller, as given: the IAM principal
+    ARN it signed as, and the JWT's `claim` (each None when absent or empty)."""
     context = event.get("requestContext")
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
     if not isinstance(authorizer, Mapping):
-        return None
+        return None, None
     iam = authorizer.get("iam")
-    if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
-        return str(iam["userArn"])
+    arn = iam.get("userArn") if isinstance(iam, Mapping) else None
     jwt = authorizer.get("jwt")
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
-    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
-        return str(claims["sub"])
-    return None
+    value = claims.get(claim) if isinstance(claims, Mapping) else None
+    return (
+        arn if isinstance(arn, str) and arn else None,
+        value if isinstance(value, str) and value else None,
+    )
 
 
 def author(request: Request, owner: str, note: str | None) -> Author:

@@ -215,6 +215,15 @@ class StoreBase:
                 return
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def _first(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
+        """The first `count` items of a Query (read page after page until there are that many)."""
+        found = []
+        for item in self._query_items(request):
+            found.append(item)
+            if len(found) >= count:
+                break
+        return found
+
     def _run_condition(self, expected: Run) -> tuple[str, dict[str, Any]]:
         """A run write's fence: the run is still in the state, attempt, lease and job view it was read in."""
         condition = "#s = :expected_state AND attempt = :expected_attempt"

@@ -21,8 +21,8 @@ from tickwork.adapters.event_records import (
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
+    event_from_item,
     event_to_item,
-    events_page,
     health_from_item,
     health_key,
     health_to_item,
@@ -32,9 +32,9 @@ from tickwork.adapters.event_records import (
     outbox_entry,
     outbox_keys,
     owner_scope,
+    page_of,
     revision_from_item,
     revision_key,
-    revisions_page,
     timer_key,
     timer_to_item,
     window_from_item,
@@ -54,9 +54,9 @@ if TYPE_CHECKING:
 
 
 class DynamoEventLog(StoreBase):
-    def __init__(self, client: DynamoDBClient, tables: TableNames, events_table: str) -> None:
+    def __init__(self, client: DynamoDBClient, tables: TableNames) -> None:
         super().__init__(client, tables)
-        self._table = events_table
+        self._table = tables.events
 
     def _put(
         self, item: dict[str, Any], condition: str | None = None, values: dict[str, Any] | None = None
@@ -115,7 +115,7 @@ class DynamoEventLog(StoreBase):
         }
         # BETWEEN includes the cursor's own event: read one more and leave it out.
         items = [i for i in self._first(request, limit + 2) if i["key"] != before]
-        return events_page(items, "key", limit)
+        return page_of(items, "key", limit, event_from_item)
 
     def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
         request = {
@@ -126,15 +126,7 @@ class DynamoEventLog(StoreBase):
             "ScanIndexForward": False,
             "Limit": limit + 1,
         }
-        return events_page(self._first(request, limit + 1), "owner_order", limit)
-
-    def _first(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
-        found = []
-        for item in self._query_items(request):
-            found.append(item)
-            if len(found) >= count:
-                break
-        return found
+        return page_of(self._first(request, limit + 1), "owner_order", limit, event_from_item)
 
     def put_timer(self, timer: DeadlineTimer) -> None:
         self._write(self._put(timer_to_item(timer)))
@@ -238,9 +230,9 @@ class DynamoEventLog(StoreBase):
 class DynamoAlertDefaults(StoreBase):
     """Each owner's default alert rules (an item of the events table)."""
 
-    def __init__(self, client: DynamoDBClient, tables: TableNames, events_table: str) -> None:
+    def __init__(self, client: DynamoDBClient, tables: TableNames) -> None:
         super().__init__(client, tables)
-        self._table = events_table
+        self._table = tables.events
 
     def get_defaults(self, owner: str) -> AlertRules | None:
         item = self._get(self._table, {"scope": owner_scope(owner), "key": DEFAULTS_KEY})
@@ -288,11 +280,5 @@ class DynamoRevisions(StoreBase):
             "ScanIndexForward": False,
             "Limit": limit + 2,
         }
-        found: list[dict[str, Any]] = []
-        for item in self._query_items(request):
-            if item["key"] in (low, high):
-                continue
-            found.append(item)
-            if len(found) > limit:
-                break
-        return revisions_page(found, limit)
+        items = [i for i in self._first(request, limit + 2) if i["key"] not in (low, high)]
+        return page_of(items, "key", limit, revision_from_item)

@@ -18,9 +18,9 @@ from tickwork.adapters.event_records import (
     OutboxEntry,
     defaults_from_item,
     defaults_to_item,
+    event_from_item,
     event_key,
     event_to_item,
-    events_page,
     health_from_item,
     health_key,
     health_to_item,
@@ -30,9 +30,9 @@ from tickwork.adapters.event_records import (
     outbox_entry,
     outbox_keys,
     owner_scope,
+    page_of,
     revision_from_item,
     revision_key,
-    revisions_page,
     timer_key,
     timer_to_item,
     window_from_item,
@@ -106,7 +106,7 @@ class SqliteEventLog(SqliteBase):
             "SELECT item FROM events WHERE scope = ? AND key > 'e#' AND key < ? ORDER BY key DESC LIMIT ?",
             (job_id, before or "e#~", limit + 1),
         )
-        return events_page(items, "key", limit)
+        return page_of(items, "key", limit, event_from_item)
 
     def owner_events(self, owner: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
         items = self._select_items(
@@ -114,7 +114,7 @@ class SqliteEventLog(SqliteBase):
             "LIMIT ?",
             (owner, before or "~", limit + 1),
         )
-        return events_page(items, "owner_order", limit)
+        return page_of(items, "owner_order", limit, event_from_item)
 
     def delete_expired(self, now: datetime) -> int:
         """The events table's TTL, which DynamoDB keeps itself: what is past its expiry goes."""
@@ -249,4 +249,4 @@ class SqliteRevisions(SqliteBase):
             "SELECT item FROM events WHERE scope = ? AND key > ? AND key < ? ORDER BY key DESC LIMIT ?",
             (scope, low, high, limit + 1),
         )
-        return revisions_page(items, limit)
+        return page_of(items, "key", limit, revision_from_item)
