@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -383,9 +384,10 @@ def ecs_container_override(config: Mapping[str, Any], identity: Mapping[str, str
     return container
 
 
+@cache
 def _longest_identity() -> dict[str, str]:
     """The run's identity in a container's environment at its longest (what the overrides' size is checked
-    with)."""
+    with; the same for every check, so built once, at the first)."""
     longest = LONGEST
     return ecs_environment(
         Invocation(

@@ -71,7 +71,7 @@ class RunContext:
     next_slot: datetime | None
 
     def value(self, name: str, form: str) -> str:
-        if name not in NAMES or (form and (name not in TIME_NAMES or form not in TIME_FORMATS)):
+        if name not in NAMES or not _takes(name, form):
             raise ValidationError("target.config", f"{name}{'.' if form else ''}{form} is not a placeholder")
         value = getattr(self, name)
         if name in TIME_NAMES:
@@ -95,6 +95,11 @@ LONGEST = RunContext(
     next_slot=_LONGEST_TIME,
 )
 WITHOUT_SLOTS = replace(LONGEST, previous_slot=None, next_slot=None)
+
+
+def _takes(name: str, form: str) -> bool:
+    """Whether name `name` takes format `form` ("": none, which every name takes)."""
+    return not form or (name in TIME_NAMES and form in TIME_FORMATS)
 
 
 def check_templates(kind: str, config: Mapping[str, Any]) -> None:
@@ -140,7 +145,7 @@ def _check_text(text: str, field: str) -> str:
             raise ValidationError(
                 field, f"unknown placeholder {found.group(0)!r}: the names are {', '.join(NAMES)}"
             )
-        if form and (name not in TIME_NAMES or form not in TIME_FORMATS):
+        if not _takes(name, form):
             raise ValidationError(
                 field,
                 f"unknown format in {found.group(0)!r}: {', '.join(sorted(TIME_NAMES))} take .epoch or "

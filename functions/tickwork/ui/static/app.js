@@ -437,13 +437,18 @@ async function eventsView(params) {
       page.next_cursor ? h("a", { href: `#/events?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older events") : null));
 }
 
+// What a write did and why: the cells a job's revisions and the audit log share.
+function writeCells(r) {
+  return [h("td", {}, r.action.replaceAll("_", " ")), h("td", {}, r.actor), h("td", {}, r.changed.join(", ") || "–"),
+    h("td", {}, r.note || "–")];
+}
+
 // A job's revisions (who changed what, when, why), each with a link to what it changed.
 function revisionsTable(jobId, items) {
   const heads = ["Revision", "When", "Action", "By", "Changed", "Note", ""];
   return h("table", { class: "revisions" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, items.map((r) => h("tr", {},
-      h("td", {}, r.revision), h("td", {}, when(r.at)), h("td", {}, r.action.replaceAll("_", " ")),
-      h("td", {}, r.actor), h("td", {}, r.changed.join(", ") || "–"), h("td", {}, r.note || "–"),
+      h("td", {}, r.revision), h("td", {}, when(r.at)), ...writeCells(r),
       h("td", {}, r.revision > 1 && r.action !== "delete"
         ? h("a", { href: `#/jobs/${encodeURIComponent(jobId)}/diff?${new URLSearchParams({ from: r.revision - 1, to: r.revision })}` },
           `What changed in ${r.revision}`)
@@ -499,8 +504,7 @@ async function auditView(params) {
       ? h("table", { class: "audit" }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, page.items.map((r) => h("tr", {}, h("td", {}, when(r.at)),
           h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(r.job_id)}` }, r.job_id)), h("td", {}, r.revision),
-          h("td", {}, r.action.replaceAll("_", " ")), h("td", {}, r.actor), h("td", {}, r.changed.join(", ") || "–"),
-          h("td", {}, r.note || "–")))))
+          ...writeCells(r)))))
       : h("p", { class: "muted" }, cursor ? "No older entries." : "Nothing written yet."),
     h("div", { class: "pager" },
       cursor ? h("a", { href: "#/audit" }, "Newest entries") : null,
