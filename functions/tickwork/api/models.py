@@ -1277,8 +1277,8 @@ class RevisionOut(BaseModel):
     changed: list[str] = Field(description="The definition's fields that differ from the revision before.")
     definition: dict[str, Any] | None = Field(
         default=None,
-        description="The job as written, as stored (a secret header's value is its reference, never the "
-        "value); in a job's history and a single revision, not in the audit log. {} for a delete.",
+        description="The job as written, as stored, with secret header values shown `<redacted>` as a job's "
+        "are; in a job's history and a single revision, not in the audit log. {} for a delete.",
     )
 
     @classmethod
