@@ -17,4 +17,7 @@ tickwork jobs apply -f docs/examples/jobs.yaml --yes              # again: nothi
 tickwork jobs revisions "$JOB"                                    # every write: who, what changed, why
 tickwork jobs diff "$JOB" 1 2                                     # what one write changed, field by field
 tickwork audit                                                    # every write of your jobs, newest first
+tickwork calendars put holidays --tz Europe/Berlin --date 2027-12-25=Christmas   # an exclusion calendar
+tickwork jobs update "$JOB" --calendar holidays                   # its fires on Christmas: recorded excluded
+tickwork jobs preview "$JOB" --after 2027-12-24T22:50:00Z --count 3  # the excluded fires marked
 tickwork jobs delete "$JOB" --yes --note "replaced by the new backup job"

@@ -12,6 +12,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from tickwork.adapters.dynamodb.calendars import DynamoCalendars
 from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLog, DynamoRevisions
 from tickwork.adapters.dynamodb.slots import DynamoSlots
 from tickwork.adapters.dynamodb.store import DynamoStore, TableNames
@@ -19,6 +20,7 @@ from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
 from tickwork.adapters.email import SnsEmail
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
+from tickwork.adapters.sqlite.calendars import SqliteCalendars
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.events import (
     SqliteAlertDefaults,
@@ -47,6 +49,7 @@ from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
 from tickwork.services.ports import (
     AlertDefaults,
+    CalendarStore,
     EmailChannel,
     EventLog,
     Metrics,
@@ -233,7 +236,16 @@ class Components:
             ),
             slots=self.slots,
             tracker=self.targets,
+            calendars=self.calendars,
         )
+
+    @cached_property
+    def calendars(self) -> CalendarStore:
+        """The owners' exclusion calendars (the events table), every call retried on throttling."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteCalendars(self.database), self.clock, Random())
+        tables = TableNames.from_resources(self.settings.resource_names)
+        return retrying(DynamoCalendars(self.client_for("dynamodb"), tables), self.clock, Random())
 
     @cached_property
     def callback_links(self) -> CallbackLinks | None:
@@ -357,6 +369,7 @@ class Components:
             secrets=self.header_secrets,
             alert_defaults=self.alert_defaults,
             email=self.email,
+            calendars=self.calendars,
         )
 
     @cached_property

@@ -38,7 +38,7 @@ from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import DYNAMODB_READ, FunctionFactory, FunctionSpec, allow
 from infra.constructs.storage import Storage
 from infra.constructs.targets import target_statements
-from tickwork.resources import DISPATCH, JOBS, RUNS, SLOTS
+from tickwork.resources import DISPATCH, EVENTS, JOBS, RUNS, SLOTS
 
 EXECUTOR_TIMEOUT_SECONDS = 900  # Lambda's maximum; a run's own timeout is enforced inside
 POLLERS_MIN = 2  # SQS provisioned mode: minimum and maximum pollers per mapping (CloudFormation's range)
@@ -198,6 +198,8 @@ class ExecutorFunction(Construct):
             [storage.table(SLOTS).table_arn],
         )
         allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)  # retries and queued overlap runs
+        # A job's exclusion calendars, read at the claim of its scheduled runs (items of the events table).
+        allow(self.function, ("dynamodb:GetItem",), [storage.table(EVENTS).table_arn])
         signing_secret.grant_read(self.function)
         for statement in target_statements(target_arns):
             self.function.add_to_role_policy(statement)

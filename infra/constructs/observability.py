@@ -52,6 +52,7 @@ RUN_COUNTS = (
     "RunsSkipped",
     "RunsMissed",
     "RunsCancelled",
+    "RunsExcluded",
     "RunsQueued",
     "RunsCatchUp",
 )
@@ -65,6 +66,7 @@ REPAIR_COUNTS = (
     "MessagesBeforeTheirRun",
     "DispatchFailures",
     "PlanConflicts",
+    "CalendarsUnread",
 )
 # The watcher (services/watching.py): messages to owners' channels.
 NOTIFICATION_COUNTS = ("NotificationsSent", "NotificationSendFailures")

@@ -213,12 +213,14 @@ RULES_IN_WORDS = (
     ("alerts.*", "this deployment sends no e-mail"),
     ("alerts.*", "another owner's e-mail channel"),
     ("alerts.*", "SNS refuses it"),
+    # Exclusion calendars a job names must be its owner's (state, not shape: created by PUT /calendars).
+    ("calendars*", "create it first"),
 )
 
 
 def _field_matches(field: str, rule: str) -> bool:
-    """`rule` names one field, or every field under one (`prefix.*`)."""
-    return field.startswith(rule[:-1]) if rule.endswith(".*") else field == rule
+    """`rule` names one field, or every field it begins (`prefix.*`, `calendars*`: each item of a list)."""
+    return field.startswith(rule[:-1]) if rule.endswith("*") else field == rule
 
 
 def refusal_the_document_states(case: Any, response: Any) -> str | None:

@@ -9,6 +9,7 @@ import base64
 import re
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -389,6 +390,82 @@ def test_a_jobs_revisions_a_diff_and_a_rollback_in_the_console(
     browser.find_element(By.LINK_TEXT, "Audit log").click()
     until("the audit log", lambda: "v2 is not ready" in find(browser, "table.audit").text)
     assert find(browser, "nav a[aria-current='page']").text == "Audit log"
+
+
+def test_a_calendar_marks_the_next_fires_and_its_runs_are_recorded_excluded(
+    browser: WebDriver, instance: Supervisor
+) -> None:
+    """Issue 33, part 2: a calendar written in the console (a blackout window around now, and a holiday
+    in three days); a job naming it shows its excluded fires marked and its runs recorded `excluded`;
+    a job that stops naming it fires again."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)  # the local instance runs on the wall clock
+    start, end = (
+        (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        (now + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M"),
+    )
+    holiday = (now + timedelta(days=3)).date().isoformat()
+    sign_in(browser, instance, TOKEN)
+    browser.find_element(By.LINK_TEXT, "Calendars").click()
+    until("the calendars page", lambda: find(browser, "h1").text == "Exclusion calendars")
+    find(browser, "#calendar-name").send_keys("blackout")
+    find(browser, "#calendar-description").send_keys("release freeze")
+    find(browser, "#calendar-entries").send_keys(f"{start} {end} deploy window\n{holiday} company holiday")
+    button(browser, "Save calendar").click()
+    until("the calendar's page", lambda: find(browser, "h1").text == "Calendar blackout")
+    assert "release freeze" in find(browser, "main table").text
+    assert "deploy window" in find(browser, "#calendar-entries").get_attribute("value")
+    shot(browser, "calendar")
+
+    status, minutely = instance.call(
+        "POST",
+        "/jobs",
+        {"name": "frozen minutely", "schedule": {"expression": "* * * * *"}, "calendars": ["blackout"],
+         "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
+    )  # fmt: skip
+    assert status == 201, minutely
+    status, daily = instance.call(
+        "POST",
+        "/jobs",
+        {"name": "daily report", "schedule": {"expression": "0 12 * * *"}, "calendars": ["blackout"],
+         "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
+    )  # fmt: skip
+    assert status == 201, daily
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs/{daily['id']}")
+    until("the next 10 fires", lambda: len(browser.find_elements(By.XPATH, FIRES)) == 10)
+    marked = [
+        row.text for row in browser.find_elements(By.XPATH, FIRES) if "excluded by calendar" in row.text
+    ]
+    assert len(marked) == 1 and "company holiday" in marked[0] and holiday in marked[0], marked
+
+    browser.get(f"http://127.0.0.1:{instance.port}/ui#/jobs/{minutely['id']}")
+    # The next ten minutes are inside the window: every one of the next 10 fires is marked.
+    until(
+        "the next 10 fires, all excluded",
+        lambda: (
+            [("deploy window" in row.text) for row in browser.find_elements(By.XPATH, FIRES)] == [True] * 10
+        ),
+    )
+
+    # The ticker plans its fires and the executor claims each at its minute: recorded excluded, not called.
+    def excluded_runs() -> list[dict[str, Any]]:
+        status, page = instance.call("GET", f"/jobs/{minutely['id']}/runs")
+        assert status == 200, page
+        return [run for run in page["items"] if run["state"] == "excluded"]
+
+    wait_until("an excluded run", lambda: bool(excluded_runs()), timeout=150, step=2)
+    assert "deploy window" in excluded_runs()[0]["reason"]
+    browser.refresh()
+    until(
+        "the excluded run on the page", lambda: "excluded by calendar blackout" in find(browser, "#runs").text
+    )
+    shot(browser, "excluded-fires")
+    find(browser, "#job-calendars").clear()
+    button(browser, "Save calendars").click()
+    until(
+        "no calendar",
+        lambda: "deploy window" not in " ".join(row.text for row in browser.find_elements(By.XPATH, FIRES)),
+    )
+    assert find(browser, "#job-calendars").get_attribute("value") == ""
 
 
 def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, instance: Supervisor) -> None:

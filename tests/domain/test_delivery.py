@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tickwork.domain.calendars import Calendar, ExcludedDate
 from tickwork.domain.delivery import (
     BLOCKED_RETRY_WAIT,
     FINISH_WRITES,
@@ -35,6 +36,7 @@ from tickwork.domain.delivery import (
     Outcome,
     PollTarget,
     QueueBehind,
+    ReadCalendars,
     ReadJob,
     ReadRun,
     ReleaseSlots,
@@ -102,6 +104,23 @@ def a_run(job: Job | None = None, **changes: Any) -> Run:
         state=RunState.PLANNED,
     )
     return replace(run, **{"queue_carried": True, **changes})
+
+
+def on_calendars(run: Run) -> Run:
+    return with_view(run, calendars=("us-holidays",))
+
+
+HOLIDAYS = Calendar("alice", "us-holidays", "UTC", dates=(ExcludedDate(FIRE.date(), "holiday"),))
+ELSEWHEN = replace(HOLIDAYS, dates=(ExcludedDate(FIRE.date() + timedelta(days=1)),))
+
+
+def unread_three_times() -> Known:
+    known = claim_on_view(on_calendars(a_run()))
+    for _ in range(3):
+        known = then(known, throttled=TransientStoreError("throttled"))  # the read
+        if isinstance(next_step(known), Hold):
+            known = then(known)  # the wait
+    return known
 
 
 def with_view(run: Run, **changes: Any) -> Run:
@@ -291,6 +310,69 @@ ROWS: list[Row] = [
         lambda: then(claim_on_view(with_view(a_run(), target=None)), job=None),
         EndAttempt,
         {"ended.state": RunState.CANCELLED, "ended.reason": "job deleted", "by_message": False},
+    ),
+    Row(
+        "calendar_read_at_the_claim",
+        "the claim landed, and the job names exclusion calendars: they are read as they are now",
+        lambda: claim_on_view(on_calendars(a_run())),
+        ReadCalendars,
+        {"names": ("us-holidays",), "counts": ()},
+    ),
+    Row(
+        "excluded_fire_ends_without_a_call",
+        "a calendar excludes the fire: the attempt ends `excluded`, the target is not called",
+        lambda: then(claim_on_view(on_calendars(a_run())), calendars=(HOLIDAYS,)),
+        EndAttempt,
+        {"ended.state": RunState.EXCLUDED, "outcome": Outcome.EXCLUDED, "after_target": True},
+    ),
+    Row(
+        "excluded_end_lands",
+        "the excluded end was written",
+        lambda: then(then(claim_on_view(on_calendars(a_run())), calendars=(HOLIDAYS,))),
+        Done,
+        {"outcome": Outcome.EXCLUDED, "counts": ("RunsExcluded",)},
+    ),
+    Row(
+        "calendar_lets_the_fire_run",
+        "no calendar excludes the fire: it starts",
+        lambda: then(claim_on_view(on_calendars(a_run())), calendars=(ELSEWHEN,)),
+        StartTarget,
+        {"counts": ("RunsStarted",), "logs": ()},
+    ),
+    Row(
+        "missing_calendar_excludes_nothing",
+        "the calendar was deleted: nothing excludes the fire, and the log says which is missing",
+        lambda: then(claim_on_view(on_calendars(a_run())), calendars=()),
+        StartTarget,
+        {"counts": ("RunsStarted",), "levels": (logging.WARNING,)},
+    ),
+    Row(
+        "calendar_read_throttled_is_read_again",
+        "the calendar read throttled past the store's retries: the run is claimed, so it is read again",
+        lambda: then(claim_on_view(on_calendars(a_run())), throttled=TransientStoreError("throttled")),
+        Hold,
+        {"then.names": ("us-holidays",), "counts": ("CalendarReadRetries",)},
+    ),
+    Row(
+        "calendar_never_read_runs",
+        "the read throttled three times: an unread calendar excludes nothing, the fire runs (logged)",
+        unread_three_times,
+        StartTarget,
+        {"counts": ("RunsStarted", "CalendarsUnread"), "levels": (logging.ERROR,)},
+    ),
+    Row(
+        "run_now_is_never_excluded",
+        "a run asked for (run now) on a job with calendars: it starts without reading them",
+        lambda: claim_on_view(on_calendars(a_run(trigger=Trigger.MANUAL))),
+        StartTarget,
+    ),
+    Row(
+        "retry_is_not_decided_again",
+        "a retry's claim (attempt 2) on a job with calendars: the fire started once, it is not re-decided",
+        lambda: then(
+            job_read(a_job(calendars=("us-holidays",))), run=running(on_calendars(a_run()), attempt=2)
+        ),
+        StartTarget,
     ),
     Row(
         "no_run_yet_looks_again",
@@ -1412,6 +1494,8 @@ def describe(step: Step) -> str:
         text = f"read the run ({step.why.value})"
     elif isinstance(step, ReadJob):
         text = "read the job" + (" for the target" if step.started is not None else "")
+    elif isinstance(step, ReadCalendars):
+        text = "read the job's calendars"
     elif isinstance(step, ClaimRun):
         on = "the run's view" if step.view is None else "the job's view"
         text = f"claim on {on}"

@@ -177,6 +177,44 @@ def test_backfill_and_preview(instance: Supervisor, target: Target) -> None:
     assert table.exit_code == 0 and "Europe/Berlin" in table.stdout
 
 
+def test_calendars_exclude_a_holiday_across_a_dst_change(instance: Supervisor, target: Target) -> None:
+    """Issue 33, part 2, on the SQLite engine through the CLI: a calendar written from flags, a job naming
+    it, and its preview across the day New York springs forward (23 hourly fires marked)."""
+    made = ok(
+        cli(instance, "calendars", "put", "exchange", "--tz", "America/New_York",
+            "--date", "2027-03-14=spring holiday", "--window", "2027-11-07T01:00/02:00=patching")
+    )  # fmt: skip
+    assert made["version"] == 1 and made["windows"][0]["end"] == "2027-11-07T02:00:00"
+    job = ok(
+        cli(instance, "jobs", "create", "--name", "cli-cal", "--schedule", "0 * * * *",
+            "--tz", "America/New_York", "--http", target.url, "--calendar", "exchange")
+    )  # fmt: skip
+    assert job["calendars"] == ["exchange"]
+    preview = ok(
+        cli(instance, "jobs", "preview", job["id"], "--count", "30", "--after", "2027-03-14T04:59:59Z")
+    )
+    marked = [fire for fire in preview["fires"] if fire["excluded"]]
+    assert len(marked) == 23 and {fire["local"][:10] for fire in marked} == {"2027-03-14"}
+    table = cli(instance, "jobs", "preview", job["id"], "--after", "2027-03-14T04:59:59Z", output="table")
+    assert table.exit_code == 0 and table.stdout.count("excluded by calendar") == 10  # all on the day
+    unsaved = ok(
+        cli(instance, "preview", "30 1 * * *", "--tz", "America/New_York", "--count", "2",
+            "--after", "2027-11-06T12:00:00Z", "--calendar", "exchange")
+    )  # fmt: skip
+    assert [bool(fire["excluded"]) for fire in unsaved["fires"]] == [True, False]
+    assert [c["name"] for c in ok(cli(instance, "calendars", "list"))["items"]] == ["exchange"]
+    stale = cli(
+        instance, "calendars", "put", "exchange", "--tz", "UTC", "--date", "2027-01-01", "--if-match", "0"
+    )
+    assert stale.exit_code == 1 and "412" in stale.stderr
+    assert "2027-03-14" in cli(instance, "calendars", "get", "exchange", output="table").stdout
+    cleared = ok(cli(instance, "jobs", "update", job["id"], "--no-calendars"))
+    assert cleared["calendars"] == []
+    assert ok(cli(instance, "calendars", "delete", "exchange", "--yes")) == {"deleted": "exchange"}
+    refused = cli(instance, "jobs", "update", job["id"], "--calendar", "exchange")
+    assert refused.exit_code == 1 and "calendars[0]" in refused.stderr, (refused.stdout, refused.stderr)
+
+
 def test_apply_creates_then_changes_nothing_then_updates_and_prunes(
     instance: Supervisor, tmp_path: Path
 ) -> None:

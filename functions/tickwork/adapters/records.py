@@ -48,6 +48,7 @@ REMOVABLE_JOB_ATTRIBUTES = (
     "concurrency",
     "alerts",
     "paused_reason",
+    "calendars",
 )
 
 
@@ -118,6 +119,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         # Stored only when set: most jobs keep the default rules and no channel.
         "alerts": alerts_to_mapping(job.alerts) if job.alerts != NO_ALERTS else None,
         "paused_reason": job.paused_reason,
+        "calendars": list(job.calendars) or None,
         "created_at": format_instant_ms(job.created_at),
         "updated_at": format_instant_ms(job.updated_at),
     }
@@ -154,6 +156,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         run_requests=int(item.get("run_requests", 0)),
         alerts=alerts_from_mapping(item["alerts"]) if item.get("alerts") else NO_ALERTS,
         paused_reason=item.get("paused_reason"),
+        calendars=tuple(str(name) for name in item.get("calendars", ())),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
     )
@@ -227,6 +230,7 @@ def job_view_to_item(view: JobView) -> dict[str, Any]:
         "completion": _completion_to_item(view.completion, view.target),
         "heartbeat_seconds": view.heartbeat_seconds,
         "concurrency": concurrency_to_item(view.concurrency),
+        "calendars": list(view.calendars) or None,
     }
     return {k: v for k, v in item.items() if v is not None}
 
@@ -244,6 +248,7 @@ def job_view_from_item(item: Mapping[str, Any]) -> JobView:
         completion=completion_from_item(item.get("completion"), target),
         heartbeat_seconds=_opt_int(item.get("heartbeat_seconds")),
         concurrency=concurrency_from_item(item.get("concurrency")),
+        calendars=tuple(str(name) for name in item.get("calendars", ())),
     )
 
 

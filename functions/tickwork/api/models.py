@@ -38,6 +38,7 @@ from tickwork.domain.alert_rules import (
     alerts_to_mapping,
 )
 from tickwork.domain.alerts import JobEvent
+from tickwork.domain.calendars import CALENDAR_NAME, MAX_CALENDARS_PER_JOB, check_calendar_names
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.jobs import (
     MAX_CALLBACK_TIMEOUT_SECONDS,
@@ -156,6 +157,12 @@ def _integral(value: Any) -> Any:
 
 _INTEGRAL = BeforeValidator(_integral)
 JsonInt = Annotated[int, Strict(), _INTEGRAL]
+CalendarName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=CALENDAR_NAME.pattern)]
+CALENDARS_RULE = (
+    f"Your exclusion calendars (PUT /calendars/{{name}}), at most {MAX_CALENDARS_PER_JOB}: a scheduled fire "
+    "inside one of their dates or windows is recorded `excluded`, not run. Read at each run's claim: a "
+    "calendar's edit counts from then. Runs on request (run now, retry, backfill) are never excluded."
+)
 # An optional bounded one is spelled out, `Annotated[int, Strict(), Field(...), _INTEGRAL] | None`: bounds
 # put on `JsonInt | None` reach the document as pydantic's own `ge`/`le` keys, not minimum/maximum.
 
@@ -641,6 +648,9 @@ class JobCreate(RequestModel):
         description=f"{_ALERTS_RULE} Omitted (or null): the defaults (failures and dead letters on, no "
         "channel: recorded, not sent).",
     )
+    calendars: list[CalendarName] = Field(
+        default_factory=list, max_length=MAX_CALENDARS_PER_JOB, description=CALENDARS_RULE
+    )
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -655,6 +665,7 @@ class JobCreate(RequestModel):
             completion=self.completion,
             heartbeat_seconds=self.heartbeat_seconds,
             alerts=None if self.alerts is None else self.alerts.to_rules(),
+            calendars=check_calendar_names(self.calendars),
         )
 
     def fingerprint(self, secret_refs: Mapping[str, str] | None = None) -> str:
@@ -681,6 +692,8 @@ class JobCreate(RequestModel):
             del body["alerts"]
         if self.policies.concurrency is None:
             del body["policies"]["concurrency"]
+        if not self.calendars:
+            del body["calendars"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -776,6 +789,11 @@ class JobPatchIn(RequestModel):
         "default). Here null sets the defaults back (failures and dead letters on, no channel); omitted, "
         "they stay.",
     )
+    calendars: list[CalendarName] | None = Field(
+        default=None,
+        max_length=MAX_CALENDARS_PER_JOB,
+        description=f"{CALENDARS_RULE} Replaces the list whole ([] names none); omitted, it stays.",
+    )
 
     def to_patch(self) -> JobPatch:
         alerts = self.alerts
@@ -795,6 +813,7 @@ class JobPatchIn(RequestModel):
             alerts=(NO_ALERTS if alerts is None else alerts.to_rules())
             if "alerts" in self.model_fields_set
             else UNSET,
+            calendars=UNSET if self.calendars is None else check_calendar_names(self.calendars),
         )
 
 
@@ -824,6 +843,11 @@ class BackfillIn(RequestModel):
 class SchedulePreviewIn(ScheduleIn):
     count: JsonInt = Field(default=10, ge=1, le=MAX_PREVIEW_COUNT, description="How many fires to list.")
     after: Instant | None = Field(default=None, description="List fires after this instant (default: now).")
+    calendars: list[CalendarName] = Field(
+        default_factory=list,
+        max_length=MAX_CALENDARS_PER_JOB,
+        description="Your calendars to mark the fires they exclude with (a name you have none of: 422).",
+    )
 
 
 # --- responses -------------------------------------------------------------------------------------------
@@ -939,6 +963,7 @@ class JobOut(BaseModel):
         "when it is not paused or its owner paused it."
     )
     resumed_at: datetime | None
+    calendars: list[str] = Field(description=CALENDARS_RULE)
     created_at: datetime
     updated_at: datetime
 
@@ -967,6 +992,7 @@ def job_fields(job: Job) -> dict[str, Any]:
         "paused_at": job.paused_at,
         "paused_reason": job.paused_reason,
         "resumed_at": job.resumed_at,
+        "calendars": list(job.calendars),
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
@@ -1210,10 +1236,15 @@ class FireOut(BaseModel):
     dst: Literal["shifted", "repeated"] | None = Field(
         description="shifted: moved out of a spring-forward gap; repeated: inside a fall-back repeated hour."
     )
+    excluded: str | None = Field(
+        default=None,
+        description="Why one of the job's calendars excludes this fire (it is recorded `excluded`, not run); "
+        "null: it runs.",
+    )
 
     @classmethod
-    def of(cls, fire: FireTime) -> FireOut:
-        return cls(at=fire.at, local=fire.local, dst=fire.dst)
+    def of(cls, fire: FireTime, excluded: str | None = None) -> FireOut:
+        return cls(at=fire.at, local=fire.local, dst=fire.dst, excluded=excluded)
 
 
 class SkippedFireOut(BaseModel):
@@ -1236,7 +1267,7 @@ class PreviewOut(BaseModel):
             expression=result.schedule.expression,
             timezone=result.schedule.timezone,
             description=result.description,
-            fires=[FireOut.of(f) for f in result.fires],
+            fires=[FireOut.of(f, result.excluded.get(f.at)) for f in result.fires],
             skipped=[SkippedFireOut(would_fire_at=f.at, local=f.local) for f in result.skipped],
         )
 

@@ -148,6 +148,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         ("concurrency", concurrency_text(job)),
         ("alerts", json.dumps(job.get("alerts") or {})),
         ("tags", json.dumps(job["tags"])),
+        ("calendars", ", ".join(job.get("calendars") or []) or "-"),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -424,6 +425,9 @@ def _quick_body(
     "-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), help="A job as YAML/JSON."
 )
 @_quick_options
+@click.option(
+    "--calendar", "calendars", multiple=True, help="An exclusion calendar of yours (repeat for more)."
+)
 @click.option("--idempotency-key", help="The same key always names the same job (default: a new one).")
 @click.pass_obj
 @api_call
@@ -439,15 +443,18 @@ def jobs_create(
     timeout: int | None,
     concurrency_key: str | None,
     concurrency_limit: int | None,
+    calendars: tuple[str, ...],
     idempotency_key: str | None,
 ) -> None:
     """Create a job from a file, or from --name, --schedule, --tz and --http (and --completion, --heartbeat,
-    --timeout, --concurrency-key with --concurrency-limit)."""
+    --timeout, --concurrency-key with --concurrency-limit, --calendar)."""
     body = _read_body(file) if file else {}
     if not isinstance(body, dict):
         raise click.UsageError(f"{file}: expected one job (a mapping)")
     body = {**body, **_quick_body(name, expression, timezone, http_url, completion, heartbeat, timeout)}
     body = _with_concurrency(body, concurrency_key, concurrency_limit)
+    if calendars:
+        body["calendars"] = list(calendars)
     missing = [k for k in ("name", "schedule", "target") if k not in body]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}: give -f FILE or --name, --schedule and --http")
@@ -464,6 +471,8 @@ def jobs_create(
 @_quick_options
 @click.option("--no-heartbeat", is_flag=True, help="Remove the heartbeat of a callback job.")
 @click.option("--no-concurrency-key", is_flag=True, help="Remove the job's concurrency key and limit.")
+@click.option("--calendar", "calendars", multiple=True, help="Its exclusion calendars, replacing the list.")
+@click.option("--no-calendars", is_flag=True, help="Name no exclusion calendar any more.")
 @click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
 @click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
@@ -483,6 +492,8 @@ def jobs_update(
     concurrency_limit: int | None,
     no_heartbeat: bool,
     no_concurrency_key: bool,
+    calendars: tuple[str, ...],
+    no_calendars: bool,
     if_match: int | None,
     note: str | None,
 ) -> None:
@@ -504,6 +515,10 @@ def jobs_update(
     body = _with_concurrency(body, concurrency_key, concurrency_limit)
     if no_heartbeat:
         body["heartbeat_seconds"] = None
+    if calendars and no_calendars:
+        raise click.UsageError("give --calendar or --no-calendars, not both")
+    if calendars or no_calendars:
+        body["calendars"] = list(calendars)
     if no_concurrency_key:
         policies = body.get("policies")
         body["policies"] = {**(policies if isinstance(policies, dict) else {}), "concurrency": None}
@@ -918,26 +933,186 @@ def audit(ctx: Context, limit: int, cursor: str | None) -> None:
 # --- preview ---------------------------------------------------------------------------------------------
 
 
+_AFTER = click.option("--after", help="List fires after this instant (ISO 8601, or 2h ago; default: now).")
+_COUNT = click.option("--count", type=click.IntRange(1, 100), default=10, show_default=True)
+
+
 @tickwork.command("preview")
 @click.argument("expression")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--count", type=click.IntRange(1, 100), default=10, show_default=True)
+@_COUNT
+@_AFTER
+@click.option(
+    "--calendar", "calendars", multiple=True, help="Mark the fires this calendar of yours excludes."
+)
 @click.pass_obj
 @api_call
-def preview(ctx: Context, expression: str, timezone: str, count: int) -> None:
-    """The next fires of a cron expression, in UTC and local time, DST transitions marked."""
-    body = {"expression": expression, "timezone": timezone, "count": count}
+def preview(
+    ctx: Context, expression: str, timezone: str, count: int, after: str | None, calendars: tuple[str, ...]
+) -> None:
+    """The next fires of a cron expression, in UTC and local time, DST transitions and excluded fires
+    marked."""
+    body: dict[str, Any] = {"expression": expression, "timezone": timezone, "count": count}
+    if after:
+        body["after"] = _instant(after)
+    if calendars:
+        body["calendars"] = list(calendars)
     result = ctx.client.request("POST", "/schedules/preview", body=body).body
+    ctx.emit(result, lambda: _preview_table(result))
 
-    def table() -> Table:
-        shown = Table(title=f"{result['expression']} ({result['timezone']}): {result['description']}")
-        for column in ("UTC", "LOCAL", "DST"):
-            shown.add_column(column)
-        for fire in result["fires"]:
-            shown.add_row(str(fire["at"]), str(fire["local"]), fire.get("dst") or "")
-        return shown
 
-    ctx.emit(result, table)
+@jobs.command("preview")
+@click.argument("job_id")
+@_COUNT
+@_AFTER
+@click.pass_obj
+@api_call
+def jobs_preview(ctx: Context, job_id: str, count: int, after: str | None) -> None:
+    """A job's next fires; those its calendars exclude are marked (they are recorded `excluded`, not run)."""
+    query = {"count": count, "after": None if after is None else _instant(after)}
+    result = ctx.client.request("GET", f"/jobs/{job_id}/preview", query=query).body
+    ctx.emit(result, lambda: _preview_table(result))
+
+
+def _preview_table(result: Mapping[str, Any]) -> Table:
+    shown = Table(title=f"{result['expression']} ({result['timezone']}): {result['description']}")
+    for column in ("UTC", "LOCAL", "DST", "EXCLUDED"):
+        shown.add_column(column, overflow="fold")
+    for fire in result["fires"]:
+        shown.add_row(str(fire["at"]), str(fire["local"]), fire.get("dst") or "", fire.get("excluded") or "")
+    return shown
+
+
+# --- calendars -------------------------------------------------------------------------------------------
+
+
+@tickwork.group()
+def calendars() -> None:
+    """Exclusion calendars: dates and windows your jobs' scheduled fires skip (each recorded `excluded`)."""
+
+
+def _calendars_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    shown = Table()
+    for column in ("NAME", "TZ", "DATES", "WINDOWS", "VERSION", "DESCRIPTION"):
+        shown.add_column(column, overflow="fold")
+    for item in items:
+        shown.add_row(
+            item["name"],
+            item["timezone"],
+            str(len(item["dates"])),
+            str(len(item["windows"])),
+            str(item["version"]),
+            _short(item["description"]),
+        )
+    return shown
+
+
+def _calendar_detail(item: Mapping[str, Any]) -> Table:
+    shown = Table(title=f"{item['name']} ({item['timezone']}), version {item['version']}")
+    for column in ("EXCLUDES", "LABEL"):
+        shown.add_column(column, overflow="fold")
+    for day in item["dates"]:
+        shown.add_row(str(day["date"]), day["label"])
+    for window in item["windows"]:
+        shown.add_row(f"{window['start']} to {window['end']}", window["label"])
+    return shown
+
+
+@calendars.command("list")
+@click.pass_obj
+@api_call
+def calendars_list(ctx: Context) -> None:
+    """Your calendars."""
+    page = ctx.client.request("GET", "/calendars").body
+    ctx.emit(page, lambda: _calendars_table(page["items"]))
+
+
+@calendars.command("get")
+@click.argument("name")
+@click.pass_obj
+@api_call
+def calendars_get(ctx: Context, name: str) -> None:
+    """One calendar: every date and window it excludes."""
+    item = ctx.client.request("GET", f"/calendars/{name}").body
+    ctx.emit(item, lambda: _calendar_detail(item))
+
+
+def _labelled(text: str) -> dict[str, str]:
+    value, _, label = text.partition("=")
+    return {"value": value.strip(), "label": label.strip()}
+
+
+@calendars.command("put")
+@click.argument("name")
+@click.option(
+    "-f", "--file", "file", type=click.Path(path_type=Path, dir_okay=False), help="The calendar as YAML/JSON."
+)
+@click.option("--tz", "timezone", help="IANA time zone its dates and windows are in.")
+@click.option("--date", "dates", multiple=True, help="A local day to exclude: 2027-12-25[=label] (repeat).")
+@click.option(
+    "--window",
+    "windows",
+    multiple=True,
+    help="Wall-clock START/END to exclude: 2027-11-07T01:00/02:30[=label].",
+)
+@click.option("--description", help="What the calendar is for.")
+@click.option(
+    "--if-match", "if_match", type=int, help="Only if it is still at this version (0: only if new)."
+)
+@click.pass_obj
+@api_call
+def calendars_put(
+    ctx: Context,
+    name: str,
+    file: Path | None,
+    timezone: str | None,
+    dates: tuple[str, ...],
+    windows: tuple[str, ...],
+    description: str | None,
+    if_match: int | None,
+) -> None:
+    """Create a calendar or replace it whole, from a file or --tz with --date and --window. An edit counts
+    at the next claim of each job's runs."""
+    body = _read_body(file) if file else {}
+    if not isinstance(body, dict):
+        raise click.UsageError(f"{file}: expected one calendar (a mapping)")
+    if timezone:
+        body["timezone"] = timezone
+    if description is not None:
+        body["description"] = description
+    if dates:
+        body["dates"] = [{"date": d["value"], "label": d["label"]} for d in map(_labelled, dates)]
+    if windows:
+        body["windows"] = [_window(w) for w in windows]
+    if "timezone" not in body:
+        raise click.UsageError("give --tz (or a file with timezone)")
+    headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
+    item = ctx.client.request("PUT", f"/calendars/{name}", body=body, headers=headers).body
+    ctx.emit(item, lambda: _calendar_detail(item))
+
+
+def _window(text: str) -> dict[str, str]:
+    """START/END[=label]; an END of only a time is on START's day."""
+    given = _labelled(text)
+    start, slash, end = given["value"].partition("/")
+    if not slash or not start or not end:
+        raise click.UsageError(f"--window {text!r}: expected START/END, e.g. 2027-11-07T01:00/02:30")
+    if "T" not in end and "-" not in end:
+        end = f"{start.partition('T')[0]}T{end}"
+    return {"start": start, "end": end, "label": given["label"]}
+
+
+@calendars.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.pass_obj
+@api_call
+def calendars_delete(ctx: Context, name: str, yes: bool) -> None:
+    """Delete a calendar: the jobs that name it run every fire from then on."""
+    if not yes:
+        click.confirm(f"delete calendar {name}? its jobs will run every fire", abort=True, err=True)
+    ctx.client.request("DELETE", f"/calendars/{name}")
+    ctx.emit({"deleted": name}, lambda: f"deleted calendar {name}")
 
 
 def main(argv: Iterable[str] | None = None) -> int:

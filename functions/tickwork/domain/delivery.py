@@ -16,6 +16,7 @@ from enum import Enum, StrEnum
 from random import Random
 
 from tickwork.domain.backoff import backoff_delay
+from tickwork.domain.calendars import Calendar, excludable, exclusion
 from tickwork.domain.callbacks import (
     CallbackLinks,
     CallbackToken,
@@ -34,6 +35,7 @@ from tickwork.domain.execution import (
     cancellation_reason,
     claimable_at,
     claimed,
+    excluded_at_claim,
     is_own_write,
     lease_until,
     recovered_by_message,
@@ -90,6 +92,8 @@ SLOT_LEASE_TOLERANCE = timedelta(seconds=1)
 REWRITES = 3
 # Two claims on the run's view at most: the second with the timeout the refusal showed the view has now.
 CLAIMS_ON_VIEW = 2
+# A claimed run's calendars are read this many times at most when the store throttles (a second apart).
+CALENDAR_READS = 3
 
 
 class Outcome(StrEnum):
@@ -110,6 +114,7 @@ class Outcome(StrEnum):
     ACCEPTED = "accepted"  # a callback run's target took the work (202): it reports to its completion URL
     WAITING_FOR_SLOT = "waiting_for_slot"  # the concurrency bound is full: back in the queue, to ask again
     TRACKING = "tracking"  # a tracked run's work still runs: looked at again later
+    EXCLUDED = "excluded"  # one of the job's calendars excludes the fire: ended at its claim, not called
 
 
 class Why(StrEnum):
@@ -211,6 +216,15 @@ class QueueBehind(Step):
 
     expected: Run
     waiting: Run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadCalendars(Step):
+    """The job's exclusion calendars as they are now (read at the claim: an edit counts from then)."""
+
+    started: Started
+    names: tuple[str, ...]
+    recognised: str | None = None  # `_started`'s: carried to the start that follows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,10 +375,12 @@ class Known:
     released: str | None = None  # an exclusive finish freed the slot for this queued run
     result: TargetResult | None = None
     watched: LeaseWatched | None = None
+    calendars: tuple[Calendar, ...] | None = None  # ReadCalendars: those found (kept, like the job)
     claims_on_view: int = 0
     finish_writes: int = 0  # finish writes after the target answered, tried by this delivery
     rewrites: int = 0  # writes of ours after the call, refused and made again (see _against_heartbeat)
     slot_moves: int = 0  # moves of an accepted attempt's slot lease that throttled
+    calendar_reads: int = 0  # ReadCalendars steps carried out (throttled ones are tried again)
     throttled: TransientStoreError | None = field(default=None, compare=False)
 
     def after(
@@ -379,6 +395,7 @@ class Known:
         released: str | None = None,
         result: TargetResult | None = None,
         watched: LeaseWatched | None = None,
+        calendars: tuple[Calendar, ...] | None = None,
         throttled: TransientStoreError | None = None,
     ) -> Known:
         """What is known once `step` was carried out at `now`, with its results. Each result is the last
@@ -394,12 +411,14 @@ class Known:
             released=released,
             result=result,
             watched=watched,
+            calendars=self.calendars if calendars is None else calendars,
             holding=_holding(self.holding, step, busy=busy, refused=refused, throttled=throttled is not None),
             claims_on_view=self.claims_on_view + int(isinstance(step, ClaimRun) and step.view is None),
             finish_writes=self.finish_writes + int(isinstance(step, EndAttempt) and step.after_target),
             rewrites=self.rewrites
             + int((refused or throttled is not None) and isinstance(step, (EndAttempt, AwaitCallback))),
             slot_moves=self.slot_moves + int(throttled is not None and isinstance(step, ExtendSlots)),
+            calendar_reads=self.calendar_reads + int(isinstance(step, ReadCalendars)),
             throttled=throttled,
         )
 
@@ -460,6 +479,8 @@ def _decide(known: Known) -> Step:
         if isinstance(last, AwaitCallback) and known.finish_writes + known.rewrites < FINISH_WRITES:
             # The target took the work: losing this write would let the claim's lease end and call it again.
             return Hold(until=known.now + FINISH_RETRY_FIRST, then=last, counts=("FinishWriteRetries",))
+        if isinstance(last, ReadCalendars):
+            return _calendars_unread(known, last)
         return _send_back_throttled(known)
     if last is None:
         return _arrived(known)
@@ -475,6 +496,8 @@ def _decide(known: Known) -> Step:
         return _slot_answered(known, last)
     if isinstance(last, QueueBehind):
         return _queue_answered(known, last)
+    if isinstance(last, ReadCalendars):
+        return _calendars_read(known, last)
     if isinstance(last, StartTarget):
         return _target_answered(known, last.started)
     if isinstance(last, EndAttempt):
@@ -845,10 +868,12 @@ def _queue_answered(known: Known, last: QueueBehind) -> Step:
 
 
 def _started(known: Known, started: Started, recognised: str | None = None) -> Step:
-    """The run is this delivery's: count the start, then call its target (read from the job if the
-    view leaves it out)."""
-    started = replace(started, claimed_at=known.now)
+    """The run is this delivery's: unless one of the job's calendars excludes its fire (looked up first),
+    count the start, then call its target (read from the job if the view leaves it out)."""
+    started = replace(started, claimed_at=started.claimed_at or known.now)
     run = started.run
+    if started.view.calendars and known.calendars is None and excludable(run):
+        return ReadCalendars(started=started, names=started.view.calendars, recognised=recognised)
     counts = ("RunsStarted",) + (("Retries",) if run.attempt > 1 else ())
     logs: tuple[Log, ...] = ()
     if recognised is not None:
@@ -863,6 +888,40 @@ def _started(known: Known, started: Started, recognised: str | None = None) -> S
     if target is None:
         return ReadJob(started=started, counts=counts, timings=timings, logs=logs)
     return StartTarget(started=started, target=target, counts=counts, timings=timings, logs=logs)
+
+
+def _calendars_read(known: Known, last: ReadCalendars) -> Step:
+    started, found = last.started, known.calendars or ()
+    reason = exclusion(found, started.run.scheduled_for)
+    missing = sorted(set(last.names) - {calendar.name for calendar in found})
+    logs = () if not missing else (Log(logging.WARNING, f"run {started.run.run_id}: no calendar {missing}"),)
+    if reason is None:
+        step = _started(known, started, last.recognised)
+        return replace(step, logs=(*logs, *step.logs))
+    ended = excluded_at_claim(started.run, reason, known.now)
+    return EndAttempt(
+        expected=started.run,
+        ended=ended,
+        outcome=Outcome.EXCLUDED,
+        after_target=True,  # a claimed attempt's end: refused, it is looked at as a finish is
+        frees_slot=started.exclusive,
+        logs=logs,
+    )
+
+
+def _calendars_unread(known: Known, last: ReadCalendars) -> Step:
+    """The calendars could not be read (throttled past the store's retries) and the run is claimed: sending
+    the message back would leave the claimed attempt to its lease's end and a retry that is never decided
+    again. So the read is tried again shortly while the lease has time; after that the fire runs (at least
+    once: an unread calendar excludes nothing), said in the log and counted."""
+    lease = last.started.run.lease_expires_at
+    wait = known.now + FINISH_RETRY_FIRST
+    if known.calendar_reads < CALENDAR_READS and lease is not None and wait < lease:
+        return Hold(until=wait, then=last, counts=("CalendarReadRetries",))
+    text = f"run {last.started.run.run_id}: calendars {list(last.names)} unread ({known.throttled}): it runs"
+    step = _started(replace(known, calendars=()), last.started, last.recognised)
+    logs = (*step.logs, Log(logging.ERROR, text))
+    return replace(step, counts=(*step.counts, "CalendarsUnread"), logs=logs)
 
 
 def _target_answered(known: Known, started: Started) -> Step:
@@ -913,8 +972,8 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
         logs = (_recognised("finish", ended.run_id),)
     if not last.after_target:
         return Done(outcome=last.outcome, counts=(f"Runs{ended.state.value.capitalize()}",))
-    if ended.state is RunState.SUCCEEDED:
-        counts = (*counts, "RunsSucceeded")
+    if ended.state in (RunState.SUCCEEDED, RunState.EXCLUDED):
+        counts = (*counts, f"Runs{ended.state.value.capitalize()}")
     elif ended.state is RunState.FAILED:
         counts = (*counts, "RunsFailed")
         failure = f"run {ended.run_id} failed after attempt {ended.attempt}: {ended.reason}"
@@ -945,9 +1004,11 @@ def _end_answered(known: Known, last: EndAttempt) -> Step:
 
 def _finished(state: RunState) -> Outcome:
     """A finished attempt's outcome: the run succeeded, waits to retry, or failed."""
-    return {RunState.SUCCEEDED: Outcome.SUCCEEDED, RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED}.get(
-        state, Outcome.FAILED
-    )
+    return {
+        RunState.SUCCEEDED: Outcome.SUCCEEDED,
+        RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
+        RunState.EXCLUDED: Outcome.EXCLUDED,
+    }.get(state, Outcome.FAILED)
 
 
 def _finish_throttled(known: Known, last: EndAttempt) -> Step:

@@ -304,6 +304,17 @@ def terminal(run: Run, state: RunState, reason: str, now: datetime) -> Run:
     return replace(run, state=state, reason=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
 
 
+EXCLUDED_STATUS = "Excluded"
+
+
+def excluded_at_claim(run: Run, reason: str, now: datetime) -> Run:
+    """A claimed first attempt one of the job's calendars excludes: it ends without calling the target,
+    recorded like an attempt (so its end can travel as a `Finish` too), the run `excluded`."""
+    result = TargetResult(ok=False, retryable=False, status=EXCLUDED_STATUS, latency_ms=0, detail=reason)
+    attempts = (*run.attempts, _attempt_record(run, now, result))
+    return replace(terminal(run, RunState.EXCLUDED, reason, now), attempts=attempts, outcome=EXCLUDED_STATUS)
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
     """An attempt's end as its worker computed it after the target answered, carried by a message when the

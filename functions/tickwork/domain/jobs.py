@@ -116,6 +116,7 @@ class JobSpec:
     completion: Completion | None = None  # None: the target's default (targets.default_completion)
     heartbeat_seconds: int | None = None
     alerts: AlertRules | None = None  # None: the owner's default rules (none set: NO_ALERTS)
+    calendars: tuple[str, ...] = ()  # the owner's exclusion calendars (checked to exist by the service)
 
     def __post_init__(self) -> None:
         check_completion(self.target, self.resolved_completion, self.heartbeat_seconds, self.timeout_seconds)
@@ -182,6 +183,7 @@ class JobPatch:
     completion: Completion | _Unset = UNSET
     heartbeat_seconds: int | _Unset | None = UNSET  # None removes it
     alerts: AlertRules | _Unset = UNSET  # replaces the rules and channels whole
+    calendars: tuple[str, ...] | _Unset = UNSET  # replaces the list whole
 
 
 def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
@@ -276,6 +278,7 @@ def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
         heartbeat_seconds=heartbeat_seconds,
         retention_days=_pick(patch.retention_days, job.retention_days),
         alerts=_pick(patch.alerts, job.alerts),
+        calendars=tuple(_pick(patch.calendars, job.calendars)),
         version=job.version + 1,
         updated_at=now,
     )
@@ -385,4 +388,5 @@ def rollback_patch(old: Job) -> JobPatch:
         completion=old.completion,
         heartbeat_seconds=old.heartbeat_seconds,
         alerts=old.alerts,
+        calendars=old.calendars,
     )

@@ -32,6 +32,7 @@ class RunState(StrEnum):
     SKIPPED = "skipped"  # overlap policy said no; the reason says why
     MISSED = "missed"  # missed-fire policy recorded the slot without running it
     CANCELLED = "cancelled"  # job paused, deleted, or the fire left its schedule before the run started
+    EXCLUDED = "excluded"  # the fire fell in one of the job's exclusion calendars (domain/calendars.py)
 
     @property
     def is_terminal(self) -> bool:
@@ -39,7 +40,14 @@ class RunState(StrEnum):
 
 
 TERMINAL_RUN_STATES = frozenset(
-    {RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.MISSED, RunState.CANCELLED}
+    {
+        RunState.SUCCEEDED,
+        RunState.FAILED,
+        RunState.SKIPPED,
+        RunState.MISSED,
+        RunState.CANCELLED,
+        RunState.EXCLUDED,
+    }
 )
 
 
@@ -173,6 +181,9 @@ class Job:
     alerts: AlertRules = NO_ALERTS
     # Why the job is paused when Tickwork paused it (auto-pause after failures in a row); None otherwise.
     paused_reason: str | None = None
+    # The owner's exclusion calendars whose dates and windows this job's scheduled fires skip, recorded
+    # `excluded` (domain/calendars.py); read at the claim of each run, so an edit counts from then.
+    calendars: tuple[str, ...] = ()
 
     @property
     def due_key(self) -> str | None:
@@ -219,6 +230,7 @@ class JobView:
     # The job's concurrency key and limit: the pools a claim on this view takes its slots in (the claim
     # checks it against the message's, as it does the timeout).
     concurrency: Concurrency | None = None
+    calendars: tuple[str, ...] = ()  # the job's exclusion calendars, looked up at the first claim
 
     @classmethod
     def planned(cls, job: Job) -> JobView:
@@ -236,6 +248,7 @@ class JobView:
             job.completion,
             job.heartbeat_seconds,
             policies.concurrency,
+            job.calendars,
         )
 
 

@@ -565,6 +565,11 @@ def _load_zone(key: str) -> ZoneInfo:
         ) from error
 
 
+def load_zone(key: str) -> ZoneInfo:
+    """The IANA zone named `key` (a ValidationError naming `schedule.timezone` if there is none)."""
+    return _load_zone(key)
+
+
 def _offset_at(zone: ZoneInfo, instant: int) -> int:
     offset = datetime.fromtimestamp(instant, zone).utcoffset()
     return 0 if offset is None else offset // _ONE_SECOND

@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Request,
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, HTTPBearer, Tag
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from aws_lambda_powertools.event_handler.openapi.params import Path as PathParam
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
@@ -32,6 +33,7 @@ from pydantic import BaseModel
 
 from tickwork import signing, ui
 from tickwork.api import problems
+from tickwork.api.calendar_models import CalendarIn, CalendarOut, CalendarsOut
 from tickwork.api.models import (
     INSTANT_PATTERN,
     MAX_YEAR,
@@ -63,6 +65,7 @@ from tickwork.api.models import (
     named_target_configs,
 )
 from tickwork.api.problems import ApiProblem
+from tickwork.domain.calendars import CALENDAR_NAME, Calendar, check_calendar_names
 from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Job, JobState, RunState
 from tickwork.domain.requests import MAX_BACKFILL_FIRES
@@ -70,6 +73,7 @@ from tickwork.domain.revisions import MAX_NOTE_CHARS
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers import callback_routes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
+from tickwork.services.calendars import CalendarService
 from tickwork.services.jobs import Author, JobQuery, JobService, ResumeResult
 from tickwork.services.requests import RunRequests
 from tickwork.services.runs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RunQuery, RunService
@@ -134,6 +138,7 @@ def build_app() -> APIGatewayHttpResolver:
             Tag(name="jobs", description="Create, list, edit, pause, resume and delete jobs."),
             Tag(name="runs", description="Run history: one record per scheduled fire."),
             Tag(name="schedules", description="Preview fire times of an expression."),
+            Tag(name="calendars", description="Exclusion calendars: dates and windows jobs do not fire in."),
             Tag(name="service", description="Health and documentation."),
             Tag(name="callbacks", description="What a callback run's target calls: its outcome, heartbeats."),
         ],
@@ -634,10 +639,20 @@ def _tell_resumed(result: ResumeResult) -> None:
     responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(404)},
 )
 def preview_job(
-    job_id: str, request: Request, count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10
+    job_id: str,
+    request: Request,
+    count: Annotated[int, Query(ge=1, le=MAX_PREVIEW_COUNT)] = 10,
+    after: Annotated[
+        datetime | None,
+        Query(
+            description="List fires after this instant (RFC 3339, year 1970-9000; default: now).",
+            json_schema_extra={"pattern": INSTANT_PATTERN},
+        ),
+    ] = None,
 ) -> Response[PreviewOut]:
     owner = current_owner(request)
-    return json_response(PreviewOut.of(jobs().preview(owner, job_id, count)))
+    _check_query_instant("after", after)
+    return json_response(PreviewOut.of(jobs().preview(owner, job_id, count, after)))
 
 
 @router.post(
@@ -650,8 +665,10 @@ def preview_job(
     responses={**ok(PreviewOut, "The next fires."), **problems.problem_responses(400, 413, 415)},
 )
 def preview_schedule(body: SchedulePreviewIn, request: Request) -> Response[PreviewOut]:
-    current_owner(request)  # no identity, no preview (401)
-    result = jobs().preview_schedule(body.to_schedule(), body.count, body.after)
+    owner = current_owner(request)  # no identity, no preview (401)
+    service = jobs()
+    marking = service.calendars_of(owner, check_calendar_names(body.calendars), strict=True)
+    result = service.preview_schedule(body.to_schedule(), body.count, body.after, marking)
     return json_response(PreviewOut.of(result))
 
 
@@ -872,6 +889,92 @@ def set_alert_defaults(body: AlertsIn, request: Request) -> Response[AlertsOut]:
 )
 def delete_alert_defaults(request: Request) -> Response[None]:
     jobs().set_alert_defaults(current_owner(request), None)
+    return Response(status_code=204, body=None)
+
+
+CalendarPath = Annotated[
+    str,
+    PathParam(min_length=1, max_length=64, pattern=CALENDAR_NAME.pattern, description="The calendar's name."),
+]
+CalendarIfMatch = Annotated[
+    str | None,
+    Header(
+        alias="if-match",
+        max_length=200,
+        description='The calendar\'s ETag ("<version>"; "0": only if it does not exist yet); 412 otherwise.',
+    ),
+]
+
+
+def calendars() -> CalendarService:
+    return CalendarService(components().calendars, components().clock)
+
+
+def calendar_response(calendar: Calendar, status: int = 200) -> Response[Any]:
+    return json_response(CalendarOut.of(calendar), status, {"ETag": f'"{calendar.version}"'})
+
+
+@router.get(
+    "/calendars",
+    operation_id="listCalendars",
+    summary="Your exclusion calendars",
+    description='Every calendar you have, by name (docs/api.md, "Exclusion calendars").',
+    tags=["calendars"],
+    responses={**ok(CalendarsOut, "Your calendars."), **problems.problem_responses(422)},
+)
+def list_calendars(request: Request) -> Response[CalendarsOut]:
+    found = calendars().list(current_owner(request))
+    return json_response(CalendarsOut(items=[CalendarOut.of(c) for c in found]))
+
+
+@router.get(
+    "/calendars/<name>",
+    operation_id="getCalendar",
+    summary="One exclusion calendar",
+    tags=["calendars"],
+    responses={**ok(CalendarOut, "The calendar.", etag_header=True), **problems.problem_responses(404, 422)},
+)
+def get_calendar(name: CalendarPath, request: Request) -> Response[CalendarOut]:
+    return calendar_response(calendars().get(current_owner(request), name))
+
+
+@router.put(
+    "/calendars/<name>",
+    operation_id="putCalendar",
+    summary="Create or replace an exclusion calendar",
+    description="Dates (whole local days) and windows (wall-clock times) in one IANA zone. A scheduled fire "
+    "of a job naming the calendar that falls inside one is recorded `excluded` with the entry's label, not "
+    "run. Jobs read it at each run's claim: an edit counts from the next claim. 201 when created.",
+    tags=["calendars"],
+    responses={
+        **ok(CalendarOut, "Replaced.", etag_header=True),
+        **ok(CalendarOut, "Created.", status=201, etag_header=True),
+        **problems.problem_responses(400, 412, 415, 422),
+    },
+)
+def put_calendar(
+    name: CalendarPath, body: CalendarIn, request: Request, if_match: CalendarIfMatch = None
+) -> Response[CalendarOut]:
+    expected = None
+    if if_match is not None and if_match.strip() != "*":
+        match = _ETAG.match(if_match)
+        if match is None:
+            raise ApiProblem(HTTPStatus.PRECONDITION_FAILED, f"If-Match {if_match!r} names no version")
+        expected = int(match.group(1))
+    written = calendars().put(body.to_calendar(current_owner(request), name), expected)
+    return calendar_response(written.calendar, 201 if written.created else 200)
+
+
+@router.delete(
+    "/calendars/<name>",
+    operation_id="deleteCalendar",
+    summary="Delete an exclusion calendar",
+    description="Jobs that name it run every fire from then on (a missing calendar excludes nothing).",
+    tags=["calendars"],
+    responses={204: {"description": "Deleted.", "content": {}}, **problems.problem_responses(404, 422)},
+)
+def delete_calendar(name: CalendarPath, request: Request) -> Response[None]:
+    calendars().delete(current_owner(request), name)
     return Response(status_code=204, body=None)
 
 

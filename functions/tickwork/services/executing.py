@@ -23,6 +23,7 @@ from tickwork.domain.delivery import (
     Outcome,
     PollTarget,
     QueueBehind,
+    ReadCalendars,
     ReadJob,
     ReadRun,
     ReleaseSlots,
@@ -41,11 +42,10 @@ from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreE
 from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetInvoker, TargetTracker
-from tickwork.services.ports import Carrier, Dispatcher, Metrics, RunStore, SlotStore
+from tickwork.services.ports import CalendarReader, Carrier, Dispatcher, Metrics, RunStore, SlotStore
 from tickwork.services.sweeping import watched_lease
 
 __all__ = ["Executor", "ExecutorConfig", "Outcome"]
-
 logger = logging.getLogger(__name__)
 
 
@@ -70,10 +70,11 @@ class Executor:
         rng: Random | None = None,
         slots: SlotStore | None = None,
         tracker: TargetTracker | None = None,
+        calendars: CalendarReader | None = None,
     ) -> None:
         self._store, self._invoker, self._dispatcher = store, invoker, dispatcher
         self._clock, self._metrics, self._config = clock, metrics, config
-        self._rng, self._slots, self._tracker = rng or Random(), slots, tracker
+        self._rng, self._slots, self._tracker, self._calendars = rng or Random(), slots, tracker, calendars
         if (slots is None) != (config.limits is None):
             raise ValueError("the concurrency bound needs both a SlotStore and its limits")
 
@@ -119,6 +120,10 @@ class Executor:
         if isinstance(step, ReadJob):
             job = store.get_job(known.message.job_id)
             return known.after(step, clock.now(), job=job)
+        if isinstance(step, ReadCalendars):
+            assert self._calendars is not None, "a job names calendars and this executor reads none"
+            found = self._calendars.get_calendars(step.started.run.owner, step.names)
+            return known.after(step, clock.now(), calendars=tuple(found.values()))
         if isinstance(step, StartTarget):
             result = self._invoker.invoke(*step.call(self._config.callbacks))
             return known.after(step, clock.now(), result=result)

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, ChannelKind, address_key
+from tickwork.domain.calendars import Calendar, exclusion
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
     ConflictError,
@@ -70,7 +71,14 @@ from tickwork.domain.secrets import (
 )
 from tickwork.domain.targets import validate_target
 from tickwork.services.planning import DEFAULT_LOOKAHEAD
-from tickwork.services.ports import AlertDefaults, Dispatcher, EmailChannel, ManagedJobStore, RevisionReader
+from tickwork.services.ports import (
+    AlertDefaults,
+    CalendarReader,
+    Dispatcher,
+    EmailChannel,
+    ManagedJobStore,
+    RevisionReader,
+)
 from tickwork.services.runs import decode_cursor, encode_cursor, plausible_id
 
 logger = logging.getLogger(__name__)
@@ -183,6 +191,8 @@ class SchedulePreview:
     description: str
     fires: tuple[FireTime, ...]
     skipped: tuple[FireTime, ...]  # dst_gap=skip: wall-clock times a spring-forward gap swallowed
+    # Fires one of the job's calendars excludes (as the calendars are now), with why.
+    excluded: Mapping[datetime, str] = field(default_factory=dict)
 
 
 class JobService:
@@ -196,6 +206,7 @@ class JobService:
         secrets: HeaderSecretStore | None = None,
         alert_defaults: AlertDefaults | None = None,
         email: EmailChannel | None = None,
+        calendars: CalendarReader | None = None,
     ) -> None:
         self._store = store
         self._dispatcher = dispatcher
@@ -205,6 +216,7 @@ class JobService:
         self._secrets = secrets  # where secret header values go (None: a job may not have any)
         self._alert_defaults = alert_defaults  # each owner's default rules (None: NO_ALERTS for all)
         self._email = email  # e-mail channels' subscriptions (None: no e-mail channel may be set)
+        self._calendars = calendars  # the owners' exclusion calendars (None: a job may not name any)
 
     # --- create ------------------------------------------------------------------------------------
 
@@ -360,6 +372,7 @@ class JobService:
         self, owner: str, spec: JobSpec, job_id: str, fingerprint: str | None, by: Author | None = None
     ) -> Job:
         self._check_grant(owner, spec.target)
+        self.calendars_of(owner, spec.calendars, strict=True)
         alerts = spec.alerts if spec.alerts is not None else self.alert_defaults(owner)
         self._check_channels(owner, alerts)
         quotas = self._config.quotas
@@ -387,6 +400,7 @@ class JobService:
             heartbeat_seconds=spec.heartbeat_seconds,
             retention_days=spec.retention_days,
             alerts=alerts,
+            calendars=spec.calendars,
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)
@@ -434,13 +448,38 @@ class JobService:
         next_cursor = encode_cursor({"job_id": after}, scope) if more and after is not None else None
         return JobPage(tuple(jobs), next_cursor)
 
-    def preview(self, owner: str, job_id: str, count: int) -> SchedulePreview:
-        return self.preview_schedule(self.get(owner, job_id).schedule, count)
+    def preview(self, owner: str, job_id: str, count: int, after: datetime | None = None) -> SchedulePreview:
+        job = self.get(owner, job_id)
+        return self.preview_schedule(
+            job.schedule, count, after, calendars=self.calendars_of(owner, job.calendars)
+        )
+
+    def calendars_of(self, owner: str, names: Sequence[str], *, strict: bool = False) -> tuple[Calendar, ...]:
+        """The owner's calendars named, in order. `strict` (a job write): a ValidationError naming the
+        first that does not exist; otherwise (a preview) a calendar deleted since is left out, as the
+        claim leaves it out."""
+        if not names:
+            return ()
+        if self._calendars is None:
+            raise ValidationError("calendars", "this deployment keeps no calendars")
+        found = self._calendars.get_calendars(owner, names)
+        for index, name in enumerate(names):
+            if strict and name not in found:
+                raise ValidationError(
+                    f"calendars[{index}]",
+                    f"no calendar named '{name}': create it first (PUT /calendars/{name})",
+                )
+        return tuple(found[name] for name in names if name in found)
 
     def preview_schedule(
-        self, schedule: Schedule, count: int, after: datetime | None = None
+        self,
+        schedule: Schedule,
+        count: int,
+        after: datetime | None = None,
+        calendars: Sequence[Calendar] = (),
     ) -> SchedulePreview:
-        """The next `count` fires after `after` (default now), and for dst_gap=skip the ones skipped."""
+        """The next `count` fires after `after` (default now), for dst_gap=skip the ones skipped, and the
+        ones `calendars` exclude (each still listed: it keeps its slot, recorded `excluded`)."""
         start = self._clock.now() if after is None else after
         fires = tuple(preview(schedule, start, count))
         skipped: tuple[FireTime, ...] = ()
@@ -448,7 +487,8 @@ class JobService:
             twin = preview(replace(schedule, dst_gap=DstGapPolicy.SHIFT), start, _PREVIEW_SHIFT_WINDOW)
             last = fires[-1].at if len(fires) == count else None
             skipped = tuple(f for f in twin if f.dst == "shifted" and (last is None or f.at <= last))
-        return SchedulePreview(schedule, describe_schedule(schedule), fires, skipped)
+        excluded = {fire.at: why for fire in fires if (why := exclusion(calendars, fire.at)) is not None}
+        return SchedulePreview(schedule, describe_schedule(schedule), fires, skipped, excluded)
 
     # --- edit --------------------------------------------------------------------------------------
 
@@ -508,6 +548,8 @@ class JobService:
                 self._check_grant(owner, edited.target)
             if edited.schedule != job.schedule:
                 self._config.quotas.check_schedule(edited.schedule)
+            if edited.calendars != job.calendars:
+                self.calendars_of(owner, edited.calendars, strict=True)
             if edited.alerts != job.alerts:
                 self._check_channels(owner, edited.alerts)
                 self._subscribe(owner, edited.alerts, job.alerts)

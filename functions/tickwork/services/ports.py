@@ -9,6 +9,7 @@ from typing import Protocol
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.audit import AuditedJob
+from tickwork.domain.calendars import Calendar
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
@@ -357,6 +358,29 @@ class AlertDefaults(Protocol):
 
     def set_defaults(self, owner: str, rules: AlertRules | None) -> None:
         """Store the owner's defaults (None: remove them)."""
+        ...
+
+
+class CalendarReader(Protocol):
+    """The owner's exclusion calendars, as the executor and the job service read them."""
+
+    def get_calendars(self, owner: str, names: Sequence[str]) -> dict[str, Calendar]:
+        """Strongly consistent: the named calendars that exist (a name not found is left out)."""
+        ...
+
+
+class CalendarStore(CalendarReader, Protocol):
+    """Exclusion calendars: one item each in the owner's scope of the events table."""
+
+    def list_calendars(self, owner: str) -> list[Calendar]: ...
+
+    def put_calendar(self, calendar: Calendar) -> None:
+        """Write the calendar at its version: version 1 must not exist yet, version n replaces n - 1
+        (VersionMismatchError otherwise: another write came first)."""
+        ...
+
+    def delete_calendar(self, owner: str, name: str) -> bool:
+        """False if there was none."""
         ...
 
 

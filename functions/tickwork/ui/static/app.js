@@ -11,6 +11,9 @@ const state = {
 
 // --- small helpers -------------------------------------------------------------------------------------
 
+// Run states that never change again.
+const TERMINAL = ["succeeded", "failed", "skipped", "missed", "cancelled", "excluded"];
+
 function h(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
@@ -511,6 +514,82 @@ async function auditView(params) {
       page.next_cursor ? h("a", { href: `#/audit?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older entries") : null));
 }
 
+// --- exclusion calendars --------------------------------------------------------------------------------
+
+// One line per entry: `2027-12-25 Christmas` (a date) or `2027-11-07T01:00 2027-11-07T02:00 patching` (a window).
+function entriesText(calendar) {
+  return [...calendar.dates.map((d) => `${d.date} ${d.label}`.trim()),
+    ...calendar.windows.map((w) => `${w.start.slice(0, 16)} ${w.end.slice(0, 16)} ${w.label}`.trim())].join("\n");
+}
+
+function parsedEntries(text) {
+  const dates = [];
+  const windows = [];
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const [first, second, ...rest] = line.split(/\s+/);
+    if (second && /^\d{4}-\d\d-\d\dT/.test(second)) windows.push({ start: first, end: second, label: rest.join(" ") });
+    else dates.push({ date: first, label: [second, ...rest].filter(Boolean).join(" ") });
+  }
+  return { dates, windows };
+}
+
+async function calendarsView(name) {
+  const live = alive();
+  const [list, current] = await Promise.all([
+    api("GET", "/calendars"),
+    name ? api("GET", `/calendars/${encodeURIComponent(name)}`) : Promise.resolve(null),
+  ]);
+  const calendar = current ? current.body : null;
+  const nameInput = h("input", { id: "calendar-name", name: "name", value: name || "", required: true,
+    autocomplete: "off", pattern: "[a-z0-9][a-z0-9_\\-]{0,63}", readonly: calendar ? true : null });
+  const zone = h("input", { id: "calendar-timezone", name: "timezone", value: calendar ? calendar.timezone : "UTC",
+    required: true, autocomplete: "off" });
+  const description = h("input", { id: "calendar-description", name: "description",
+    value: calendar ? calendar.description : "", autocomplete: "off" });
+  const entries = h("textarea", { id: "calendar-entries", name: "entries", rows: "8", cols: "60", spellcheck: "false" },
+    calendar ? entriesText(calendar) : "");
+  const form = h("form", { onsubmit: async (event) => {
+    event.preventDefault();
+    const body = { timezone: zone.value.trim(), description: description.value.trim(), ...parsedEntries(entries.value) };
+    const target = nameInput.value.trim();
+    try {
+      await api("PUT", `/calendars/${encodeURIComponent(target)}`, { body,
+        headers: { "If-Match": calendar ? current.headers.get("ETag") : '"0"' } });
+      flash(`Saved ${target}: its jobs' runs see it at their next claim.`);
+      if (name === target) await rerender(`Saved ${target}.`, "Save calendar");
+      else go(`#/calendars/${encodeURIComponent(target)}`);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) {
+        say(`422: ${error.fieldErrors().map((e) => `${e.field}: ${e.message}`).join("; ") || error.message}`, "error");
+      } else failed(error);
+    }
+  } },
+  h("div", { class: "filters" }, field("calendar-name", "Name", nameInput), field("calendar-timezone", "Time zone", zone),
+    field("calendar-description", "Description", description)),
+  field("calendar-entries", "Excluded: one per line, a date (2027-12-25 Christmas) or a window of wall-clock times " +
+    "(2027-11-07T01:00 2027-11-07T02:00 patching)", entries),
+  h("div", { class: "actions" }, h("button", { type: "submit" }, "Save calendar"),
+    calendar ? act("Delete calendar", async () => {
+      await api("DELETE", `/calendars/${encodeURIComponent(name)}`);
+      flash(`Deleted ${name}: jobs that named it run every fire.`);
+      go("#/calendars");
+    }, "danger") : null));
+  if (!live()) return;
+  view(calendar ? `Calendar ${calendar.name}` : "Exclusion calendars",
+    h("p", { class: "muted" }, "A scheduled fire inside one of a calendar's dates or windows is recorded excluded, " +
+      "not run. Jobs read their calendars at each run's claim: an edit counts from the next claim."),
+    list.body.items.length
+      ? h("table", {}, h("thead", {}, h("tr", {}, ["Name", "Time zone", "Dates", "Windows", "Version", "Description"]
+        .map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, list.body.items.map((c) => h("tr", {},
+        h("td", {}, h("a", { href: `#/calendars/${encodeURIComponent(c.name)}` }, c.name)), h("td", {}, c.timezone),
+        h("td", {}, c.dates.length), h("td", {}, c.windows.length), h("td", {}, c.version), h("td", {}, c.description)))))
+      : h("p", { class: "muted" }, "No calendars yet."),
+    h("h2", {}, calendar ? `Edit ${calendar.name} (version ${calendar.version})` : "New calendar"),
+    calendar ? h("p", {}, h("a", { href: "#/calendars" }, "New calendar")) : null,
+    form);
+}
+
 async function jobView(jobId) {
   const live = alive();
   const path = `/jobs/${encodeURIComponent(jobId)}`;
@@ -582,8 +661,22 @@ async function jobView(jobId) {
     } catch (error) { failed(error); }
   } }, h("div", { class: "filters" }, ...editor.fields, save), editor.preview);
 
-  const fires = preview.body.fires.map((f) => h("tr", {}, h("td", {}, when(f.at)), h("td", {}, f.local),
-    h("td", {}, f.dst ? h("span", { class: "dst" }, f.dst === "shifted" ? "shifted by a DST gap" : "in a repeated DST hour") : "")));
+  const fires = preview.body.fires.map((f) => h("tr", { class: f.excluded ? "excluded" : null },
+    h("td", {}, when(f.at)), h("td", {}, f.local),
+    h("td", {}, f.dst ? h("span", { class: "dst" }, f.dst === "shifted" ? "shifted by a DST gap" : "in a repeated DST hour") : ""),
+    h("td", {}, f.excluded ? h("span", { class: "excluded" }, f.excluded) : "")));
+  // The job's exclusion calendars, replaced whole (an empty field names none).
+  const calendarNames = h("input", { id: "job-calendars", name: "calendars", value: job.calendars.join(", "),
+    autocomplete: "off", placeholder: "us-holidays, freeze" });
+  const calendarsForm = h("form", { onsubmit: async (event) => {
+    event.preventDefault();
+    const names = calendarNames.value.split(",").map((n) => n.trim()).filter(Boolean);
+    try {
+      await api("PATCH", path, { body: { calendars: names }, headers: fenced });
+      await rerender("Calendars saved.", "Save calendars");
+    } catch (error) { failed(error); }
+  } }, h("div", { class: "filters" }, field("job-calendars", "Exclusion calendars (comma-separated)", calendarNames),
+    h("button", { type: "submit" }, "Save calendars")));
   const unhealthy = events.body.channel_health.filter((c) => !c.healthy);
   const definition = [
     ["State", h("span", { class: `state ${job.state}` }, job.state,
@@ -596,6 +689,9 @@ async function jobView(jobId) {
     ["Concurrency", job.policies.concurrency
       ? `at most ${job.policies.concurrency.limit} at once of key ${job.policies.concurrency.key}` : "–"],
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
+    ["Calendars", job.calendars.length
+      ? job.calendars.map((c, i) => [i ? ", " : "", h("a", { href: `#/calendars/${encodeURIComponent(c)}` }, c)])
+      : "–"],
     ["Alerts", alertsText(job.alerts)],
     ...unhealthy.map((c) => ["Unhealthy channel", h("span", { class: "unhealthy" },
       `${c.channel} since ${when(c.since)}: ${c.detail}`)]),
@@ -605,8 +701,9 @@ async function jobView(jobId) {
   view(job.name, actions,
     h("dl", { class: "def" }, definition.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("h2", {}, "Edit the schedule"), editForm,
+    h("h2", {}, "Exclusion calendars"), calendarsForm,
     h("h2", {}, "Next 10 fires"),
-    h("table", {}, h("thead", {}, h("tr", {}, ["UTC", `Local (${job.schedule.timezone})`, "DST"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, fires)),
+    h("table", { class: "fires" }, h("thead", {}, h("tr", {}, ["UTC", `Local (${job.schedule.timezone})`, "DST", "Excluded"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, fires)),
     h("h2", { id: "events-heading" }, "Events"),
     events.body.items.length ? eventsTable(events.body.items, false) : h("p", { class: "muted" }, "Nothing to tell yet."),
     h("h2", { id: "revisions-heading" }, "Revisions"),
@@ -622,7 +719,8 @@ function showRuns(jobId, area, items) {
     h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(r.id)}` }, when(r.timings.scheduled_for))),
     h("td", {}, runState(r)),
     h("td", {}, r.trigger), h("td", {}, r.attempt), h("td", {}, when(r.timings.started_at)),
-    h("td", {}, ms(r.timings.start_delay_ms)), h("td", {}, r.outcome || r.reason || "")));
+    h("td", {}, ms(r.timings.start_delay_ms)),
+    h("td", {}, (r.state === "excluded" ? r.reason : r.outcome || r.reason) || "")));
   area.replaceChildren(
     h("h2", {}, "Start delay and duration"), chart(items),
     h("h2", { id: "runs-heading" }, "Runs"),
@@ -657,7 +755,8 @@ async function runView(jobId, runId) {
   const steps = [
     h("li", {}, h("strong", {}, "planned "), when(t.planned_at), ` for ${when(t.scheduled_for)} (due ${when(t.due_at)})`),
     ...run.attempts.map((a) => h("li", { class: a.ok ? "ok" : "failed" },
-      h("strong", {}, `attempt ${a.attempt} `), a.ok ? (run.completion === "delivery" ? "delivered" : "succeeded") : "failed",
+      h("strong", {}, `attempt ${a.attempt} `),
+      a.ok ? (run.completion === "delivery" ? "delivered" : "succeeded") : (a.status === "Excluded" ? "excluded, not called" : "failed"),
       ` at ${when(a.finished_at)}`,
       h("div", { class: "muted" }, `worker ${a.worker || "–"} · status ${a.status} · ${ms(a.latency_ms)}`),
       a.detail ? h("div", {}, a.detail) : null)),
@@ -685,7 +784,7 @@ async function runView(jobId, runId) {
         ["Outcome", run.outcome || "–"], ["Reason", run.reason || "–"]].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: "actions" }, retry),
     h("h2", {}, "Timeline"), h("ol", { class: "timeline" }, steps));
-  if (!["succeeded", "failed", "skipped", "missed", "cancelled"].includes(run.state)) later(() => render(true), 2000);
+  if (!TERMINAL.includes(run.state)) later(() => render(true), 2000);
 }
 
 async function failedView(params) {
@@ -809,6 +908,7 @@ async function render(quiet) {
     else if (parts[0] === "failed") await failedView(params);
     else if (parts[0] === "events") await eventsView(params);
     else if (parts[0] === "audit") await auditView(params);
+    else if (parts[0] === "calendars" && parts.length <= 2) await calendarsView(parts[1]);
     else if (parts[0] === "health") await healthView();
     else if (parts[0] === "signin") { go("#/jobs"); return; }
     else view("Not found", h("p", {}, "No such page. ", h("a", { href: "#/jobs" }, "Your jobs")));
