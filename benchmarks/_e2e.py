@@ -164,9 +164,16 @@ class LocalSettings:
 class LocalTickwork:
     """`python -m tickwork.cli local ...` in a fresh state dir; `stop()` sends SIGINT like Ctrl-C."""
 
-    def __init__(self, state_dir: Path, settings: LocalSettings, source: Path | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        settings: LocalSettings,
+        source: Path | None = None,
+        roles: str = "api,executor,ticker,sweeper",
+    ) -> None:
         self.state_dir = state_dir
         self.settings = settings
+        self.roles = roles  # no watcher unless asked for (it works on bulk actions and sends alerts)
         # Another checkout's `functions/` to run instead of this one (a baseline measured side by side).
         self.source = source
         self.port = free_port()
@@ -187,7 +194,7 @@ class LocalTickwork:
             "--status-interval",
             "3600",
             "--roles",
-            "api,executor,ticker,sweeper",
+            self.roles,
             *self.settings.args(),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TICKWORK_"))}

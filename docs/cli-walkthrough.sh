@@ -20,4 +20,8 @@ tickwork audit                                                    # every write 
 tickwork calendars put holidays --tz Europe/Berlin --date 2027-12-25=Christmas   # an exclusion calendar
 tickwork jobs update "$JOB" --calendar holidays                   # its fires on Christmas: recorded excluded
 tickwork jobs preview "$JOB" --after 2027-12-24T22:50:00Z --count 3  # the excluded fires marked
+tickwork jobs update "$JOB" --group backups                       # one group per job (default: default)
+tickwork groups                                                   # your groups, their jobs by state
+tickwork jobs pause --group backups --note "storage move" --until +2h   # every job of it; back in 2 h
+tickwork jobs resume --group backups --note "moved early"         # one request, with a progress bar
 tickwork jobs delete "$JOB" --yes --note "replaced by the new backup job"

@@ -88,6 +88,7 @@ class TickworkStack(Stack):
             "Watcher",
             factory=self.factory,
             storage=self.storage,
+            dispatch=self.dispatch,
             scheduler=self.scheduler,
             signing_secret=self.signing.secret,
             target_arns=target_arns,

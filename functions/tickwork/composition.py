@@ -12,6 +12,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from tickwork.adapters.dynamodb.bulk import DynamoBulkActions
 from tickwork.adapters.dynamodb.calendars import DynamoCalendars
 from tickwork.adapters.dynamodb.events import DynamoAlertDefaults, DynamoEventLog, DynamoRevisions
 from tickwork.adapters.dynamodb.slots import DynamoSlots
@@ -20,6 +21,7 @@ from tickwork.adapters.dynamodb.stream import DynamoStreamFeed
 from tickwork.adapters.email import SnsEmail
 from tickwork.adapters.lambda_mappings import LambdaPollerControl
 from tickwork.adapters.secrets import SecretsManagerHeaderSecrets, header_secrets_prefix, signing_secrets
+from tickwork.adapters.sqlite.bulk import SqliteBulkActions
 from tickwork.adapters.sqlite.calendars import SqliteCalendars
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.events import (
@@ -43,12 +45,14 @@ from tickwork.domain.secrets import HeaderSecretStore
 from tickwork.domain.slots import SlotLimits
 from tickwork.resources import RUNS, SLOTS
 from tickwork.services.auditing import AUDIT_THREADS, AuditConfig, Auditor
+from tickwork.services.bulk import BulkService
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
 from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
 from tickwork.services.ports import (
     AlertDefaults,
+    BulkStore,
     CalendarStore,
     EmailChannel,
     EventLog,
@@ -58,6 +62,7 @@ from tickwork.services.ports import (
     SlotStore,
 )
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
+from tickwork.services.requests import RunRequests
 from tickwork.services.retrying import retrying
 from tickwork.services.revisions import RevisionService
 from tickwork.services.sweeping import Sweeper
@@ -310,6 +315,20 @@ class Components:
             return SqliteRunChangeFeed(self.database)
         runs = self.settings.resource_names.table(RUNS)
         return DynamoStreamFeed(self.client_for("dynamodb"), self.client_for("dynamodbstreams"), runs)
+
+    @cached_property
+    def bulk_actions(self) -> BulkStore:
+        """Bulk actions' records (the events table), every call retried on throttling."""
+        if self.settings.engine == "sqlite":
+            return retrying(SqliteBulkActions(self.database), self.clock, Random())
+        tables = TableNames.from_resources(self.settings.resource_names)
+        return retrying(DynamoBulkActions(self.client_for("dynamodb"), tables), self.clock, Random())
+
+    def bulk_service(self) -> BulkService:
+        requests = RunRequests(self.store, self.dispatcher, self.clock, self.settings.owner_quotas)
+        return BulkService(
+            self.bulk_actions, self.job_service(), self.store, self.store, requests, self.clock
+        )
 
     def watcher(self) -> Watcher:
         jobs = self.job_service()

@@ -36,6 +36,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 
 from constructs import Construct
+from infra.constructs.dispatch import Dispatch
 from infra.constructs.functions import FunctionFactory, FunctionSpec, allow
 from infra.constructs.scheduler import Scheduler
 from infra.constructs.storage import Storage
@@ -63,6 +64,7 @@ class Watcher(Construct):
         *,
         factory: FunctionFactory,
         storage: Storage,
+        dispatch: Dispatch,
         scheduler: Scheduler,
         signing_secret: secretsmanager.ISecret,
         target_arns: tuple[str, ...],
@@ -123,6 +125,7 @@ class Watcher(Construct):
             {},
         )
         self._grant(storage, signing_secret, target_arns)
+        self._grant_bulk(storage, dispatch)
         # E-mail channels: a topic per address (adapters/email.py), under this name prefix.
         self.email_topic_prefix = Stack.of(self).format_arn(
             service="sns", resource=f"{factory.prefix}-mail-", arn_format=ArnFormat.NO_RESOURCE_NAME
@@ -140,6 +143,18 @@ class Watcher(Construct):
             ("sns:CreateTopic", "sns:TagResource", "sns:ListTagsForResource", "sns:Subscribe"),
             [self.email_topics],
         )
+
+    def _grant_bulk(self, storage: Storage, dispatch: Dispatch) -> None:
+        """The minutely pass works on due bulk actions (services/bulk.py): the owner's jobs a page at a time
+        (the keys-only `by_owner` index, then one BatchGetItem); a pause or resume is a job write (the job,
+        its runs' views, the runs a resume plans, its revision) whose immediate fires are sent; a retry of
+        failed runs reads them from the `failed_runs` index and sends each again."""
+        jobs, runs = storage.table(JOBS), storage.table(RUNS)
+        allow(self.function, ("dynamodb:Query",), [storage.index_arn(JOBS, "by_owner")])
+        allow(self.function, ("dynamodb:Query",), [storage.index_arn(RUNS, "failed_runs")])
+        allow(self.function, ("dynamodb:BatchGetItem",), [jobs.table_arn])
+        allow(self.function, ("dynamodb:PutItem",), [runs.table_arn])
+        allow(self.function, ("sqs:SendMessage",), dispatch.queue_arns)
 
     def _grant(
         self, storage: Storage, signing_secret: secretsmanager.ISecret, target_arns: tuple[str, ...]

@@ -468,6 +468,41 @@ def test_a_calendar_marks_the_next_fires_and_its_runs_are_recorded_excluded(
     assert find(browser, "#job-calendars").get_attribute("value") == ""
 
 
+def test_a_group_paused_and_resumed_from_the_groups_page(browser: WebDriver, instance: Supervisor) -> None:
+    """Issue 33, part 1: the groups page counts each group's jobs by state; one click (with the note it
+    requires) pauses the whole group and shows the action's progress; another resumes it."""
+    for i in range(6):
+        status, job = instance.call(
+            "POST",
+            "/jobs",
+            {"name": f"etl {i}", "schedule": {"expression": "0 4 * * *"}, "group": "etl",
+             "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
+        )  # fmt: skip
+        assert status == 201, job
+    sign_in(browser, instance, TOKEN)
+    browser.find_element(By.LINK_TEXT, "Groups").click()
+    until("the groups page", lambda: find(browser, "h1").text == "Groups")
+    row = "//table[contains(@class,'groups')]//tr[td[1][.='etl']]"
+    until(
+        "the etl group",
+        lambda: browser.find_element(By.XPATH, row).text.split()[:4] == ["etl", "6", "6", "0"],
+    )
+    button(browser, "Pause etl").click()
+    until("the note asked for", lambda: "Say why" in find(browser, "#status").text)
+    find(browser, "#bulk-note").send_keys("warehouse migration")
+    button(browser, "Pause etl").click()
+    until("paused", lambda: browser.find_element(By.XPATH, row).text.split()[:4] == ["etl", "6", "0", "6"])
+    assert "6 changed" in find(browser, "#status").text
+    assert "warehouse migration" in find(browser, "table.bulk").text
+    shot(browser, "groups")
+    find(browser, "#bulk-note").send_keys("done")
+    button(browser, "Resume etl").click()
+    until("resumed", lambda: browser.find_element(By.XPATH, row).text.split()[:4] == ["etl", "6", "6", "0"])
+    browser.find_element(By.XPATH, f"{row}/td[1]/a").click()
+    until("the group's jobs", lambda: len(browser.find_elements(By.CSS_SELECTOR, "main table tbody tr")) == 6)
+    assert find(browser, "#filter-group").get_attribute("value") == "etl"
+
+
 def test_a_second_owner_sees_none_of_the_first_owners_jobs(browser: WebDriver, instance: Supervisor) -> None:
     status, job = instance.call(
         "POST",

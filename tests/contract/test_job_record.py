@@ -40,7 +40,8 @@ def test_every_attribute_a_job_record_may_leave_out_is_removed_by_an_edit() -> N
         alerts=AlertRules(on_failure=False),
         paused_reason="failed 5 times in a row",
         calendars=("holidays",),
+        group="nightly",
     )
     left_out = set(job_to_item(full)) - set(job_to_item(bare))
     assert left_out <= set(REMOVABLE_JOB_ATTRIBUTES), left_out - set(REMOVABLE_JOB_ATTRIBUTES)
-    assert "calendars" in left_out
+    assert {"calendars", "job_group"} <= left_out

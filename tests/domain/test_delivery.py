@@ -114,6 +114,11 @@ HOLIDAYS = Calendar("alice", "us-holidays", "UTC", dates=(ExcludedDate(FIRE.date
 ELSEWHEN = replace(HOLIDAYS, dates=(ExcludedDate(FIRE.date() + timedelta(days=1)),))
 
 
+def after_an_attempt(status: str) -> Run:
+    record = {"attempt": 1, "worker": WORKER, "ok": False, "status": status, "latency_ms": 0, "detail": ""}
+    return replace(on_calendars(a_run()), attempts=(record,))
+
+
 def unread_three_times() -> Known:
     known = claim_on_view(on_calendars(a_run()))
     for _ in range(3):
@@ -368,11 +373,52 @@ ROWS: list[Row] = [
     ),
     Row(
         "retry_is_not_decided_again",
-        "a retry's claim (attempt 2) on a job with calendars: the fire started once, it is not re-decided",
+        "a retry's claim (attempt 2) on a job with calendars: its target answered once, it is not re-decided",
         lambda: then(
-            job_read(a_job(calendars=("us-holidays",))), run=running(on_calendars(a_run()), attempt=2)
+            job_read(a_job(calendars=("us-holidays",))), run=running(after_an_attempt("500"), attempt=2)
         ),
         StartTarget,
+    ),
+    Row(
+        "retry_after_a_silent_end_decides_again",
+        "a retry after an attempt that ended by its lease (the worker died after its claim): decided again",
+        lambda: then(
+            job_read(a_job(calendars=("us-holidays",))),
+            run=running(after_an_attempt("LeaseExpired"), attempt=2),
+        ),
+        ReadCalendars,
+    ),
+    Row(
+        "requested_retry_is_never_excluded",
+        "a retry its owner asked for (a cancelled run, never started): it starts without reading calendars",
+        lambda: claim_on_view(replace(on_calendars(a_run()), retry_requested=True)),
+        StartTarget,
+    ),
+    Row(
+        "overlap_job_reads_calendars_before_the_slot",
+        "an overlap queue job with calendars: they are read before its run takes the job's one slot",
+        lambda: refused_claim(on_calendars(a_run(a_job(policies=Policies(overlap=OverlapPolicy.QUEUE))))),
+        ReadCalendars,
+        {"started": None},
+    ),
+    Row(
+        "excluded_before_the_slot_ends_unclaimed",
+        "its fire is excluded: it ends `excluded` unclaimed, and no running or waiting slot is taken",
+        lambda: then(
+            refused_claim(on_calendars(a_run(a_job(policies=Policies(overlap=OverlapPolicy.QUEUE))))),
+            calendars=(HOLIDAYS,),
+        ),
+        EndAttempt,
+        {"ended.state": RunState.EXCLUDED, "after_target": False, "ended.attempt": 0},
+    ),
+    Row(
+        "not_excluded_takes_the_slot",
+        "its fire is not excluded: it takes the slot as any overlap run",
+        lambda: then(
+            refused_claim(on_calendars(a_run(a_job(policies=Policies(overlap=OverlapPolicy.QUEUE))))),
+            calendars=(ELSEWHEN,),
+        ),
+        TakeSlot,
     ),
     Row(
         "no_run_yet_looks_again",

@@ -57,6 +57,7 @@ from tickwork.domain.targets import Invocation, validate_target
 from tickwork.handlers import executor, runtime, sweeper, ticker, watcher
 from tickwork.resources import RUNS
 from tickwork.services.executing import Executor, ExecutorConfig
+from tickwork.services.jobs import Author
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -976,3 +977,97 @@ def test_a_missing_grant_is_reported_with_its_resource(base: Components, default
         f"sqs:ReceiveMessage on {_arn('sqs', f'{prefix}-dispatch-0')} (sqs:ReceiveMessage)",
         f"sqs:SendMessage on {_arn('sqs', 'elsewhere')} (sqs:SendMessage)",
     ]
+
+
+class TimedContext(LambdaContext):
+    """A context that says how long the invocation has left (the watcher's bulk pass uses what is left)."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+def test_the_watcher_role_grants_bulk_pauses_resumes_and_retries(base: Components, default: Synth) -> None:
+    """Issue 33, part 1: the minutely pass works on due bulk actions: a pause, a resume (it plans and sends
+    the resumed jobs' next fires) and a retry of failed runs (a request record, the run, its message)."""
+    from tickwork.domain.bulk import BulkKind, Selector
+    from tickwork.services.bulk import BulkRequest
+
+    minutely = base.job_service().create(
+        OWNER, JobSpec(name="m", schedule=parse_schedule("* * * * *"), target=validate_target("http", {
+            "url": "https://h.example.com/x"}), group="etl")
+    )  # fmt: skip
+    paused = create_job(base, "http", {"url": "https://h.example.com/y"}, group="etl")
+    base.job_service().pause(OWNER, paused, by=Author(OWNER, "x"))
+    failed = create_job(base, "http", {"url": "https://h.example.com/z"}, group="etl")
+    job = base.store.get_job(failed)
+    assert job is not None
+    fire = FIRE - timedelta(minutes=10)
+    run = Run.for_fire(job, fire, now=fire, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    base.store.restore_runs([run])
+    running = replace(run, state=RunState.RUNNING, attempt=1, started_at=fire, lease_owner="w")
+    base.store.transition_run(run, running)
+    base.store.transition_run(
+        running, replace(running, state=RunState.FAILED, finished_at=fire, lease_owner=None)
+    )
+    bulk = base.bulk_service()
+    etl = Selector(group="etl")
+    for request in (
+        BulkRequest(BulkKind.PAUSE, Selector(group="etl", tags={"none": "x"}), "nothing matches"),
+        BulkRequest(BulkKind.RESUME, etl, "back"),
+        BulkRequest(BulkKind.RETRY_FAILED, etl, "again", runs_from=fire - timedelta(hours=1), runs_to=ANCHOR),
+    ):
+        bulk.start(OWNER, OWNER, request, None, lambda: f"{request.kind}")  # noqa: B023 (called at once)
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    runtime.reset_for_tests(parts)
+    with recorder.recording():
+        report = watcher.handler({}, TimedContext())
+    assert report["bulk_done"] >= 2, report
+    assert base.store.get_job(paused).state.value == "active"  # type: ignore[union-attr]
+    assert base.store.get_run(failed, fire).state is RunState.RETRY_WAIT  # type: ignore[union-attr]
+    assert minutely.job_id
+    missing = missing_grants(default, "watcher", recorder.calls)
+    assert missing == [], "\n".join(missing)
+
+
+def test_the_api_and_executor_roles_grant_calendars_and_bulk_actions(
+    base: Components, default: Synth, hook_url: str
+) -> None:
+    """Issue 33, parts 1 and 2: the API writes, lists and deletes calendars and starts and reads bulk
+    actions (their first slice of work included); the executor reads a job's calendars at its claim."""
+    recorder = Recorder()
+    parts = recording_components(base, recorder)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+    call = Api(parts, parts.clock)
+    holiday = {"timezone": "UTC", "dates": [{"date": FIRE.date().isoformat(), "label": "holiday"}]}
+    with recorder.recording():
+        assert call("PUT", "/calendars/h", body=holiday).status == 201
+        assert call("GET", "/calendars").status == 200 and call("GET", "/calendars/h").status == 200
+        body = job_body(schedule={"expression": "*/5 * * * *"}, calendars=["h"], group="g",
+                        target={"kind": "http", "config": {"url": f"{hook_url}/ok"}})  # fmt: skip
+        created = call("POST", "/jobs", body=body)
+        assert created.status == 201, created.body
+        assert call("GET", "/groups").status == 200
+        started = call("POST", "/bulk-actions", body={"action": "pause", "group": "g", "note": "x"})
+        assert started.status == 202 and started.body["progress"]["changed"] == 1, started.body
+        started = call("POST", "/bulk-actions", body={"action": "resume", "group": "g", "note": "x"})
+        assert started.status == 202 and started.body["progress"]["changed"] == 1, started.body
+        assert call("GET", "/bulk-actions").status == 200
+        assert call("GET", f"/bulk-actions/{started.body['id']}").status == 200
+    assert missing_grants(default, "api", recorder.calls) == []
+
+    plan(base)
+    run = planned_run(base, created.body["id"])
+    executing = Recorder()
+    parts = recording_components(base, executing)
+    runtime.reset_for_tests(parts)
+    assert isinstance(parts.clock, FakeClock)
+    parts.clock.set(RUN_AT)
+    with executing.recording():
+        response = executor.handler(sqs_event([run], base.settings.dispatch_queue_urls), LambdaContext())
+    assert response == {"batchItemFailures": []}
+    assert planned_run(base, created.body["id"]).state is RunState.EXCLUDED
+    call_after = Api(parts, parts.clock)
+    assert call_after("DELETE", "/calendars/h").status == 204
+    assert missing_grants(default, "executor", executing.calls) == []

@@ -215,6 +215,41 @@ def test_calendars_exclude_a_holiday_across_a_dst_change(instance: Supervisor, t
     assert refused.exit_code == 1 and "calendars[0]" in refused.stderr, (refused.stdout, refused.stderr)
 
 
+def test_a_group_paused_and_resumed_with_one_command_each(instance: Supervisor, target: Target) -> None:
+    """Issue 33, part 1, on the SQLite engine through the CLI: jobs in a group, counted; one command
+    pauses the group (a progress bar, then what it did), again changes nothing; a maintenance window."""
+    made = [
+        ok(cli(instance, "jobs", "create", "--name", f"cli-g{i}", "--schedule", "0 3 * * *",
+               "--http", target.url, "--group", "cli-nightly"))
+        for i in range(12)
+    ]  # fmt: skip
+    assert {job["group"] for job in made} == {"cli-nightly"}
+    groups = {g["name"]: g for g in ok(cli(instance, "groups"))["items"]}
+    assert groups["cli-nightly"] == {"name": "cli-nightly", "jobs": 12, "active": 12, "paused": 0}
+    shown = cli(instance, "jobs", "pause", "--group", "cli-nightly", "--note", "db migration", output="table")
+    assert shown.exit_code == 0, shown.output
+    assert "12 changed, 0 unchanged, 0 failed" in shown.stdout and "done in" in shown.stdout
+    assert "pause" in shown.stderr  # the progress bar
+    again = ok(cli(instance, "jobs", "pause", "--group", "cli-nightly", "--note", "db migration"))
+    assert again["state"] == "done" and again["progress"]["unchanged"] == 12
+    listed = ok(cli(instance, "jobs", "list", "--all", "--group", "cli-nightly"))["items"]
+    assert [job["state"] for job in listed] == ["paused"] * 12
+    resumed = ok(cli(instance, "jobs", "resume", "--group", "cli-nightly", "--note", "migrated"))
+    assert resumed["progress"]["changed"] == 12
+    window = ok(cli(instance, "jobs", "pause", "--group", "cli-nightly", "--note", "move", "--until", "+1h"))
+    assert window["resume_action"] and window["progress"]["changed"] == 12
+    scheduled = ok(cli(instance, "bulk", "get", window["resume_action"]))
+    assert scheduled["state"] == "scheduled" and scheduled["maintenance_of"] == window["id"]
+    assert window["id"] in [a["id"] for a in ok(cli(instance, "bulk", "list"))["items"]]
+    retried = ok(
+        cli(instance, "runs", "retry-failed", "--group", "cli-nightly", "--from", "1h", "--note", "back")
+    )
+    assert retried["state"] == "done" and retried["progress"]["matched"] == 0
+    both = cli(instance, "jobs", "pause", made[0]["id"], "--group", "cli-nightly", "--note", "x")
+    assert both.exit_code == 2 and "not both" in both.output
+    ok(cli(instance, "jobs", "resume", "--group", "cli-nightly", "--note", "done"))
+
+
 def test_apply_creates_then_changes_nothing_then_updates_and_prunes(
     instance: Supervisor, tmp_path: Path
 ) -> None:

@@ -27,12 +27,12 @@ from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import NotFoundError, ValidationError, VersionMismatchError
 from tickwork.domain.jobs import JobPatch, JobSpec
-from tickwork.domain.models import Job, Run, RunState
+from tickwork.domain.models import Job, OverlapPolicy, Policies, Run, RunState
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import validate_target
 from tickwork.services.calendars import CalendarService
 from tickwork.services.executing import Executor, ExecutorConfig
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.planning import Planner
 from tickwork.services.requests import RunRequests
 
@@ -202,3 +202,52 @@ def test_a_calendar_write_is_fenced_by_its_version(engine: Engine) -> None:
         engine.calendars.put_calendar(replace(holidays(HOLIDAY), version=2))
     assert [c.name for c in service.list("alice")] == ["us-holidays"] and service.list("bob") == []
     assert service.get("alice", "us-holidays").dates[1].day == date(2027, 12, 25)
+
+
+def test_an_excluded_fire_of_an_overlap_queue_job_takes_no_slot(engine: Engine) -> None:
+    """The run before the holiday is still running when the holiday's first fire comes: that fire is
+    excluded without waiting behind it, so the fire after the holiday is not skipped for it."""
+    CalendarService(engine.calendars, engine.clock).put(holidays(HOLIDAY))
+    schedule = parse_schedule("0 * * * *", "America/New_York")
+    spec = JobSpec(name="queued", schedule=schedule, target=TARGET, calendars=("us-holidays",),
+                   policies=Policies(overlap=OverlapPolicy.QUEUE))  # fmt: skip
+    job = engine.jobs().create("alice", spec)
+    planner = Planner(engine.store, engine.dispatcher, engine.clock)
+    before = datetime(2027, 3, 13, 23, tzinfo=NEW_YORK).astimezone(UTC)  # the hour before the holiday
+    for tick in (EVENING_BEFORE, before):  # the ticker's passes: 22:00 is planned, then 23:00
+        engine.clock.set(tick - timedelta(seconds=30))
+        planner.plan(job.shard)
+    engine.clock.set(before)
+    executor = engine.executor()
+    engine.invoker.during_call = lambda: claim_during(engine, executor, job, before + timedelta(hours=1))
+    executor.execute(RunMessage.for_run(engine.run(job, before)))
+    assert engine.run(job, before).state is RunState.SUCCEEDED
+    excluded = engine.run(job, before + timedelta(hours=1))
+    assert excluded.state is RunState.EXCLUDED and excluded.attempt == 0  # unclaimed: no slot taken
+
+
+def claim_during(engine: Engine, executor: Executor, job: Job, fire: datetime) -> None:
+    """While the first run holds the job's slot: plan the next fire and deliver it."""
+    engine.clock.set(fire - timedelta(seconds=30))
+    Planner(engine.store, engine.dispatcher, engine.clock).plan(job.shard)
+    engine.clock.set(fire)
+    executor.execute(RunMessage.for_run(engine.run(job, fire)))
+
+
+def test_a_retry_its_owner_asks_for_is_not_excluded(engine: Engine) -> None:
+    service = CalendarService(engine.calendars, engine.clock)
+    job = hourly(engine, calendars=())
+    engine.clock.set(EVENING_BEFORE - timedelta(seconds=30))
+    Planner(engine.store, engine.dispatcher, engine.clock).plan(job.shard)
+    engine.jobs().pause("alice", job.job_id, by=Author("alice", "quiet"))
+    assert engine.claim(job, EVENING_BEFORE).state is RunState.CANCELLED  # paused: cancelled at the claim
+    engine.jobs().resume("alice", job.job_id)
+    service.put(holidays(date(2027, 3, 13)))
+    engine.jobs().update("alice", job.job_id, JobPatch(calendars=("us-holidays",)))
+    [asked] = (
+        RunRequests(engine.store, engine.dispatcher, engine.clock)
+        .retry("alice", job.job_id, engine.run(job, EVENING_BEFORE).run_id)
+        .runs
+    )
+    engine.executor().execute(RunMessage.for_run(asked))
+    assert engine.run(job, EVENING_BEFORE).state is RunState.SUCCEEDED  # asked for: never excluded

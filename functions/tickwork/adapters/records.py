@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tickwork.domain.alert_rules import NO_ALERTS, alerts_from_mapping, alerts_to_mapping
+from tickwork.domain.bulk import DEFAULT_GROUP
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
     Completion,
@@ -49,6 +50,7 @@ REMOVABLE_JOB_ATTRIBUTES = (
     "alerts",
     "paused_reason",
     "calendars",
+    "job_group",
 )
 
 
@@ -120,6 +122,8 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "alerts": alerts_to_mapping(job.alerts) if job.alerts != NO_ALERTS else None,
         "paused_reason": job.paused_reason,
         "calendars": list(job.calendars) or None,
+        # Stored only when named: most jobs stay in the default group ("group" is a DynamoDB reserved word).
+        "job_group": job.group if job.group != DEFAULT_GROUP else None,
         "created_at": format_instant_ms(job.created_at),
         "updated_at": format_instant_ms(job.updated_at),
     }
@@ -157,6 +161,7 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         alerts=alerts_from_mapping(item["alerts"]) if item.get("alerts") else NO_ALERTS,
         paused_reason=item.get("paused_reason"),
         calendars=tuple(str(name) for name in item.get("calendars", ())),
+        group=str(item.get("job_group", DEFAULT_GROUP)),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
     )
@@ -313,6 +318,7 @@ def run_to_item(run: Run) -> dict[str, Any]:
         "tracking": run.tracking,
         "previous_slot": _opt_instant(run.previous_slot),
         "next_slot": _opt_instant(run.next_slot),
+        "retry_requested": True if run.retry_requested else None,
     }
     if run.state is RunState.FAILED and run.owner and run.finished_at is not None:
         item["failed_key"] = failed_key(run.owner, run.run_id)
@@ -365,6 +371,7 @@ def run_from_item(item: Mapping[str, Any]) -> Run:
         tracking=None if item.get("tracking") is None else str(item["tracking"]),
         previous_slot=_opt_parse(item.get("previous_slot")),
         next_slot=_opt_parse(item.get("next_slot")),
+        retry_requested=bool(item.get("retry_requested", False)),
     )
 
 

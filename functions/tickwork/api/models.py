@@ -38,6 +38,7 @@ from tickwork.domain.alert_rules import (
     alerts_to_mapping,
 )
 from tickwork.domain.alerts import JobEvent
+from tickwork.domain.bulk import DEFAULT_GROUP, GROUP_NAME
 from tickwork.domain.calendars import CALENDAR_NAME, MAX_CALENDARS_PER_JOB, check_calendar_names
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.jobs import (
@@ -158,6 +159,8 @@ def _integral(value: Any) -> Any:
 _INTEGRAL = BeforeValidator(_integral)
 JsonInt = Annotated[int, Strict(), _INTEGRAL]
 CalendarName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=CALENDAR_NAME.pattern)]
+GroupName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=GROUP_NAME.pattern)]
+GROUP_RULE = "The one group the job belongs to (default `default`): what bulk actions and GET /groups select."
 CALENDARS_RULE = (
     f"Your exclusion calendars (PUT /calendars/{{name}}), at most {MAX_CALENDARS_PER_JOB}: a scheduled fire "
     "inside one of their dates or windows is recorded `excluded`, not run. Read at each run's claim: a "
@@ -651,6 +654,7 @@ class JobCreate(RequestModel):
     calendars: list[CalendarName] = Field(
         default_factory=list, max_length=MAX_CALENDARS_PER_JOB, description=CALENDARS_RULE
     )
+    group: GroupName = Field(default=DEFAULT_GROUP, description=GROUP_RULE)
 
     def to_spec(self) -> JobSpec:
         return JobSpec(
@@ -666,6 +670,7 @@ class JobCreate(RequestModel):
             heartbeat_seconds=self.heartbeat_seconds,
             alerts=None if self.alerts is None else self.alerts.to_rules(),
             calendars=check_calendar_names(self.calendars),
+            group=self.group,
         )
 
     def fingerprint(self, secret_refs: Mapping[str, str] | None = None) -> str:
@@ -694,6 +699,8 @@ class JobCreate(RequestModel):
             del body["policies"]["concurrency"]
         if not self.calendars:
             del body["calendars"]
+        if self.group == DEFAULT_GROUP:
+            del body["group"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -794,6 +801,7 @@ class JobPatchIn(RequestModel):
         max_length=MAX_CALENDARS_PER_JOB,
         description=f"{CALENDARS_RULE} Replaces the list whole ([] names none); omitted, it stays.",
     )
+    group: GroupName | None = Field(default=None, description=f"{GROUP_RULE} Omitted, it stays.")
 
     def to_patch(self) -> JobPatch:
         alerts = self.alerts
@@ -814,6 +822,7 @@ class JobPatchIn(RequestModel):
             if "alerts" in self.model_fields_set
             else UNSET,
             calendars=UNSET if self.calendars is None else check_calendar_names(self.calendars),
+            group=_given(self.group),
         )
 
 
@@ -964,6 +973,7 @@ class JobOut(BaseModel):
     )
     resumed_at: datetime | None
     calendars: list[str] = Field(description=CALENDARS_RULE)
+    group: str = Field(description=GROUP_RULE)
     created_at: datetime
     updated_at: datetime
 
@@ -993,6 +1003,7 @@ def job_fields(job: Job) -> dict[str, Any]:
         "paused_reason": job.paused_reason,
         "resumed_at": job.resumed_at,
         "calendars": list(job.calendars),
+        "group": job.group,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }

@@ -122,6 +122,7 @@ def comparable(job: Mapping[str, Any]) -> dict[str, Any]:
         "heartbeat_seconds": job.get("heartbeat_seconds"),
         "alerts": dict(job.get("alerts") or alerts_to_mapping(NO_ALERTS)),
         "calendars": list(job.get("calendars") or []),
+        "group": job.get("group", "default"),
     }
 
 

@@ -149,6 +149,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         ("alerts", json.dumps(job.get("alerts") or {})),
         ("tags", json.dumps(job["tags"])),
         ("calendars", ", ".join(job.get("calendars") or []) or "-"),
+        ("group", job.get("group") or "default"),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -307,13 +308,16 @@ def jobs() -> None:
 @jobs.command("list")
 @click.option("--state", type=click.Choice(["active", "paused"]))
 @click.option("--tag", help="key=value")
+@click.option("--group", help="Only this group's jobs.")
 @click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
 @click.option("--all", "every", is_flag=True, help="Every page, not only the first.")
 @click.pass_obj
 @api_call
-def jobs_list(ctx: Context, state: str | None, tag: str | None, limit: int, every: bool) -> None:
+def jobs_list(
+    ctx: Context, state: str | None, tag: str | None, group: str | None, limit: int, every: bool
+) -> None:
     """The caller's jobs in id order."""
-    query = {"state": state, "tag": tag}
+    query = {"state": state, "tag": tag, "group": group}
     if every:
         items = list(ctx.client.pages("/jobs", query))
         ctx.emit({"items": items}, lambda: _jobs_table(items))
@@ -428,6 +432,7 @@ def _quick_body(
 @click.option(
     "--calendar", "calendars", multiple=True, help="An exclusion calendar of yours (repeat for more)."
 )
+@click.option("--group", help="The group it belongs to (default: default).")
 @click.option("--idempotency-key", help="The same key always names the same job (default: a new one).")
 @click.pass_obj
 @api_call
@@ -444,6 +449,7 @@ def jobs_create(
     concurrency_key: str | None,
     concurrency_limit: int | None,
     calendars: tuple[str, ...],
+    group: str | None,
     idempotency_key: str | None,
 ) -> None:
     """Create a job from a file, or from --name, --schedule, --tz and --http (and --completion, --heartbeat,
@@ -455,6 +461,8 @@ def jobs_create(
     body = _with_concurrency(body, concurrency_key, concurrency_limit)
     if calendars:
         body["calendars"] = list(calendars)
+    if group:
+        body["group"] = group
     missing = [k for k in ("name", "schedule", "target") if k not in body]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}: give -f FILE or --name, --schedule and --http")
@@ -473,6 +481,7 @@ def jobs_create(
 @click.option("--no-concurrency-key", is_flag=True, help="Remove the job's concurrency key and limit.")
 @click.option("--calendar", "calendars", multiple=True, help="Its exclusion calendars, replacing the list.")
 @click.option("--no-calendars", is_flag=True, help="Name no exclusion calendar any more.")
+@click.option("--group", help="Move it to this group.")
 @click.option("--if-match", "if_match", type=int, help="Only if the job is still at this version.")
 @click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
 @click.pass_obj
@@ -494,6 +503,7 @@ def jobs_update(
     no_concurrency_key: bool,
     calendars: tuple[str, ...],
     no_calendars: bool,
+    group: str | None,
     if_match: int | None,
     note: str | None,
 ) -> None:
@@ -519,6 +529,8 @@ def jobs_update(
         raise click.UsageError("give --calendar or --no-calendars, not both")
     if calendars or no_calendars:
         body["calendars"] = list(calendars)
+    if group:
+        body["group"] = group
     if no_concurrency_key:
         policies = body.get("policies")
         body["policies"] = {**(policies if isinstance(policies, dict) else {}), "concurrency": None}
@@ -552,26 +564,182 @@ def _state_change(action: str) -> Callable[[Context, str, int | None, str | None
     return change
 
 
+_BULK_OPTIONS = [
+    click.option(
+        "--group", help="Every job of yours in this group (one request: tickwork bulk get ID follows it)."
+    ),
+    click.option(
+        "--tag", "tags", multiple=True, help="Every job of yours with this tag, key=value (repeat)."
+    ),
+    click.option("--idempotency-key", help="The same key always names the same bulk action."),
+]
+
+
+def _bulk_options(command: F) -> F:
+    for option in reversed(_BULK_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _selector(group: str | None, tags: tuple[str, ...]) -> dict[str, Any]:
+    pairs = [tag.partition("=") for tag in tags]
+    if any(not sep or not key for key, sep, _ in pairs):
+        raise click.UsageError("--tag takes key=value")
+    body: dict[str, Any] = {"tags": {key: value for key, _, value in pairs}}
+    if group:
+        body["group"] = group
+    return body
+
+
+def _one_or_many(job_id: str | None, group: str | None, tags: tuple[str, ...]) -> bool:
+    """True for a bulk action (--group or --tag), False for one job; a usage error for neither or both."""
+    many = bool(group or tags)
+    if many == (job_id is not None):
+        raise click.UsageError("give a JOB_ID, or --group and/or --tag (not both)")
+    return many
+
+
+def _run_bulk(ctx: Context, body: dict[str, Any], key: str | None) -> None:
+    """Start a bulk action and follow it to its end: a progress bar over your jobs (or, in JSON, the
+    action as it ended)."""
+    headers = {"Idempotency-Key": key or f"cli-{uuid.uuid4()}"}
+    action = ctx.client.request("POST", "/bulk-actions", body=body, headers=headers).body
+    total = None
+    if body["action"] != "retry_failed":
+        total = ctx.client.request("GET", "/groups").body["scanned"]  # every job of yours is looked at
+    started = time.monotonic()
+    if ctx.output == "json":
+        action = _follow(ctx, action, lambda _: None)
+    else:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=False) as bar:
+            task = bar.add_task(body["action"], total=total)
+
+            def show(current: Mapping[str, Any]) -> None:
+                p = current["progress"]
+                done = f"{p['changed']} changed, {p['unchanged']} same, {p['failed']} failed"
+                text = f"{body['action']}: {done}"
+                bar.update(task, completed=p["scanned"], description=text)
+
+            action = _follow(ctx, action, show)
+            if total is None:
+                bar.update(task, total=action["progress"]["scanned"])
+    took = time.monotonic() - started
+    ctx.emit(action, lambda: _bulk_detail(action, took))
+
+
+# A running action whose progress has not moved for this long is left: something is not working on it.
+STALLED_SECONDS = 180.0
+
+
+def _follow(ctx: Context, action: Mapping[str, Any], show: Callable[[Mapping[str, Any]], None]) -> Any:
+    """Read the action again every half second until it is done (a scheduled one is answered as it is)."""
+    show(action)
+    moved = time.monotonic()
+    while action["state"] == "running":
+        time.sleep(0.5)
+        before = action["progress"]
+        action = ctx.client.request("GET", f"/bulk-actions/{action['id']}").body
+        show(action)
+        if action["progress"] != before:
+            moved = time.monotonic()
+        elif time.monotonic() - moved > STALLED_SECONDS:
+            raise click.ClickException(
+                f"bulk action {action['id']} has not moved for {STALLED_SECONDS:.0f} s: is the watcher "
+                f"running? It goes on from where it stopped: tickwork bulk get {action['id']} --wait"
+            )
+    return action
+
+
+def _bulk_detail(action: Mapping[str, Any], took: float | None = None) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    p = action["progress"]
+    selector = " ".join([f"group={action['group']}"] if action["group"] else [])
+    selector += "".join(f" {k}={v}" for k, v in action["tags"].items())
+    rows = [
+        ("id", action["id"]),
+        ("action", f"{action['action']} of {selector.strip()}"),
+        ("state", action["state"] + (f" in {took:.1f} s" if took and action["state"] == "done" else "")),
+        ("note", action["note"]),
+        ("jobs", f"{p['scanned']} looked at, {p['matched']} selected: {p['changed']} changed, "
+                 f"{p['unchanged']} unchanged, {p['failed']} failed"),
+    ]  # fmt: skip
+    if action.get("resume_action"):
+        rows.append(("resumes", f"at {action['resume_at']} ({action['resume_action']})"))
+    rows.extend(("failure", failure) for failure in p["failures"])
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
 @jobs.command("pause")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
+@_bulk_options
+@click.option("--until", help="With --group/--tag: a maintenance window's end (ISO 8601, or 2h ahead: +2h).")
 @click.option("--if-match", "if_match", type=int)
 @click.option("--note", required=True, help="Why: required, recorded with the revision (tickwork audit).")
 @click.pass_obj
 @api_call
-def jobs_pause(ctx: Context, job_id: str, if_match: int | None, note: str) -> None:
-    """Pause a job: no run starts until it is resumed."""
-    _state_change("pause")(ctx, job_id, if_match, note)
+def jobs_pause(
+    ctx: Context,
+    job_id: str | None,
+    group: str | None,
+    tags: tuple[str, ...],
+    idempotency_key: str | None,
+    until: str | None,
+    if_match: int | None,
+    note: str,
+) -> None:
+    """Pause a job, or every job of a group and/or tags (one request, with a progress bar): no run starts
+    until it is resumed. --until resumes them then (a maintenance window)."""
+    if not _one_or_many(job_id, group, tags):
+        if until:
+            raise click.UsageError("--until is for --group/--tag: pause one job and resume it yourself")
+        _state_change("pause")(ctx, str(job_id), if_match, note)
+        return
+    body = {"action": "pause", "note": note, **_selector(group, tags)}
+    if until:
+        body["resume_at"] = _ahead(until)
+    _run_bulk(ctx, body, idempotency_key)
 
 
 @jobs.command("resume")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
+@_bulk_options
 @click.option("--if-match", "if_match", type=int)
-@click.option("--note", help="Why: recorded with the revision (tickwork jobs revisions, tickwork audit).")
+@click.option("--note", help="Why: recorded with the revision (required with --group/--tag).")
 @click.pass_obj
 @api_call
-def jobs_resume(ctx: Context, job_id: str, if_match: int | None, note: str | None) -> None:
-    """Resume a job; the fires missed while paused follow its missed-fire policy."""
-    _state_change("resume")(ctx, job_id, if_match, note)
+def jobs_resume(
+    ctx: Context,
+    job_id: str | None,
+    group: str | None,
+    tags: tuple[str, ...],
+    idempotency_key: str | None,
+    if_match: int | None,
+    note: str | None,
+) -> None:
+    """Resume a job, or every job of a group and/or tags; the fires missed while paused follow each job's
+    missed-fire policy."""
+    if not _one_or_many(job_id, group, tags):
+        _state_change("resume")(ctx, str(job_id), if_match, note)
+        return
+    if not note:
+        raise click.UsageError("--note is required with --group/--tag: say why")
+    _run_bulk(ctx, {"action": "resume", "note": note, **_selector(group, tags)}, idempotency_key)
+
+
+def _ahead(text: str) -> str:
+    """An instant: ISO 8601, or +DURATION from now (+2h)."""
+    if text.startswith("+"):
+        match = _DURATION.match(text[1:])
+        if match is None:
+            raise click.UsageError(f"{text!r}: expected +N followed by s, m, h or d")
+        later = datetime.now(UTC) + timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        return later.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _instant(text)
 
 
 @jobs.command("delete")
@@ -760,6 +928,7 @@ def runs() -> None:
             "skipped",
             "missed",
             "cancelled",
+            "excluded",
         ]
     ),
 )
@@ -790,6 +959,32 @@ def runs_get(ctx: Context, run_id: str) -> None:
     """One run with its attempts (RUN_ID is <job_id>:<time>)."""
     run = ctx.client.request("GET", f"/jobs/{_split_run_id(run_id)}/runs/{run_id}").body
     ctx.emit(run, lambda: _run_detail(run))
+
+
+@runs.command("retry-failed")
+@_bulk_options
+@click.option("--from", "start", required=True, help="Runs that failed at or after: RFC 3339, or 2h ago.")
+@click.option("--to", "end", help="Runs that failed at or before (default: now).")
+@click.option("--note", required=True, help="Why: required, recorded with the bulk action.")
+@click.pass_obj
+@api_call
+def runs_retry_failed(
+    ctx: Context,
+    group: str | None,
+    tags: tuple[str, ...],
+    idempotency_key: str | None,
+    start: str,
+    end: str | None,
+    note: str,
+) -> None:
+    """Retry every failed run of a group's (and/or tags') jobs that failed in a window: one request."""
+    if not (group or tags):
+        raise click.UsageError("give --group and/or --tag")
+    body = {"action": "retry_failed", "note": note, "from": _instant(start), **_selector(group, tags)}
+    body["to"] = (
+        _instant(end) if end else datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
+    _run_bulk(ctx, body, idempotency_key)
 
 
 @runs.command("retry")
@@ -981,6 +1176,65 @@ def _preview_table(result: Mapping[str, Any]) -> Table:
     for fire in result["fires"]:
         shown.add_row(str(fire["at"]), str(fire["local"]), fire.get("dst") or "", fire.get("excluded") or "")
     return shown
+
+
+# --- groups and bulk actions ----------------------------------------------------------------------------
+
+
+@tickwork.command("groups")
+@click.pass_obj
+@api_call
+def groups(ctx: Context) -> None:
+    """Your groups, with their jobs counted by state."""
+    answer = ctx.client.request("GET", "/groups").body
+
+    def table() -> Table:
+        shown = Table(title=None if answer["complete"] else f"counted {answer['scanned']} jobs (cut short)")
+        for column in ("GROUP", "JOBS", "ACTIVE", "PAUSED"):
+            shown.add_column(column)
+        for group in answer["items"]:
+            shown.add_row(group["name"], str(group["jobs"]), str(group["active"]), str(group["paused"]))
+        return shown
+
+    ctx.emit(answer, table)
+
+
+@tickwork.group("bulk")
+def bulk() -> None:
+    """Bulk actions: what `jobs pause|resume --group/--tag` and `runs retry-failed` started."""
+
+
+@bulk.command("list")
+@click.pass_obj
+@api_call
+def bulk_list(ctx: Context) -> None:
+    """Your bulk actions, newest first."""
+    page = ctx.client.request("GET", "/bulk-actions").body
+
+    def table() -> Table:
+        shown = Table()
+        for column in ("ID", "ACTION", "GROUP", "STATE", "CHANGED", "FAILED", "NOTE"):
+            shown.add_column(column, overflow="fold")
+        for a in page["items"]:
+            p = a["progress"]
+            row = (a["id"], a["action"], a["group"] or "-", a["state"], str(p["changed"]), str(p["failed"]))
+            shown.add_row(*row, _short(a["note"]))
+        return shown
+
+    ctx.emit(page, table)
+
+
+@bulk.command("get")
+@click.argument("action_id")
+@click.option("--wait", is_flag=True, help="Follow it to its end.")
+@click.pass_obj
+@api_call
+def bulk_get(ctx: Context, action_id: str, wait: bool) -> None:
+    """One bulk action and its progress."""
+    action = ctx.client.request("GET", f"/bulk-actions/{action_id}").body
+    if wait:
+        action = _follow(ctx, action, lambda _: None)
+    ctx.emit(action, lambda: _bulk_detail(action))
 
 
 # --- calendars -------------------------------------------------------------------------------------------

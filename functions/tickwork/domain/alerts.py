@@ -85,6 +85,7 @@ def events_of_change(
     ended = after.state.is_terminal and (before is None or not before.state.is_terminal)
     if (
         rules.late_after_seconds is not None
+        and after.state is not RunState.EXCLUDED  # its claim only ended it: nothing started late
         and after.start_delay_ms is not None
         and (before is None or before.start_delay_ms is None)
         and after.started_at is not None
@@ -188,9 +189,13 @@ def deadline_of(run: Run, seconds: int) -> datetime:
 def deadline_missed(run: Run, rules: AlertRules, now: datetime) -> JobEvent | None:
     """DEADLINE_MISSED for a run not finished by its scheduled time plus the deadline: still open, recorded
     missed, or finished after it (a check that came late still sees it). The dead-man's switch. A run the
-    owner's own pause or overlap policy ended (cancelled, skipped) is not late. Its time is the deadline
-    itself, so every check that sees it gives the same event."""
-    if rules.deadline_seconds is None or run.state in (RunState.CANCELLED, RunState.SKIPPED):
+    owner's own pause, overlap policy or exclusion calendar ended (cancelled, skipped, excluded) is not late.
+    Its time is the deadline itself, so every check that sees it gives the same event."""
+    if rules.deadline_seconds is None or run.state in (
+        RunState.CANCELLED,
+        RunState.SKIPPED,
+        RunState.EXCLUDED,
+    ):
         return None
     deadline = deadline_of(run, rules.deadline_seconds)
     if now < deadline:

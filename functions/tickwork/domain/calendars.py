@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from tickwork.domain.errors import ValidationError
+from tickwork.domain.execution import LEASE_EXPIRED_STATUS
 from tickwork.domain.models import Run, Trigger
 from tickwork.domain.schedule import load_zone
 
@@ -88,9 +89,14 @@ def exclusion(calendars: Iterable[Calendar], instant: datetime) -> str | None:
 
 
 def excludable(run: Run) -> bool:
-    """A run a calendar may exclude: a fire of the schedule, claimed for its first attempt (a retry of a
-    run already started is not re-decided)."""
-    return run.trigger in EXCLUDED_TRIGGERS and run.attempt <= 1
+    """A run a calendar may exclude: a fire of the schedule whose target no attempt has answered for (its
+    first attempt, or one after attempts that ended only by their lease), and no retry its owner asked
+    for."""
+    if run.trigger not in EXCLUDED_TRIGGERS or run.retry_requested:
+        return False
+    # An attempt that ended by its lease may never have reached the target (its worker died or stalled
+    # after the claim, or its calendar read failed): the next attempt decides again.
+    return all(attempt.get("status") == LEASE_EXPIRED_STATUS for attempt in run.attempts)
 
 
 def check_calendar_name(name: str, field: str = "name") -> str:

@@ -220,11 +220,22 @@ class QueueBehind(Step):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadCalendars(Step):
-    """The job's exclusion calendars as they are now (read at the claim: an edit counts from then)."""
+    """The job's exclusion calendars as they are now (read at the claim: an edit counts from then): after
+    the claim landed (`started`), or, for an overlap skip/queue job, before its run takes the job's slot
+    (`waiting`, to be claimed with `view`): an excluded fire must not take the slot from a fire that runs."""
 
-    started: Started
     names: tuple[str, ...]
+    started: Started | None = None
+    waiting: Run | None = None
+    view: JobView | None = None
     recognised: str | None = None  # `_started`'s: carried to the start that follows
+
+    @property
+    def run(self) -> Run:
+        run = self.started.run if self.started is not None else self.waiting
+        if run is None:
+            raise ValueError("a calendar read is for a run claimed or about to be")
+        return run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -731,7 +742,7 @@ def _claim_answered(known: Known, last: ClaimRun) -> Step:
     if view.concurrency != known.message.concurrency:
         return _rekeyed(known, view.concurrency)
     if view.overlap is not OverlapPolicy.ALLOW:
-        return _take_slot(known, current, view)
+        return _to_overlap_slot(known, current, view)
     if known.claims_on_view < CLAIMS_ON_VIEW and view.timeout_seconds != last.claim.timeout_seconds:
         return _claim(known, view.timeout_seconds, view=None)
     return ReadJob()  # it moved under us: let the job decide
@@ -823,7 +834,13 @@ def _run_read(known: Known, last: ReadRun) -> Step:
         return _end(run, RunState.CANCELLED, reason, Outcome.CANCELLED, known.now)
     if _concurrency_of(run) != message.concurrency:
         return _rekeyed(known, _concurrency_of(run))
-    return _take_slot(known, run, _job_view(known, job))
+    return _to_overlap_slot(known, run, _job_view(known, job))
+
+
+def _to_overlap_slot(known: Known, run: Run, view: JobView) -> Step:
+    if view.calendars and known.calendars is None and excludable(run):
+        return ReadCalendars(names=view.calendars, waiting=run, view=view)
+    return _take_slot(known, run, view)
 
 
 def _take_slot(known: Known, run: Run, view: JobView) -> TakeSlot:
@@ -892,9 +909,16 @@ def _started(known: Known, started: Started, recognised: str | None = None) -> S
 
 def _calendars_read(known: Known, last: ReadCalendars) -> Step:
     started, found = last.started, known.calendars or ()
-    reason = exclusion(found, started.run.scheduled_for)
+    run = last.run
+    reason = exclusion(found, run.scheduled_for)
     missing = sorted(set(last.names) - {calendar.name for calendar in found})
-    logs = () if not missing else (Log(logging.WARNING, f"run {started.run.run_id}: no calendar {missing}"),)
+    logs = () if not missing else (Log(logging.WARNING, f"run {run.run_id}: no calendar {missing}"),)
+    if started is None:  # before the overlap slot: nothing is claimed yet
+        assert last.view is not None, "a run waiting for its overlap slot has the view it is claimed with"
+        unclaimed: Step = (
+            _take_slot(known, run, last.view) if reason is None else _excluded_unclaimed(known, run, reason)
+        )
+        return replace(unclaimed, logs=(*logs, *unclaimed.logs))
     if reason is None:
         step = _started(known, started, last.recognised)
         return replace(step, logs=(*logs, *step.logs))
@@ -909,17 +933,26 @@ def _calendars_read(known: Known, last: ReadCalendars) -> Step:
     )
 
 
+def _excluded_unclaimed(known: Known, run: Run, reason: str) -> EndAttempt:
+    return _end(run, RunState.EXCLUDED, reason, Outcome.EXCLUDED, known.now)
+
+
 def _calendars_unread(known: Known, last: ReadCalendars) -> Step:
     """The calendars could not be read (throttled past the store's retries) and the run is claimed: sending
     the message back would leave the claimed attempt to its lease's end and a retry that is never decided
     again. So the read is tried again shortly while the lease has time; after that the fire runs (at least
     once: an unread calendar excludes nothing), said in the log and counted."""
-    lease = last.started.run.lease_expires_at
+    started = last.started
+    if started is None:
+        return _send_back_throttled(known)  # nothing is claimed: the message comes back to read again
+    lease = started.run.lease_expires_at
     wait = known.now + FINISH_RETRY_FIRST
-    if known.calendar_reads < CALENDAR_READS and lease is not None and wait < lease:
+    # Read again only while the call would still end inside the claim's lease.
+    call_ends = wait + timedelta(seconds=call_seconds(started.view.timeout_seconds))
+    if known.calendar_reads < CALENDAR_READS and lease is not None and call_ends < lease:
         return Hold(until=wait, then=last, counts=("CalendarReadRetries",))
-    text = f"run {last.started.run.run_id}: calendars {list(last.names)} unread ({known.throttled}): it runs"
-    step = _started(replace(known, calendars=()), last.started, last.recognised)
+    text = f"run {started.run.run_id}: calendars {list(last.names)} unread ({known.throttled}): it runs"
+    step = _started(replace(known, calendars=()), started, last.recognised)
     logs = (*step.logs, Log(logging.ERROR, text))
     return replace(step, counts=(*step.counts, "CalendarsUnread"), logs=logs)
 

@@ -293,7 +293,7 @@ def after_lease_expired(run: Run, retry: RetryPolicy | None, *, now: datetime, r
     """A worker stopped answering: its attempt counts as failed (it may still be running: the fencing
     token keeps its late result out)."""
     result = TargetResult(
-        ok=False, retryable=True, status="LeaseExpired", latency_ms=0, detail="worker lease expired"
+        ok=False, retryable=True, status=LEASE_EXPIRED_STATUS, latency_ms=0, detail="worker lease expired"
     )
     if retry is None:  # the job is gone
         return replace(run, state=RunState.CANCELLED, finished_at=now, reason="job deleted", lease_owner=None)
@@ -305,6 +305,7 @@ def terminal(run: Run, state: RunState, reason: str, now: datetime) -> Run:
 
 
 EXCLUDED_STATUS = "Excluded"
+LEASE_EXPIRED_STATUS = "LeaseExpired"  # an attempt that ended by its lease: no answer was recorded
 
 
 def excluded_at_claim(run: Run, reason: str, now: datetime) -> Run:

@@ -117,6 +117,7 @@ class JobSpec:
     heartbeat_seconds: int | None = None
     alerts: AlertRules | None = None  # None: the owner's default rules (none set: NO_ALERTS)
     calendars: tuple[str, ...] = ()  # the owner's exclusion calendars (checked to exist by the service)
+    group: str = "default"
 
     def __post_init__(self) -> None:
         check_completion(self.target, self.resolved_completion, self.heartbeat_seconds, self.timeout_seconds)
@@ -184,6 +185,7 @@ class JobPatch:
     heartbeat_seconds: int | _Unset | None = UNSET  # None removes it
     alerts: AlertRules | _Unset = UNSET  # replaces the rules and channels whole
     calendars: tuple[str, ...] | _Unset = UNSET  # replaces the list whole
+    group: str | _Unset = UNSET
 
 
 def _patched_schedule(current: Schedule, patch: SchedulePatch | None) -> Schedule:
@@ -279,6 +281,7 @@ def apply_patch(job: Job, patch: JobPatch, now: datetime) -> Job:
         retention_days=_pick(patch.retention_days, job.retention_days),
         alerts=_pick(patch.alerts, job.alerts),
         calendars=tuple(_pick(patch.calendars, job.calendars)),
+        group=_pick(patch.group, job.group),
         version=job.version + 1,
         updated_at=now,
     )
@@ -389,4 +392,5 @@ def rollback_patch(old: Job) -> JobPatch:
         heartbeat_seconds=old.heartbeat_seconds,
         alerts=old.alerts,
         calendars=old.calendars,
+        group=old.group,
     )

@@ -184,6 +184,7 @@ class Job:
     # The owner's exclusion calendars whose dates and windows this job's scheduled fires skip, recorded
     # `excluded` (domain/calendars.py); read at the claim of each run, so an edit counts from then.
     calendars: tuple[str, ...] = ()
+    group: str = "default"  # the one group the job belongs to (domain/bulk.py): what bulk actions select
 
     @property
     def due_key(self) -> str | None:
@@ -311,6 +312,8 @@ class Run:
     # starts late still knows the slot it stands for and the one after). None: there was none.
     previous_slot: datetime | None = None
     next_slot: datetime | None = None
+    # Its owner asked for its next attempt (a retry): no exclusion calendar decides it again.
+    retry_requested: bool = False
 
     @property
     def run_id(self) -> str:

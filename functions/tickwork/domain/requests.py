@@ -105,6 +105,7 @@ def retried(run: Run, job: Job, *, now: datetime) -> Run:
         lease_owner=None,
         lease_expires_at=None,
         reason=f"retry requested after {run.state}",
+        retry_requested=True,
         redispatched_at=None,
         job_version=job.version,
         job_view=JobView.planned(job),

@@ -13,6 +13,7 @@ import json
 import queue
 import re
 import sys
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -33,6 +34,7 @@ from pydantic import BaseModel
 
 from tickwork import signing, ui
 from tickwork.api import problems
+from tickwork.api.bulk_models import BulkActionIn, BulkActionOut, BulkActionsOut, GroupsOut
 from tickwork.api.calendar_models import CalendarIn, CalendarOut, CalendarsOut
 from tickwork.api.models import (
     INSTANT_PATTERN,
@@ -65,6 +67,7 @@ from tickwork.api.models import (
     named_target_configs,
 )
 from tickwork.api.problems import ApiProblem
+from tickwork.domain.bulk import GROUP_NAME
 from tickwork.domain.calendars import CALENDAR_NAME, Calendar, check_calendar_names
 from tickwork.domain.errors import TickworkError, ValidationError
 from tickwork.domain.models import Job, JobState, RunState
@@ -73,6 +76,7 @@ from tickwork.domain.revisions import MAX_NOTE_CHARS
 from tickwork.domain.schedule import MAX_PREVIEW_COUNT
 from tickwork.handlers import callback_routes
 from tickwork.handlers.runtime import components, logger, metrics, tracer
+from tickwork.services.bulk import BulkService
 from tickwork.services.calendars import CalendarService
 from tickwork.services.jobs import Author, JobQuery, JobService, ResumeResult
 from tickwork.services.requests import RunRequests
@@ -512,10 +516,14 @@ def list_jobs(
         str | None,
         Query(min_length=1, max_length=200, description="Only jobs whose name contains this (any case)."),
     ] = None,
+    group: Annotated[
+        str | None,
+        Query(min_length=1, max_length=64, pattern=GROUP_NAME.pattern, description="Only this group's."),
+    ] = None,
 ) -> Response[JobListOut]:
     owner = current_owner(request)
     wanted_tag = None if tag is None else tuple(tag.split("=", 1))
-    query = JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag, name=name)  # type: ignore[arg-type]
+    query = JobQuery(limit=limit, cursor=cursor, state=state, tag=wanted_tag, name=name, group=group)  # type: ignore[arg-type]
     page = jobs().list(owner, query)
     return json_response(JobListOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_cursor))
 
@@ -892,6 +900,82 @@ def delete_alert_defaults(request: Request) -> Response[None]:
     return Response(status_code=204, body=None)
 
 
+# A bulk action's first slice of work, in the request that starts it: a small one is done when it answers;
+# the rest goes on in the watcher's passes (the answer's progress says how far it got).
+BULK_SLICE_SECONDS = 2.0
+
+
+def bulk() -> BulkService:
+    return components().bulk_service()
+
+
+@router.get(
+    "/groups",
+    operation_id="listGroups",
+    summary="Your groups, with their jobs counted by state",
+    description="Every group your jobs are in (a job is in `default` unless it names one). Counted from your "
+    'jobs in one pass (docs/api.md, "Groups and bulk actions").',
+    tags=["jobs"],
+    responses={**ok(GroupsOut, "Your groups."), **problems.problem_responses(422)},
+)
+def list_groups(request: Request) -> Response[GroupsOut]:
+    return json_response(GroupsOut.of(jobs().groups(current_owner(request))))
+
+
+@router.post(
+    "/bulk-actions",
+    operation_id="startBulkAction",
+    summary="Pause, resume, or retry the failed runs of many jobs at once",
+    description="One request for every job of yours a group and/or tags select: each job is written as a "
+    "single write would be (its revision carries the note). Answers 202 with the action's progress (done "
+    "when small); GET /bulk-actions/{action_id} follows it. With an Idempotency-Key, the same request "
+    "answers the same action (200); another request under that key is a 409. A job already as wanted is "
+    "counted unchanged. `resume_at` on a pause is a maintenance window: its jobs are resumed then.",
+    tags=["jobs"],
+    responses={
+        **ok(BulkActionOut, "Started (its progress so far).", status=202),
+        **ok(BulkActionOut, "The action this Idempotency-Key started."),
+        **problems.problem_responses(400, 409, 415, 422),
+    },
+)
+def start_bulk_action(
+    body: BulkActionIn, request: Request, idempotency_key: IdempotencyKey = None
+) -> Response[BulkActionOut]:
+    owner = current_owner(request)
+    actor = author(request, owner, body.note).actor
+    service = bulk()
+    started = service.start(owner, actor, body.to_request(), idempotency_key, lambda: uuid.uuid4().hex[:20])
+    if started.replayed:
+        return json_response(BulkActionOut.of(started.action), 200, _REPLAYED)
+    service.work(started.action, f"api-{uuid.uuid4().hex[:8]}", BULK_SLICE_SECONDS)
+    action = service.get(owner, started.action.action_id)
+    location = {"Location": f"/bulk-actions/{action.action_id}"}
+    return json_response(BulkActionOut.of(action), 202, location)
+
+
+@router.get(
+    "/bulk-actions",
+    operation_id="listBulkActions",
+    summary="Your bulk actions, newest first",
+    tags=["jobs"],
+    responses={**ok(BulkActionsOut, "Your bulk actions."), **problems.problem_responses(422)},
+)
+def list_bulk_actions(request: Request) -> Response[BulkActionsOut]:
+    found = bulk().list(current_owner(request))
+    return json_response(BulkActionsOut(items=[BulkActionOut.of(a) for a in found]))
+
+
+@router.get(
+    "/bulk-actions/<action_id>",
+    operation_id="getBulkAction",
+    summary="One bulk action and its progress",
+    tags=["jobs"],
+    responses={**ok(BulkActionOut, "The action."), **problems.problem_responses(404, 422)},
+)
+def get_bulk_action(action_id: str, request: Request) -> Response[BulkActionOut]:
+    return json_response(BulkActionOut.of(bulk().get(current_owner(request), action_id)))
+
+
 CalendarPath = Annotated[
     str,
     PathParam(min_length=1, max_length=64, pattern=CALENDAR_NAME.pattern, description="The calendar's name."),
@@ -949,7 +1033,7 @@ def get_calendar(name: CalendarPath, request: Request) -> Response[CalendarOut]:
     responses={
         **ok(CalendarOut, "Replaced.", etag_header=True),
         **ok(CalendarOut, "Created.", status=201, etag_header=True),
-        **problems.problem_responses(400, 412, 415, 422),
+        **problems.problem_responses(400, 403, 412, 415, 422),
     },
 )
 def put_calendar(

@@ -103,11 +103,12 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
     less often each time; after WATCH_TRIES failed rounds its changes are taken one by one, and one that
     still fails is logged, counted (WatcherChangesDropped) and passed over, so it cannot stall the rest."""
     watcher = parts.watcher()
+    bulk = parts.bulk_service()
     feed = parts.run_change_feed()
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
     failed_rounds = 0
     while not stop.is_set():
-        changes = []
+        changes, worked = [], 0
         try:
             changes = feed.take_changes(1000)
             if changes and failed_rounds >= WATCH_TRIES:
@@ -120,17 +121,22 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
             delivered = watcher.deliver()
             if delivered.sent or delivered.failed_sends or delivered.events:
                 logger.info("outbox: %s", delivered)
+            worked = bulk.work_due(f"local-watcher-{os.getpid()}", BULK_ROUND_SECONDS)
+            if worked:
+                logger.info("bulk actions: %d jobs or runs done", worked)
             failed_rounds = 0
         except TickworkError as error:  # a busy store or an unreachable emulator: tried again, later
             failed_rounds += 1
             logger.warning("watch round %d failed: %s", failed_rounds, error)
             stop.wait(min(30.0, interval * 2**failed_rounds))
             continue
-        if not changes:
+        if not changes and not worked:
             stop.wait(interval)
 
 
 WATCH_TRIES = 3
+# A watcher round works on due bulk actions this long at most (the runs' changes wait meanwhile).
+BULK_ROUND_SECONDS = 2.0
 
 
 def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, changes: list[Any]) -> None:

@@ -7,8 +7,12 @@ from dataclasses import dataclass, replace
 
 from tickwork.domain.calendars import Calendar, check_calendar_name, checked_calendar
 from tickwork.domain.clock import Clock
-from tickwork.domain.errors import NotFoundError, VersionMismatchError
+from tickwork.domain.errors import NotFoundError, QuotaExceededError, VersionMismatchError
 from tickwork.services.ports import CalendarStore
+
+# Every calendar is answered whole by GET /calendars: this many at their largest (64 KiB bodies) stay well
+# inside a Lambda response (6 MB).
+MAX_CALENDARS_PER_OWNER = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,10 @@ class CalendarService:
         checked_calendar(calendar)
         current = self._store.get_calendars(calendar.owner, [calendar.name]).get(calendar.name)
         stored = 0 if current is None else current.version
+        if current is None and len(self._store.list_calendars(calendar.owner)) >= MAX_CALENDARS_PER_OWNER:
+            raise QuotaExceededError(
+                "calendars", f"at most {MAX_CALENDARS_PER_OWNER} calendars per owner: delete one first"
+            )
         if if_match is not None and if_match != stored:
             raise VersionMismatchError(f"calendar {calendar.name} is at version {stored}, not {if_match}")
         written = replace(calendar, version=stored + 1, updated_at=self._clock.now())

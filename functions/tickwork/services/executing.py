@@ -122,7 +122,7 @@ class Executor:
             return known.after(step, clock.now(), job=job)
         if isinstance(step, ReadCalendars):
             assert self._calendars is not None, "a job names calendars and this executor reads none"
-            found = self._calendars.get_calendars(step.started.run.owner, step.names)
+            found = self._calendars.get_calendars(step.run.owner, step.names)
             return known.after(step, clock.now(), calendars=tuple(found.values()))
         if isinstance(step, StartTarget):
             result = self._invoker.invoke(*step.call(self._config.callbacks))

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -176,6 +178,7 @@ class JobQuery:
     cursor: str | None = None
     state: JobState | None = None
     tag: tuple[str, str] | None = None  # key, value
+    group: str | None = None
     name: str | None = None  # jobs whose name contains this, ignoring case
 
 
@@ -183,6 +186,17 @@ class JobQuery:
 class JobPage:
     jobs: tuple[Job, ...]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCounts:
+    groups: Mapping[str, Counter[JobState]]
+    scanned: int
+    complete: bool
+
+
+# GET /groups reads every job of the owner: within the API's 29 s, this much of it.
+GROUPS_BUDGET_SECONDS = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +415,7 @@ class JobService:
             retention_days=spec.retention_days,
             alerts=alerts,
             calendars=spec.calendars,
+            group=spec.group,
         )
         job, runs = self._plan_own_horizon(job, now)
         self._keep_secrets(owner, spec.target)
@@ -447,6 +462,22 @@ class JobService:
                 break
         next_cursor = encode_cursor({"job_id": after}, scope) if more and after is not None else None
         return JobPage(tuple(jobs), next_cursor)
+
+    def groups(self, owner: str, budget_seconds: float = GROUPS_BUDGET_SECONDS) -> GroupCounts:
+        """The owner's groups with their jobs counted by state, from one pass over the owner's jobs (the
+        `by_owner` index, a page at a time): a pass cut by the budget says so (`complete` false)."""
+        counts: dict[str, Counter[JobState]] = {}
+        after, more, scanned = None, True, 0
+        started = time.monotonic()
+        while more and time.monotonic() - started < budget_seconds:
+            ids, more = self._store.owner_job_ids(owner, limit=MAX_PAGE_SIZE, after_job_id=after)
+            if not ids:
+                break
+            after, scanned = ids[-1], scanned + len(ids)
+            for job in self._store.get_jobs(ids).values():
+                if job.owner == owner:
+                    counts.setdefault(job.group, Counter())[job.state] += 1
+        return GroupCounts({g: counts[g] for g in sorted(counts)}, scanned, complete=not more)
 
     def preview(self, owner: str, job_id: str, count: int, after: datetime | None = None) -> SchedulePreview:
         job = self.get(owner, job_id)
@@ -580,7 +611,8 @@ class JobService:
     ) -> Job:
         """Paused jobs leave the `due` index; planned runs are cancelled when an executor claims them.
         `reason`: Tickwork pauses the job itself (auto-pause), and says why on the job; such a pause does
-        nothing to a job resumed after `cause_at` (the owner resumed it after the failure that paused it)."""
+        nothing to a job resumed after `cause_at` (the owner resumed it after the failure that paused it).
+        `reason` with `by`: the caller's pause that says why on the job (a maintenance window's)."""
 
         def edit(job: Job, now: datetime, room: int) -> tuple[Job, tuple[Run, ...]] | None:
             if job.state is JobState.PAUSED:
@@ -597,7 +629,7 @@ class JobService:
             )
             return paused, ()
 
-        if reason is not None:  # Tickwork's own pause: the reason is its note
+        if reason is not None and by is None:  # Tickwork's own pause: the reason is its note
             return self._edit(owner, job_id, if_match, edit, Action.AUTO_PAUSE, Author(TICKWORK, reason))[1]
         return self._edit(owner, job_id, if_match, edit, Action.PAUSE, by)[1]
 
@@ -773,4 +805,5 @@ def _matches(job: Job, query: JobQuery) -> bool:
         return False
     if query.name is not None and query.name.casefold() not in job.name.casefold():
         return False
-    return query.tag is None or job.tags.get(query.tag[0]) == query.tag[1]
+    in_group = query.group is None or job.group == query.group
+    return in_group and (query.tag is None or job.tags.get(query.tag[0]) == query.tag[1])

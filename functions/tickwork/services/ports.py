@@ -9,6 +9,7 @@ from typing import Protocol
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
 from tickwork.domain.audit import AuditedJob
+from tickwork.domain.bulk import BulkAction
 from tickwork.domain.calendars import Calendar
 from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
@@ -381,6 +382,28 @@ class CalendarStore(CalendarReader, Protocol):
 
     def delete_calendar(self, owner: str, name: str) -> bool:
         """False if there was none."""
+        ...
+
+
+class BulkStore(Protocol):
+    """Bulk actions: one item each in the owner's scope of the events table (adapters/bulk_records.py)."""
+
+    def create_actions(self, actions: Sequence[BulkAction]) -> None:
+        """Create them all or none (a maintenance window's pause and its resume); ConflictError if one
+        exists already."""
+        ...
+
+    def get_action(self, owner: str, action_id: str) -> BulkAction | None: ...
+
+    def list_actions(self, owner: str) -> list[BulkAction]: ...
+
+    def due_actions(self, now: datetime, limit: int) -> list[BulkAction]:
+        """Actions not done whose start is at or before `now`, oldest first (leased ones included)."""
+        ...
+
+    def save_action(self, expected: BulkAction, action: BulkAction) -> None:
+        """Write `action` if the stored one is still at `expected.version` (VersionMismatchError: another
+        worker took it over)."""
         ...
 
 

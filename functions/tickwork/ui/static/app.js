@@ -229,7 +229,8 @@ function successRate(runs) {
 
 async function jobsView(params) {
   const live = alive();
-  const filters = { state: params.get("state") || "", tag: params.get("tag") || "", name: params.get("name") || "" };
+  const filters = { state: params.get("state") || "", tag: params.get("tag") || "", name: params.get("name") || "",
+    group: params.get("group") || "" };
   const cursor = params.get("cursor") || "";
   const page = (await api("GET", "/jobs", { query: { limit: 20, cursor, ...filters } })).body;
   const rows = await Promise.all(page.items.map(async (job) => {
@@ -248,15 +249,17 @@ async function jobsView(params) {
     ["", "active", "paused"].map((v) => h("option", { value: v, selected: v === filters.state }, v || "any")));
   const nameInput = h("input", { id: "filter-name", name: "name", type: "search", value: filters.name });
   const tagInput = h("input", { id: "filter-tag", name: "tag", placeholder: "key=value", value: filters.tag });
+  const groupInput = h("input", { id: "filter-group", name: "group", value: filters.group, autocomplete: "off" });
   const filterForm = h("form", { class: "filters", role: "search", onsubmit: (event) => {
     event.preventDefault();
     const next = new URLSearchParams();
     if (stateSelect.value) next.set("state", stateSelect.value);
     if (nameInput.value.trim()) next.set("name", nameInput.value.trim());
     if (tagInput.value.trim()) next.set("tag", tagInput.value.trim());
+    if (groupInput.value.trim()) next.set("group", groupInput.value.trim());
     go(`#/jobs?${next}`);
   } }, field("filter-name", "Name contains", nameInput), field("filter-state", "State", stateSelect),
-  field("filter-tag", "Tag", tagInput),
+  field("filter-tag", "Tag", tagInput), field("filter-group", "Group", groupInput),
   h("button", { type: "submit" }, "Filter"));
   // The cursors of the pages seen with these filters, in order ("" is the first page): Previous goes to the
   // one before the current cursor, so the browser's Back and a reloaded address keep working.
@@ -276,7 +279,7 @@ async function jobsView(params) {
       history.splice(here + 1, Infinity, page.next_cursor);
       at(page.next_cursor);
     } }, "Next page") : null);
-  const filtered = Boolean(filters.state || filters.tag || filters.name);
+  const filtered = Boolean(filters.state || filters.tag || filters.name || filters.group);
   if (!live()) return;
   view("Jobs",
     h("div", { class: "actions" }, h("a", { class: "button", href: "#/new" }, "New job")),
@@ -514,12 +517,76 @@ async function auditView(params) {
       page.next_cursor ? h("a", { href: `#/audit?${new URLSearchParams({ cursor: page.next_cursor })}` }, "Older entries") : null));
 }
 
+// --- groups and bulk actions -----------------------------------------------------------------------------
+
+function bulkText(a) {
+  const p = a.progress;
+  return `${a.action} of ${a.group ? `group ${a.group}` : ""}${Object.entries(a.tags).map(([k, v]) => ` ${k}=${v}`).join("")}: ` +
+    `${a.state}, ${p.changed} changed, ${p.unchanged} unchanged, ${p.failed} failed (${p.scanned} jobs looked at)`;
+}
+
+async function groupsView() {
+  const live = alive();
+  const [groups, actions] = await Promise.all([api("GET", "/groups"), api("GET", "/bulk-actions")]);
+  const note = h("input", { id: "bulk-note", name: "note", maxlength: "1000", autocomplete: "off" });
+  const until = h("input", { id: "bulk-until", name: "until", type: "datetime-local", step: "60" });
+  const progress = h("p", { id: "bulk-progress", "aria-live": "polite" });
+  // One key per click: a retried click after a lost answer is the same action.
+  const labels = { pause: "Pause", resume: "Resume", retry_failed: "Retry failed runs of" };
+  const start = (action, group) => act(`${labels[action]} ${group}`, async () => {
+    if (!note.value.trim()) {
+      say(`Say why you ${action} group ${group}: the note goes into every job's revision.`, "error");
+      note.focus();
+      return false;
+    }
+    const body = { action, group, note: note.value.trim() };
+    if (action === "pause" && until.value) body.resume_at = new Date(until.value).toISOString().replace(".000Z", "Z");
+    if (action === "retry_failed") {  // the last 24 hours' failures
+      body.to = new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
+      body.from = new Date(Date.now() - 24 * 3600 * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+    }
+    let answer = (await api("POST", "/bulk-actions", { body, headers: { "Idempotency-Key": crypto.randomUUID() } })).body;
+    progress.textContent = bulkText(answer);
+    while (answer.state === "running" && live()) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      answer = (await api("GET", `/bulk-actions/${encodeURIComponent(answer.id)}`)).body;
+      progress.textContent = bulkText(answer);
+    }
+    const next = { pause: "Resume", resume: "Pause", retry_failed: "Retry failed runs of" }[action];
+    if (live()) await rerender(bulkText(answer), `${next} ${group}`);
+  }, action === "resume" ? null : "secondary");
+  if (!live()) return;
+  view("Groups",
+    h("p", { class: "muted" }, "Every job belongs to one group (default unless it names one). Pause or resume a " +
+      "whole group in one action, with a note every job's revision keeps; a pause with an end is a maintenance " +
+      "window: its jobs resume then, their missed fires following each job's missed-fire policy."),
+    h("div", { class: "filters" }, field("bulk-note", "Why (required)", note),
+      field("bulk-until", "Maintenance until (optional, your local time)", until)),
+    progress,
+    groups.body.items.length
+      ? h("table", { class: "groups" }, h("thead", {}, h("tr", {}, ["Group", "Jobs", "Active", "Paused", "Actions"]
+        .map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, groups.body.items.map((g) => h("tr", {},
+        h("td", {}, h("a", { href: `#/jobs?${new URLSearchParams({ group: g.name })}` }, g.name)),
+        h("td", {}, g.jobs), h("td", {}, g.active), h("td", {}, g.paused),
+        h("td", {}, h("span", { class: "actions" }, start("pause", g.name), start("resume", g.name),
+          start("retry_failed", g.name)))))))
+      : h("p", { class: "muted" }, "No jobs yet."),
+    h("h2", {}, "Bulk actions"),
+    actions.body.items.length
+      ? h("table", { class: "bulk" }, h("thead", {}, h("tr", {}, ["Started", "By", "What", "Note"]
+        .map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, actions.body.items.slice(0, 20).map((a) => h("tr", {}, h("td", {}, when(a.created_at)),
+        h("td", {}, a.actor), h("td", {}, bulkText(a)), h("td", {}, a.note)))))
+      : h("p", { class: "muted" }, "None yet."));
+}
+
 // --- exclusion calendars --------------------------------------------------------------------------------
 
 // One line per entry: `2027-12-25 Christmas` (a date) or `2027-11-07T01:00 2027-11-07T02:00 patching` (a window).
 function entriesText(calendar) {
   return [...calendar.dates.map((d) => `${d.date} ${d.label}`.trim()),
-    ...calendar.windows.map((w) => `${w.start.slice(0, 16)} ${w.end.slice(0, 16)} ${w.label}`.trim())].join("\n");
+    ...calendar.windows.map((w) => `${w.start} ${w.end} ${w.label}`.trim())].join("\n");
 }
 
 function parsedEntries(text) {
@@ -689,6 +756,7 @@ async function jobView(jobId) {
     ["Concurrency", job.policies.concurrency
       ? `at most ${job.policies.concurrency.limit} at once of key ${job.policies.concurrency.key}` : "–"],
     ["Tags", Object.entries(job.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "–"],
+    ["Group", h("a", { href: `#/jobs?${new URLSearchParams({ group: job.group })}` }, job.group)],
     ["Calendars", job.calendars.length
       ? job.calendars.map((c, i) => [i ? ", " : "", h("a", { href: `#/calendars/${encodeURIComponent(c)}` }, c)])
       : "–"],
@@ -909,6 +977,7 @@ async function render(quiet) {
     else if (parts[0] === "events") await eventsView(params);
     else if (parts[0] === "audit") await auditView(params);
     else if (parts[0] === "calendars" && parts.length <= 2) await calendarsView(parts[1]);
+    else if (parts[0] === "groups") await groupsView();
     else if (parts[0] === "health") await healthView();
     else if (parts[0] === "signin") { go("#/jobs"); return; }
     else view("Not found", h("p", {}, "No such page. ", h("a", { href: "#/jobs" }, "Your jobs")));
