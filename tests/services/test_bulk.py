@@ -22,8 +22,8 @@ from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.bulk import BulkKind, BulkState, Selector
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.errors import ConflictError, ValidationError
-from tickwork.domain.jobs import JobSpec
+from tickwork.domain.errors import ConflictError, TransientStoreError, ValidationError
+from tickwork.domain.jobs import JobPatch, JobSpec
 from tickwork.domain.models import Job, JobState, Run, RunState, Trigger
 from tickwork.domain.revisions import Action
 from tickwork.domain.schedule import parse_schedule
@@ -254,3 +254,68 @@ def test_groups_are_counted_by_state(world: World) -> None:
     assert dict(counts.groups["nightly"]) == {JobState.ACTIVE: 19, JobState.PAUSED: 1}
     assert dict(counts.groups["default"]) == {JobState.ACTIVE: 10}
     assert list(world.jobs().groups("bob").groups) == ["nightly"]
+
+
+def test_a_maintenance_window_holds_through_edits_long_notes_and_a_slow_pause(world: World) -> None:
+    """What the review found: an end given below the millisecond, a note at its longest, a job moved to
+    another group during the window, a resume due while its pause still runs: every job it paused is
+    resumed, and no job is paused after its end."""
+    made = fleet(world)
+    bulk = world.bulk()
+    end = NOW + timedelta(hours=2, microseconds=250)
+    request = BulkRequest(BulkKind.PAUSE, Selector(group="nightly"), "x" * 1000, resume_at=end)
+    action = bulk.start("alice", "alice", request, None, lambda: "long").action
+    # The pause is still held by a worker (a slow page) when the window's end comes.
+    held = action.leased("slow", NOW + timedelta(hours=3))
+    world.actions.save_action(action, held)
+    world.clock.set(NOW + timedelta(hours=2, seconds=1))
+    assert bulk.work_due("w", 60) == 0  # the resume waits for its pause
+    resume = bulk.get("alice", f"{action.action_id}_resume")
+    assert resume.not_before > NOW + timedelta(hours=2, seconds=1) and resume.state is BulkState.SCHEDULED
+    # Its worker gone, the pause is taken over after the window's end: it pauses nothing more.
+    world.clock.set(NOW + timedelta(hours=3, seconds=1))
+    bulk.work_due("w", 60)
+    assert bulk.get("alice", action.action_id).state is BulkState.DONE
+    assert all(world.job(j).state is JobState.ACTIVE for j in made["nightly"])
+
+    # Again, worked at once this time; one job moves to another group during the window.
+    request = replace(request, resume_at=NOW + timedelta(hours=5, microseconds=250))
+    second = bulk.start("alice", "alice", request, None, lambda: "again").action
+    bulk.work(second, "w", 60)
+    moved = made["nightly"][3]
+    world.jobs().update("alice", moved, JobPatch(group="weekly"))
+    manual = world.jobs().resume("alice", made["nightly"][4], by=Author("alice", "needed it"))
+    assert manual.cleared_auto_pause is None  # a maintenance pause is not Tickwork's own
+    world.clock.set(NOW + timedelta(hours=5, seconds=1))
+    bulk.work_due("w", 60)
+    resumed = bulk.get("alice", f"{second.action_id}_resume")
+    assert resumed.state is BulkState.DONE and resumed.progress.changed == 19, resumed.progress
+    assert all(world.job(j).state is JobState.ACTIVE for j in made["nightly"])  # the moved one too
+
+
+class FlakyJobs(JobService):
+    """A job service whose first pause of one job is throttled past the store's retries."""
+
+    flaky: str = ""
+
+    def pause(self, owner: str, job_id: str, if_match: int | None = None, **kwargs: Any) -> Job:
+        if job_id == self.flaky:
+            self.flaky = ""
+            raise TransientStoreError("throttled")
+        return super().pause(owner, job_id, if_match, **kwargs)
+
+
+def test_a_throttled_job_is_tried_again_not_failed(world: World) -> None:
+    made = fleet(world)
+    jobs = FlakyJobs(world.store, RecordingDispatcher(), world.clock, JobServiceConfig(shard_count=2))
+    jobs.flaky = sorted(made["nightly"])[5]
+    requests = RunRequests(world.store, RecordingDispatcher(), world.clock)
+    bulk = BulkService(world.actions, jobs, world.store, world.store, requests, world.clock)
+    action = bulk.start("alice", "alice", pause_nightly(), None, lambda: "t").action
+    bulk.work(action, "w", 60)  # stops before the throttled job
+    stopped = bulk.get("alice", action.action_id)
+    assert stopped.state is BulkState.RUNNING and stopped.progress.failed == 0 and stopped.lease_owner is None
+    bulk.work_due("w", 60)
+    done = bulk.get("alice", action.action_id)
+    assert done.state is BulkState.DONE and done.progress.changed == 20 and done.progress.failed == 0
+    assert all(world.job(j).state is JobState.PAUSED for j in made["nightly"])

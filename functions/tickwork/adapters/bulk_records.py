@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork.adapters.event_records import owner_scope
-from tickwork.domain.bulk import BulkAction, BulkKind, BulkState, Progress, Selector
-from tickwork.domain.timekeys import format_instant_ms, parse_instant
+from tickwork.domain.bulk import KEEP_DONE, BulkAction, BulkKind, BulkState, Progress, Selector
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms, parse_instant
 
 BULK_FROM = "b#"
 BULK_TO = "b$"
@@ -66,6 +66,8 @@ def bulk_to_item(action: BulkAction) -> dict[str, Any]:
     if action.state is not BulkState.DONE:  # in the outbox index until done
         item["outbox_key"] = BULK_OUTBOX
         item["send_at"] = format_instant_ms(action.not_before)
+    elif action.finished_at is not None:  # then kept a while (TTL)
+        item["expires_at"] = epoch_seconds(action.finished_at + KEEP_DONE)
     return {k: v for k, v in item.items() if v is not None}
 
 

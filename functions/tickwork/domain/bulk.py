@@ -111,7 +111,7 @@ class BulkAction:
     resume_at: datetime | None = None  # pause: the maintenance window's end (a resume action is due then)
     resume_action: str | None = None  # pause: that resume action's id
     maintenance_of: str | None = None  # resume: the pause whose jobs it resumes (only those it paused)
-    runs_from: datetime | None = None  # retry_failed: the window of scheduled fire times
+    runs_from: datetime | None = None  # retry_failed: the window of the times the runs failed
     runs_to: datetime | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
@@ -140,10 +140,24 @@ class BulkAction:
         return self.state is not BulkState.DONE and self.not_before <= now and free
 
 
+MAINTENANCE = "maintenance window "
+# A finished action is kept this long (TTL), then forgotten: the jobs' revisions keep what it did.
+KEEP_DONE = timedelta(days=30)
+
+
 def maintenance_reason(action_id: str, resume_at: datetime) -> str:
     """The paused reason a maintenance window's pause leaves on each job it pauses: its resume takes back
     only those (a job paused for another reason stays paused)."""
-    return f"maintenance window {action_id} until {resume_at.isoformat().replace('+00:00', 'Z')}"
+    return f"{MAINTENANCE}{action_id} until {resume_at.isoformat().replace('+00:00', 'Z')}"
+
+
+def paused_by(action_id: str, paused_reason: str | None) -> bool:
+    """The job was paused by the maintenance window whose pause is `action_id` (and not resumed since)."""
+    return paused_reason is not None and paused_reason.startswith(f"{MAINTENANCE}{action_id} ")
+
+
+def is_maintenance(paused_reason: str | None) -> bool:
+    return paused_reason is not None and paused_reason.startswith(MAINTENANCE)
 
 
 def bulk_action_id(owner: str, key: str) -> str:

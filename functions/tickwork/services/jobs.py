@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, ChannelKind, address_key
+from tickwork.domain.bulk import is_maintenance
 from tickwork.domain.calendars import Calendar, exclusion
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import (
@@ -665,7 +666,8 @@ class JobService:
         if before is after or before.paused_at is None or after.resumed_at is None:
             effect = describe_paused_fires(after.policies.missed_fire, 0, False, None)
             return ResumeResult(after, PausedFires(0, False, after.policies.missed_fire, effect))
-        cleared = before.paused_reason
+        # A maintenance window's pause says why on the job too, but Tickwork did not pause it on its own.
+        cleared = None if is_maintenance(before.paused_reason) else before.paused_reason
         fires, capped = fires_between(
             after.schedule, before.paused_at, after.resumed_at, PAUSED_FIRES_COUNT_CAP
         )

@@ -17,7 +17,7 @@ from tickwork.adapters.bulk_records import (
     bulk_key,
     bulk_to_item,
 )
-from tickwork.adapters.dynamodb.base import StoreBase, TableNames, _code
+from tickwork.adapters.dynamodb.base import StoreBase, TableNames, _Cancelled, _code
 from tickwork.adapters.dynamodb.items import serialize
 from tickwork.adapters.event_records import owner_scope
 from tickwork.domain.bulk import BulkAction
@@ -46,11 +46,9 @@ class DynamoBulkActions(StoreBase):
             for action in actions
         ]
         try:
-            self._client.transact_write_items(TransactItems=puts)  # type: ignore[arg-type]
-        except ClientError as error:
-            if _code(error) == "TransactionCanceledException" and "ConditionalCheckFailed" in str(error):
-                raise ConflictError(f"bulk action {actions[0].action_id} exists") from error
-            raise self._translate(error) from error
+            self._transact(puts)  # (throttling and transaction conflicts: TransientStoreError, retried)
+        except _Cancelled as cancelled:
+            raise ConflictError(f"bulk action {actions[0].action_id} exists") from cancelled
 
     def get_action(self, owner: str, action_id: str) -> BulkAction | None:
         item = self._get(self._table, {"scope": owner_scope(owner), "key": bulk_key(action_id)})

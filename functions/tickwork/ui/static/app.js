@@ -563,6 +563,8 @@ async function groupsView() {
     h("div", { class: "filters" }, field("bulk-note", "Why (required)", note),
       field("bulk-until", "Maintenance until (optional, your local time)", until)),
     progress,
+    groups.body.complete ? null : h("p", { class: "error" },
+      `Counted ${groups.body.scanned} of your jobs before the time ran out: these counts are partial.`),
     groups.body.items.length
       ? h("table", { class: "groups" }, h("thead", {}, h("tr", {}, ["Group", "Jobs", "Active", "Paused", "Actions"]
         .map((t) => h("th", { scope: "col" }, t)))),
