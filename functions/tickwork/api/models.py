@@ -159,6 +159,7 @@ def _integral(value: Any) -> Any:
 _INTEGRAL = BeforeValidator(_integral)
 JsonInt = Annotated[int, Strict(), _INTEGRAL]
 CalendarName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=CALENDAR_NAME.pattern)]
+_UNIQUE: JsonDict = {"uniqueItems": True}  # a job names each calendar once
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=GROUP_NAME.pattern)]
 GROUP_RULE = "The one group the job belongs to (default `default`): what bulk actions and GET /groups select."
 CALENDARS_RULE = (
@@ -652,7 +653,10 @@ class JobCreate(RequestModel):
         "channel: recorded, not sent).",
     )
     calendars: list[CalendarName] = Field(
-        default_factory=list, max_length=MAX_CALENDARS_PER_JOB, description=CALENDARS_RULE
+        default_factory=list,
+        max_length=MAX_CALENDARS_PER_JOB,
+        description=CALENDARS_RULE,
+        json_schema_extra=_UNIQUE,
     )
     group: GroupName = Field(default=DEFAULT_GROUP, description=GROUP_RULE)
 
@@ -800,6 +804,7 @@ class JobPatchIn(RequestModel):
         default=None,
         max_length=MAX_CALENDARS_PER_JOB,
         description=f"{CALENDARS_RULE} Replaces the list whole ([] names none); omitted, it stays.",
+        json_schema_extra=_UNIQUE,
     )
     group: GroupName | None = Field(default=None, description=f"{GROUP_RULE} Omitted, it stays.")
 
@@ -856,6 +861,7 @@ class SchedulePreviewIn(ScheduleIn):
         default_factory=list,
         max_length=MAX_CALENDARS_PER_JOB,
         description="Your calendars to mark the fires they exclude with (a name you have none of: 422).",
+        json_schema_extra=_UNIQUE,
     )
 
 

@@ -33,7 +33,11 @@ class ChannelKind(StrEnum):
 
 
 _ADDRESS_KEY = {ChannelKind.SNS: "topic_arn", ChannelKind.EMAIL: "address"}
-EMAIL_PATTERN = r"^[^@\s\x00-\x1f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.[A-Za-z]{2,63}$"
+# No control character (C0 or C1) in the local part: `\s` alone differs between Python (it takes U+0085)
+# and the JSON Schema readers of the document (ECMA regexes do not), so the controls are spelled out.
+EMAIL_PATTERN = (
+    r"^[^@\s\x00-\x1f\x7f-\x9f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.[A-Za-z]{2,63}$"
+)
 _EMAIL = re.compile(EMAIL_PATTERN)
 MAX_EMAIL_CHARS = 254
 
