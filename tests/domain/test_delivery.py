@@ -412,6 +412,17 @@ ROWS: list[Row] = [
         {"ended.state": RunState.EXCLUDED, "after_target": False, "ended.attempt": 0},
     ),
     Row(
+        "calendar_read_before_the_slot_throttled_goes_back",
+        "the read before the overlap slot throttled past the store's retries: nothing is claimed, the "
+        "message goes back to read again",
+        lambda: then(
+            refused_claim(on_calendars(a_run(a_job(policies=Policies(overlap=OverlapPolicy.QUEUE))))),
+            throttled=TransientStoreError("throttled"),
+        ),
+        SendBack,
+        {"unsent": Unsent.THROTTLED, "counts": ("ThrottledDeliveries",)},
+    ),
+    Row(
         "not_excluded_takes_the_slot",
         "its fire is not excluded: it takes the slot as any overlap run",
         lambda: then(
