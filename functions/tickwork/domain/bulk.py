@@ -121,6 +121,13 @@ class BulkAction:
     def leased(self, worker: str, until: datetime) -> BulkAction:
         return replace(self, lease_owner=worker, lease_expires_at=until, version=self.version + 1)
 
+    def released(self) -> BulkAction:
+        """Its worker gives it up (out of budget): the next pass takes it at once."""
+        return replace(self, lease_owner=None, lease_expires_at=None, version=self.version + 1)
+
+    def deferred(self, until: datetime) -> BulkAction:
+        return replace(self, not_before=until, version=self.version + 1)
+
     def moved_on(self, progress: Progress, cursor: str | None, done: bool, now: datetime) -> BulkAction:
         """The action after one page of work: its counts and cursor, finished when `done`."""
         return replace(

@@ -209,12 +209,11 @@ class BulkService:
         now = self._clock.now()
         if not action.takeable(now):
             return 0
-        if action.maintenance_of is not None and not self._pause_done(action):
+        if action.maintenance_of is not None and not self._pause_done(action.owner, action.maintenance_of):
             # The window's end came while its pause is still going: resume once it is done, or jobs it
             # pauses after this would stay paused.
-            later = replace(action, not_before=now + PAUSE_WAIT, version=action.version + 1)
             with contextlib.suppress(VersionMismatchError):  # another worker deferred it first
-                self._actions.save_action(action, later)
+                self._actions.save_action(action, action.deferred(now + PAUSE_WAIT))
             return 0
         started = self._monotonic()
         held = replace(action, state=BulkState.RUNNING).leased(worker, self._lease_end(budget_seconds))
@@ -248,9 +247,8 @@ class BulkService:
             if stopped:
                 break
         # Out of budget (or stopped by a retryable error): the lease is given up, so the next pass takes it.
-        given_up = replace(held, lease_owner=None, lease_expires_at=None, version=held.version + 1)
         try:
-            self._actions.save_action(held, given_up)
+            self._actions.save_action(held, held.released())
         except VersionMismatchError:
             logger.info("bulk action %s: taken over while giving up its lease", held.action_id)
         return done
@@ -258,12 +256,8 @@ class BulkService:
     def _lease_end(self, budget_seconds: float) -> datetime:
         return self._clock.now() + timedelta(seconds=budget_seconds) + LEASE
 
-    def _pause_done(self, resume: BulkAction) -> bool:
-        pause = (
-            None
-            if resume.maintenance_of is None
-            else self._actions.get_action(resume.owner, resume.maintenance_of)
-        )
+    def _pause_done(self, owner: str, pause_id: str) -> bool:
+        pause = self._actions.get_action(owner, pause_id)
         return pause is None or pause.state is BulkState.DONE
 
     def _page(self, action: BulkAction) -> tuple[Progress, str | None, bool]:

@@ -215,6 +215,17 @@ class StoreBase:
                 return
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    @staticmethod
+    def _scope_between(table: str, scope: str, low: str, high: str) -> dict[str, Any]:
+        """A Query of the events table's items of one scope whose keys lie from `low` to `high`, both
+        included: BETWEEN is the one condition on the sort key it takes (DynamoDB refuses two)."""
+        return {
+            "TableName": table,
+            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
+            "ExpressionAttributeValues": serialize({":s": scope, ":lo": low, ":hi": high}),
+        }
+
     def _first(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
         """The first `count` items of a Query (read page after page until there are that many)."""
         found = []

@@ -55,14 +55,7 @@ class DynamoBulkActions(StoreBase):
         return None if item is None else bulk_from_item(item)
 
     def list_actions(self, owner: str) -> list[BulkAction]:
-        request = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
-            "ExpressionAttributeValues": serialize(
-                {":s": owner_scope(owner), ":lo": BULK_FROM, ":hi": BULK_TO}
-            ),
-        }
+        request = self._scope_between(self._table, owner_scope(owner), BULK_FROM, BULK_TO)
         return [bulk_from_item(item) for item in self._query_items(request)]
 
     def due_actions(self, now: datetime, limit: int) -> list[BulkAction]:

@@ -41,15 +41,8 @@ class DynamoCalendars(StoreBase):
         return found
 
     def list_calendars(self, owner: str) -> list[Calendar]:
-        request = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
-            "ExpressionAttributeValues": serialize(
-                {":s": owner_scope(owner), ":lo": CALENDARS_FROM, ":hi": CALENDARS_TO}
-            ),
-            "ConsistentRead": True,
-        }
+        scope = self._scope_between(self._table, owner_scope(owner), CALENDARS_FROM, CALENDARS_TO)
+        request = {**scope, "ConsistentRead": True}
         return [calendar_from_item(item) for item in self._query_items(request)]
 
     def put_calendar(self, calendar: Calendar) -> None:

@@ -106,10 +106,7 @@ class DynamoEventLog(StoreBase):
 
     def job_events(self, job_id: str, limit: int, before: str | None) -> tuple[list[JobEvent], str | None]:
         request = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
-            "ExpressionAttributeValues": serialize({":s": job_id, ":lo": "e#", ":hi": before or "e#~"}),
+            **self._scope_between(self._table, job_id, "e#", before or "e#~"),
             "ScanIndexForward": False,
             "Limit": limit + 2,
         }
@@ -273,10 +270,7 @@ class DynamoRevisions(StoreBase):
         # One condition on the sort key (DynamoDB takes no more): BETWEEN includes the bounds, and the upper
         # one is the cursor's own item when there is a cursor, so it is read and left out.
         request = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#s = :s AND #k BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
-            "ExpressionAttributeValues": serialize({":s": scope, ":lo": low, ":hi": high}),
+            **self._scope_between(self._table, scope, low, high),
             "ScanIndexForward": False,
             "Limit": limit + 2,
         }

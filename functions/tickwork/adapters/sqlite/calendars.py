@@ -13,12 +13,11 @@ from tickwork.adapters.calendar_records import (
     calendar_to_item,
 )
 from tickwork.adapters.event_records import owner_scope
-from tickwork.adapters.sqlite.base import SqliteBase, load, put
+from tickwork.adapters.sqlite.base import SqliteBase, put
+from tickwork.adapters.sqlite.events import SCOPE_RANGE, _delete, _get
 from tickwork.domain.calendars import Calendar
 from tickwork.domain.errors import VersionMismatchError
 from tickwork.resources import EVENTS
-
-_ONE = "SELECT item FROM events WHERE scope = ? AND key = ?"
 
 
 class SqliteCalendars(SqliteBase):
@@ -26,24 +25,19 @@ class SqliteCalendars(SqliteBase):
         found = {}
         with self.db.read() as connection:
             for name in names:
-                row = connection.execute(_ONE, (owner_scope(owner), calendar_key(name))).fetchone()
-                if row is not None:
-                    found[name] = calendar_from_item(load(row[0]))
+                item = _get(connection, owner_scope(owner), calendar_key(name))
+                if item is not None:
+                    found[name] = calendar_from_item(item)
         return found
 
     def list_calendars(self, owner: str) -> list[Calendar]:
-        items = self._select_items(
-            "SELECT item FROM events WHERE scope = ? AND key > ? AND key < ? ORDER BY key",
-            (owner_scope(owner), CALENDARS_FROM, CALENDARS_TO),
-        )
+        items = self._select_items(SCOPE_RANGE, (owner_scope(owner), CALENDARS_FROM, CALENDARS_TO))
         return [calendar_from_item(item) for item in items]
 
     def put_calendar(self, calendar: Calendar) -> None:
         with self.db.write() as connection:
-            row = connection.execute(
-                _ONE, (owner_scope(calendar.owner), calendar_key(calendar.name))
-            ).fetchone()
-            stored = 0 if row is None else int(load(row[0])["version"])
+            item = _get(connection, owner_scope(calendar.owner), calendar_key(calendar.name))
+            stored = 0 if item is None else int(item["version"])
             if stored != calendar.version - 1:
                 raise VersionMismatchError(
                     f"calendar {calendar.name} is at version {stored}, not {calendar.version - 1}"
@@ -52,7 +46,4 @@ class SqliteCalendars(SqliteBase):
 
     def delete_calendar(self, owner: str, name: str) -> bool:
         with self.db.write() as connection:
-            cursor = connection.execute(
-                "DELETE FROM events WHERE scope = ? AND key = ?", (owner_scope(owner), calendar_key(name))
-            )
-            return cursor.rowcount > 0
+            return _delete(connection, owner_scope(owner), calendar_key(name))

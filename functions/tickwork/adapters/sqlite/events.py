@@ -61,8 +61,14 @@ def _window_item(connection: sqlite3.Connection, window: Window) -> dict[str, An
     return _get(connection, owner_scope(window.owner), key)
 
 
-def _delete(connection: sqlite3.Connection, scope: str, key: str) -> None:
-    connection.execute("DELETE FROM events WHERE scope = ? AND key = ?", (scope, key))
+def _delete(connection: sqlite3.Connection, scope: str, key: str) -> bool:
+    """False if there was none."""
+    return connection.execute("DELETE FROM events WHERE scope = ? AND key = ?", (scope, key)).rowcount > 0
+
+
+# The items of one scope whose keys lie strictly between two bounds, in key order (one kind of item:
+# an owner's calendars, an owner's bulk actions).
+SCOPE_RANGE = "SELECT item FROM events WHERE scope = ? AND key > ? AND key < ? ORDER BY key"
 
 
 class SqliteEventLog(SqliteBase):
