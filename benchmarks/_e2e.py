@@ -138,6 +138,7 @@ class LocalSettings:
     tick_interval: float = 20.0
     sweep_interval: float = 60.0
     engine: str = "sqlite"
+    executors: int | None = None  # None: the command's default (a baseline from before the option has one)
 
     def args(self) -> list[str]:
         return [
@@ -155,6 +156,7 @@ class LocalSettings:
             str(self.tick_interval),
             "--sweep-interval",
             str(self.sweep_interval),
+            *(["--executors", str(self.executors)] if self.executors is not None else []),
         ]
 
     def describe(self) -> str:

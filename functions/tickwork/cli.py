@@ -23,6 +23,7 @@ from tickwork.local.demo import register_demo_jobs
 from tickwork.local.echo import EchoServer
 from tickwork.local.emulator import EmulatorError
 from tickwork.local.runtime import (
+    DEFAULT_EXECUTORS,
     EMULATOR_DIED_EXIT,
     ENGINES,
     ROLE_ORDER,
@@ -71,6 +72,12 @@ def _local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--lease-margin", type=int, default=30, help="seconds past a job's timeout before retry"
     )
     local.add_argument("--roles", default=",".join(ROLE_ORDER), help="which role processes to start")
+    local.add_argument(
+        "--executors",
+        type=int,
+        default=DEFAULT_EXECUTORS,
+        help=f"executor processes sharing the cap (default {DEFAULT_EXECUTORS}: one per core, up to 4)",
+    )
     local.add_argument(
         "--owner-max-jobs", type=int, default=None, help="quota: jobs an owner may have (default: none)"
     )
@@ -163,6 +170,9 @@ def run_local(args: argparse.Namespace) -> int:
     if unknown:
         print(f"tickwork: unknown role(s) {unknown}; choose from {list(ROLE_ORDER)}", file=sys.stderr)
         return 2
+    if args.executors < 1:
+        print("tickwork: --executors must be at least 1", file=sys.stderr)
+        return 2
     config = LocalConfig(
         state_dir=args.state_dir,
         engine=_engine(args),
@@ -191,6 +201,7 @@ def run_local(args: argparse.Namespace) -> int:
             if value is not None
         },
         roles=roles,
+        executors=args.executors,
         demo=args.demo,
     )
     runtime = LocalRuntime(config)

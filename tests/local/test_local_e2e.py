@@ -157,6 +157,11 @@ class Local:
     def pid(self, role: str) -> int:
         return int(json.loads((self.state_dir / "run" / "pids.json").read_text())[role])
 
+    def executor_pids(self) -> list[int]:
+        """The executor processes (`executor`, `executor-2`, ...: one per core by default)."""
+        pids = json.loads((self.state_dir / "run" / "pids.json").read_text())
+        return [int(pid) for name, pid in pids.items() if name.split("-")[0] == "executor"]
+
     def stop(self) -> None:
         if self.ticker is not None and self.ticker.poll() is None:
             self.ticker.send_signal(signal.SIGTERM)
@@ -241,7 +246,9 @@ def test_a_run_whose_executor_is_killed_is_retried_and_completed(local: Local, t
 
     local.wait_for("a call in flight", lambda: bool(slow_calls()), 30)
     first = slow_calls()[0]
-    os.kill(local.pid("executor"), signal.SIGKILL)  # mid-run: the target is still holding the call
+    # Mid-run, the target still holding the call: every executor process (one of them is making it).
+    for executor in local.executor_pids():
+        os.kill(executor, signal.SIGKILL)
 
     def finished() -> bool:
         return any(r["id"] == first["run_id"] and r["state"] == "succeeded" for r in local.runs(job_id))

@@ -50,6 +50,11 @@ def _every(interval: float, stop: threading.Event, work: Callable[[], None]) -> 
         work()
 
 
+def _process_name(role: str) -> str:
+    """This process's name in the runtime (`executor-2` for the second executor), the role's by default."""
+    return os.environ.get("TICKWORK_PROCESS_NAME") or role
+
+
 def _snapshots(metrics: SnapshotMetrics, stop: threading.Event) -> None:
     while not stop.wait(1.0):
         metrics.write_if_due()
@@ -152,14 +157,23 @@ def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, 
     feed.forget_changes(changes[-1][0])
 
 
+def executor_share(cap: int, processes: int) -> int:
+    """The calls one of `processes` executor processes makes at once: its share of the cap, rounded up. The
+    cap's slots (the bound in the store) still hold the total to the cap, whichever process takes them."""
+    return max(1, -(-cap // max(1, processes)))
+
+
 def run_executor(parts: Components, stop: threading.Event) -> None:
+    processes = int(os.environ.get("TICKWORK_EXECUTOR_PROCESSES") or 1)
     pool = ExecutorPool(
         parts.queues,
         parts.settings.dispatch_queue_urls,
         lambda: parts.executor(worker_id=f"local-{os.getpid()}"),
-        cap=parts.settings.concurrency_cap,
+        cap=executor_share(parts.settings.concurrency_cap, processes),
     )
     metrics = parts.metrics
+    # The bound counts every process's runs: one process reports it, or the status would add it up twice.
+    reports_bound = _process_name("executor") == "executor"
 
     bound = Pool(ALL, parts.settings.concurrency_cap)
 
@@ -169,10 +183,11 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
         peak = 0
         while not stop.wait(1.0):
             if isinstance(metrics, SnapshotMetrics):
-                in_flight = parts.slots.in_flight(bound, parts.clock.now())
-                peak = max(peak, in_flight)
-                metrics.gauge("RunsInFlight", in_flight)
-                metrics.gauge("PeakRunsInFlight", peak)
+                if reports_bound:
+                    in_flight = parts.slots.in_flight(bound, parts.clock.now())
+                    peak = max(peak, in_flight)
+                    metrics.gauge("RunsInFlight", in_flight)
+                    metrics.gauge("PeakRunsInFlight", peak)
                 metrics.gauge("CallsInFlight", pool.stats.in_flight)
 
     threading.Thread(target=report_in_flight, daemon=True).start()
@@ -274,11 +289,13 @@ def main(argv: list[str]) -> int:
     run_dir = Path(os.environ.get("TICKWORK_LOCAL_RUN_DIR", ".tickwork/run"))
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings.from_env(os.environ)
-    metrics = SnapshotMetrics(run_dir / f"metrics-{role}.json")
+    metrics = SnapshotMetrics(run_dir / f"metrics-{_process_name(role)}.json")
     # Unsigned requests only against the emulator this runtime started itself (it checks no signatures).
     unsigned = os.environ.get("TICKWORK_LOCAL_UNSIGNED") == "1"
     # The executor calls from up to `cap` threads at once: a smaller pool would drop and reopen connections.
-    pool = max(DEFAULT_POOL_CONNECTIONS, settings.concurrency_cap if role == "executor" else 0)
+    processes = int(os.environ.get("TICKWORK_EXECUTOR_PROCESSES") or 1)
+    share = executor_share(settings.concurrency_cap, processes) if role == "executor" else 0
+    pool = max(DEFAULT_POOL_CONNECTIONS, share)
     clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned, max_pool_connections=pool)
     parts = Components(settings, SystemClock(), clients, metrics)
     writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)

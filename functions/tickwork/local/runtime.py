@@ -69,6 +69,20 @@ SQLITE_SYNCHRONOUS = {
 }
 EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
 ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
+# Executor processes share the cap (each runs its share of it): one executor process spends most of a burst
+# in Python, under one GIL, so a second core is used only by a second process.
+DEFAULT_EXECUTORS = max(1, min(4, os.cpu_count() or 1))
+
+
+def process_names(role: str, executors: int) -> list[str]:
+    """The processes of a role: `executor`, `executor-2`, ... for the executors, the role's name otherwise."""
+    if role != "executor":
+        return [role]
+    return ["executor"] + [f"executor-{i}" for i in range(2, executors + 1)]
+
+
+def role_of(process_name: str) -> str:
+    return process_name.split("-", 1)[0]
 
 
 class EmulatorDiedError(RuntimeError):
@@ -106,6 +120,7 @@ class LocalConfig:
     quotas: dict[str, str] = field(default_factory=dict)  # TICKWORK_OWNER_* settings (domain/quotas.py)
     operators: tuple[str, ...] = ()  # owners with the operator scope
     roles: tuple[str, ...] = ROLE_ORDER
+    executors: int = 1  # executor processes (the CLI's default: DEFAULT_EXECUTORS)
     demo: bool = False
 
 
@@ -165,7 +180,8 @@ class LocalRuntime:
         )
         api_file.chmod(0o600)
         for role in self.config.roles:
-            self._spawn(role)
+            for name in process_names(role, self.config.executors):
+                self._spawn(name)
 
     def stop(self) -> None:
         """Stop the roles (SIGTERM, then SIGKILL after ROLE_STOP_SECONDS), then the emulator, which writes
@@ -390,8 +406,9 @@ class LocalRuntime:
             return ""
         return path.read_text().strip()
 
-    def _spawn(self, role: str, restarts: int = 0) -> None:
-        log = (self.run_dir / f"{role}.log").open("ab")
+    def _spawn(self, name: str, restarts: int = 0) -> None:
+        role = role_of(name)
+        log = (self.run_dir / f"{name}.log").open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "tickwork.local.roles", role],
             # The role stops when this pid is no longer its parent (see lifeline.py).
@@ -399,12 +416,14 @@ class LocalRuntime:
                 **self.env,
                 "TICKWORK_PARENT_PID": str(os.getpid()),
                 "TICKWORK_SQLITE_SYNCHRONOUS": SQLITE_SYNCHRONOUS.get(role, "FULL"),
+                "TICKWORK_PROCESS_NAME": name,
+                "TICKWORK_EXECUTOR_PROCESSES": str(self.config.executors),
             },
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         log.close()
-        self.processes[role] = RoleProcess(role, process, restarts)
+        self.processes[name] = RoleProcess(role, process, restarts)
         self.write_pids()
 
     # --- status ------------------------------------------------------------------------------------
