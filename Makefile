@@ -9,7 +9,7 @@ MINISTACK_VERSION := 1.5.33
 CDK_CLI := aws-cdk@2.1148.1
 TS_TOOLS := .tools/ts
 
-.PHONY: install test test-fast lint run synth deploy e2e-aws clean
+.PHONY: install test test-fast lint run synth deploy e2e-aws bench-install bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,20 @@ test-fast: lint
 # The real CDK stack deployed into a fresh MiniStack with the pinned CDK CLI, driven through its API URL.
 e2e-aws: install
 	$(VENV)/bin/pytest tests/e2e_aws -p no:cacheprovider -s
+
+# The peers' benchmark (benchmarks/bench_peers.py): the `bench` extra (APScheduler, Celery + RedBeat,
+# Temporal's dev server and SDK, py-spy, psutil) and Debian's redis-server, which RedBeat and Celery's broker
+# use. The benchmark starts and stops every service itself.
+bench-install: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet -e '.[dev,infra,cli,bench]'
+	@command -v redis-server >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
+
+# Every scheduler, one after another, at 1,000 then 10,000 jobs due in the same second: one table per size
+# and docs/burst_start_delay.png (about 25 minutes).
+bench-peers: bench-install
+	$(VENV)/bin/python benchmarks/bench_peers.py 1000 10000 --chart docs/burst_start_delay.png
 
 # The default engine (SQLite) needs no emulator: only the project's own environment.
 run: $(VENV)/.installed

@@ -1,0 +1,228 @@
+"""Tickwork's row in bench_peers.py: `tickwork local` on the SQLite engine (API, ticker, executor and sweeper
+role processes, as `make run` starts them), N jobs created through the job service, each due in the same
+second and calling the loopback target once.
+
+Settings: the command's defaults (a tick a minute, planning 120 s ahead), but the cap on runs executing at
+once is PeerSettings.concurrency (every peer's worker concurrency). Jobs time out after
+PeerSettings.timeout_s and make up to 3 attempts (Tickwork's default retry policy); the SQLite file is
+written with synchronous=FULL in WAL mode.
+
+Tickwork plans ahead: the tick that plans the burst runs up to 120 s before the due second. Its CPU (every
+role process, over that tick) is added to the burst's, as the group `planning (tick)`, so the CPU per fire
+counts planning as the peers' figures count their scheduler deciding at the due second.
+
+    python benchmarks/peer_tickwork.py 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _e2e import LocalSettings, LocalTickwork, Target, fixed_second, seed_jobs, sleep_until, wait_for
+from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle
+from bench_burst import ticker_ticks
+
+SEED_THREADS = 8
+LABEL = "Tickwork, SQLite engine"
+
+
+def local_settings(settings: PeerSettings, executors: int | None = None) -> LocalSettings:
+    """`tickwork local`'s defaults but the cap (the tick and lookahead as a user gets them)."""
+    return LocalSettings(
+        cap=settings.concurrency, tick_interval=60.0, lookahead=120, sweep_interval=60.0, executors=executors
+    )
+
+
+def run_tickwork(
+    n: int,
+    target: Target,
+    settings: PeerSettings,
+    workdir: Path,
+    services: Services,
+    local: LocalSettings | None = None,
+    label: str = LABEL,
+    source: Path | None = None,
+    profile: Path | None = None,
+) -> PeerResult:
+    from tickwork.domain.models import make_run_id
+
+    local = local or local_settings(settings)
+    state = workdir / f"tickwork-{n}-{label.split(',')[0].replace(' ', '_')}"
+    with LocalTickwork(state, local, source=source) as runtime:
+        parts = runtime.components()
+        meter = ProcessMeter({f"{role}": pid for role, pid in runtime.pids().items()}).start()
+        try:
+            # The create plans fires inside its own lookahead: due beyond it, so the ticker plans the burst.
+            estimate = n / 300 + 5
+            due_at, expression = fixed_second(time.time() + estimate + local.lookahead + 15)
+            result = PeerResult(label, n, due_at.timestamp())
+            result.notes.append(f"tickwork local {local.describe()}")
+            started = time.perf_counter()
+            job_ids, _ = seed_jobs(parts, n, expression, f"{target.url}/tickwork", SEED_THREADS)
+            result.seed_seconds = time.perf_counter() - started
+            if time.time() > result.due - local.lookahead:
+                result.notes.append("seeding ran into the lookahead: some fires were planned by the create")
+            keys = {make_run_id(job_id, due_at) for job_id in job_ids}
+            if profile is not None:
+                planning_at = _next_tick(result.due, local)
+                sleep_until(planning_at - 2)
+                spies = _spy(runtime.pids(), profile / f"{n}", services)
+            sleep_until(result.due - 1)
+            wait_for(lambda: _arrived(target, keys) >= n, timeout=settings.drain_timeout, every=0.2)
+            wait_for(lambda: _succeeded(parts) >= n, timeout=60, every=0.5)
+            done_at = time.time()
+            if profile is not None:
+                _stop_spies(spies, services)
+            time.sleep(meter.every * 2)
+            result.fires_done = _succeeded(parts)
+            result.burst_cpu_s = meter.cpu_between(result.due - 1, done_at)
+            result.burst_seconds = done_at - (result.due - 1)
+            planning = _planning_tick(state / "run" / "ticker.log", result.due)
+            if planning is not None:
+                tick_cpu = meter.cpu_between(*planning)
+                result.burst_cpu_s["planning (tick)"] = sum(tick_cpu.values())
+                result.notes.append(
+                    f"the burst was planned by the tick {result.due - planning[0]:.0f} s before the due "
+                    f"second, taking {planning[1] - planning[0]:.1f} s"
+                )
+            else:
+                result.notes.append("no ticker log line for the planning tick: its CPU is not counted")
+            arrivals_for(target, keys, result.due, result)
+            measure_idle(meter, settings, result)
+            result.peak_rss_mb = meter.peak_rss_mb()
+        finally:
+            meter.stop()
+    return result
+
+
+def _next_tick(due: float, local: LocalSettings) -> float:
+    """When the tick that plans the burst starts: the first tick on the interval's grid within the
+    lookahead of the due second."""
+    first = due - local.lookahead
+    return (first // local.tick_interval + (first % local.tick_interval > 0)) * local.tick_interval
+
+
+def _spy(pids: dict[str, int], directory: Path, services: Services) -> list[tuple[str, Path]]:
+    """py-spy on every role process, from before the planning tick until the burst is done: a flame graph
+    per process (SVG), summarised by _stop_spies."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spies = []
+    for role, pid in pids.items():
+        svg = directory / f"{role}.svg"
+        services.start(
+            f"py-spy-{role}",
+            [
+                str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "-p",
+                str(pid),
+                "-o",
+                str(svg),
+                "--nonblocking",
+                "-F",
+                "-r",
+                "50",
+            ],
+            log=directory / f"py-spy-{role}.log",
+        )
+        spies.append((role, svg))
+    return spies
+
+
+def _stop_spies(spies: list[tuple[str, Path]], services: Services) -> None:
+    """Stop each py-spy with SIGINT (it writes its flame graph then), and print where each process's samples
+    went: the functions in the most samples (inclusive), from the SVG's frame titles."""
+    import os
+    import re
+    import signal
+
+    for role, _ in spies:
+        pid = int((spies[0][1].parent / f"py-spy-{role}.pid").read_text())
+        os.kill(pid, signal.SIGINT)
+    time.sleep(3)
+    for role, _ in spies:
+        services.stop(f"py-spy-{role}", grace=20)
+    title = re.compile(r"<title>(.*?) \(([\d,]+) samples, ([\d.]+)%\)</title>")
+    for role, svg in spies:
+        if not svg.exists():
+            print(f"  profile {role}: no flame graph written (see {svg.parent}/py-spy-{role}.log)")
+            continue
+        inclusive: dict[str, int] = {}
+        total = 0
+        for frame, samples, _ in title.findall(svg.read_text(errors="replace")):
+            count = int(samples.replace(",", ""))
+            if frame == "all":
+                total = count
+                continue
+            name = re.sub(r" \(.*", "", frame) + " " + (re.findall(r"\(([^)]*)\)", frame) or [""])[0]
+            inclusive[name] = max(inclusive.get(name, 0), 0) + count
+        top = sorted(inclusive.items(), key=lambda kv: -kv[1])[:25]
+        print(f"  profile {role}: {total} samples (50/s, threads on CPU), {svg}")
+        for name, count in top:
+            print(f"    {count / max(1, total) * 100:5.1f}%  {name}")
+
+
+def _arrived(target: Target, keys: set[str]) -> int:
+    with target._lock:
+        return len({a.key for a in target.arrivals if a.key in keys})
+
+
+def _succeeded(parts: object) -> int:
+    from _e2e import _sqlite_table
+    from tickwork.resources import RUNS
+
+    table = _sqlite_table(parts, parts.settings.resource_names.table(RUNS))  # type: ignore[attr-defined]
+    with parts.database.read() as connection:  # type: ignore[attr-defined]
+        row = connection.execute(
+            f"SELECT COUNT(*) FROM {table} WHERE json_extract(item, '$.state') = 'succeeded'"
+        ).fetchone()
+    return int(row[0])
+
+
+def _planning_tick(log: Path, due: float) -> tuple[float, float] | None:
+    """The span of the first tick whose horizon reached the due second (a little either side)."""
+    for started, ended, horizon in ticker_ticks(log):
+        if horizon >= due:
+            return started - 0.2, ended + 0.2
+    return None
+
+
+def main() -> None:
+    from _e2e import fmt_ms, summary
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=1000)
+    parser.add_argument("--executors", type=int, help="executor processes (default: the command's)")
+    parser.add_argument("--profile", type=Path, help="py-spy flame graphs of every role process, here")
+    args = parser.parse_args()
+    services = Services()
+    services.cleanup_on_exit()
+    target = Target().start()
+    settings = PeerSettings()
+    try:
+        with tempfile.TemporaryDirectory(prefix="tickwork-peer-") as tmp:
+            local = replace(local_settings(settings), executors=args.executors)
+            result = run_tickwork(
+                args.n, target, settings, Path(tmp), services, local=local, profile=args.profile
+            )
+    finally:
+        target.stop()
+    print(f"{result.scheduler}: {fmt_ms(summary(result.delays))}")
+    print(
+        f"  CPU per fire {result.cpu_per_fire_ms:.2f} ms {result.burst_cpu_s}; idle "
+        f"{result.idle_cpu_per_s * 1000:.1f} ms/s; lost {result.lost} dup {result.duplicates}; "
+        f"done {result.fires_done}; RSS {result.peak_rss_mb}"
+    )
+    for note in result.notes:
+        print(f"  {note}")
+
+
+if __name__ == "__main__":
+    main()
