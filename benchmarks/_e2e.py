@@ -172,10 +172,12 @@ class LocalTickwork:
         settings: LocalSettings,
         source: Path | None = None,
         roles: str = "api,executor,ticker,sweeper",
+        status_interval: float = 3600.0,
     ) -> None:
         self.state_dir = state_dir
         self.settings = settings
         self.roles = roles  # no watcher unless asked for (it works on bulk actions and sends alerts)
+        self.status_interval = status_interval  # the supervisor's status line (its default: 5 s)
         # Another checkout's `functions/` to run instead of this one (a baseline measured side by side).
         self.source = source
         self.port = free_port()
@@ -194,7 +196,7 @@ class LocalTickwork:
             "--state-dir",
             str(self.state_dir),
             "--status-interval",
-            "3600",
+            str(self.status_interval),
             "--roles",
             self.roles,
             *self.settings.args(),

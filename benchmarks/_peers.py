@@ -109,21 +109,31 @@ class Services:
         return process
 
     def stop(self, name: str | None = None, grace: float = 15.0) -> None:
-        """Stop one service (by name) or all of them, the last started first."""
+        """Stop one service (by name) or all of them, the last started first. A second Ctrl-C or SIGTERM
+        meanwhile must not break it off half-way: the stop signals are ignored until it is done (from the
+        main thread; elsewhere they cannot be set, and the caller's handlers stay)."""
         with self._lock:
             chosen = [(n, p) for n, p in self._started if name is None or n == name]
-            self._started = [(n, p) for n, p in self._started if (n, p) not in chosen]
-        for _, process in reversed(chosen):
-            _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for _, process in reversed(chosen):
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+        try:
+            for _, process in reversed(chosen):
+                _signal_group(process, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for _, process in reversed(chosen):
+                try:
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _signal_group(process, signal.SIGKILL)
+                    process.wait()
+                # Whatever the leader left behind in its group (worker children) goes too.
                 _signal_group(process, signal.SIGKILL)
-                process.wait()
-            # Whatever the leader left behind in its group (worker children) goes too.
-            _signal_group(process, signal.SIGKILL)
+            with self._lock:  # forgotten only once stopped
+                self._started = [(n, p) for n, p in self._started if (n, p) not in chosen]
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def cleanup_on_exit(self) -> None:
         atexit.register(self.stop)
@@ -131,8 +141,11 @@ class Services:
         def unwind(signum: int, frame: object) -> None:
             raise SystemExit(128 + signum)  # finally blocks and atexit run
 
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        for sig in _STOP_SIGNALS:
             signal.signal(sig, unwind)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
@@ -149,8 +162,9 @@ class ProcessMeter:
     """Samples CPU seconds per group (a root PID and every process below it, found again at each sample: a
     prefork pool or a restarted child is counted) and RSS per process, every `every` seconds, in a thread."""
 
-    def __init__(self, roots: dict[str, int], every: float = 0.2) -> None:
+    def __init__(self, roots: dict[str, int], every: float = 0.2, own_only: set[str] | None = None) -> None:
         self.roots = dict(roots)
+        self.own_only = own_only or set()  # groups counted without their descendants
         self.every = every
         self.times: list[float] = []
         self.cpu: list[dict[str, float]] = []
@@ -186,6 +200,8 @@ class ProcessMeter:
             if root is None:
                 continue
             yield name, root
+            if name in self.own_only:
+                continue
             try:
                 children = root.children(recursive=True)
             except psutil.Error:
@@ -212,7 +228,13 @@ class ProcessMeter:
                 with proc.oneshot():
                     times = proc.cpu_times()
                     rss = proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue  # gone: it keeps the CPU of its last sample (below)
             except psutil.Error:
+                # Alive but unreadable this time: its last reading stands, it is not taken for gone.
+                if proc.pid in self._last_cpu:
+                    seen.add(proc.pid)
+                    totals[name] = totals.get(name, 0.0) + self._last_cpu[proc.pid][1]
                 continue
             used = times.user + times.system
             seen.add(proc.pid)

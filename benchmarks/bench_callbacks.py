@@ -261,7 +261,12 @@ def main() -> int:
     if others := other_benchmarks():
         print(f"note: other benchmarks/tests running at start: {others_note(others)}")
     settings = LocalSettings(
-        shards=16, queues=4, cap=args.cap, lookahead=args.lookahead, tick_interval=args.tick_interval
+        shards=16,
+        queues=4,
+        cap=args.cap,
+        lookahead=args.lookahead,
+        tick_interval=args.tick_interval,
+        executors=1,  # it reads the executor process's status and metrics by name
     )
     timeline = Timeline(workers=args.workers).start()
     driver = Driver(timeline, args.beat_every, random.Random(args.seed))

@@ -202,6 +202,7 @@ def main() -> int:
         tick_interval=2.0,
         sweep_interval=5.0,
         lease_margin=args.lease_margin,
+        executors=1,  # it SIGKILLs the executor process by name
     )
     timeline = Timeline(workers=8).start()
     beats = Beats(timeline, args.beat_every)

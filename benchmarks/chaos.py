@@ -122,7 +122,14 @@ def main() -> int:
     exit_cleanly_on_sigterm()  # `timeout` or a kill unwinds through the finally blocks: nothing is left
     print(f"machine: {machine()}")
     settings = LocalSettings(
-        shards=4, queues=2, cap=200, lookahead=20, tick_interval=2.0, sweep_interval=10.0, engine=args.engine
+        shards=4,
+        queues=2,
+        cap=200,
+        lookahead=20,
+        tick_interval=2.0,
+        sweep_interval=10.0,
+        engine=args.engine,
+        executors=1,  # it kills roles by name: one executor process, as measured before --executors
     )
     timeline = Timeline(workers=8).start()
     driver = CallbackDriver(timeline, args.seed)

@@ -96,7 +96,7 @@ def fixed_second_fields(due: float) -> tuple[str, str, str]:
 def run_aps(n: int, target: Target, settings: PeerSettings, workdir: Path, services: Services) -> PeerResult:
     directory = workdir / f"aps-{n}"
     directory.mkdir(parents=True, exist_ok=True)
-    due_at, _ = fixed_second(time.time() + 15 + n * 0.008)
+    due_at, _ = fixed_second(time.time() + 20 + n * 0.015)
     due = due_at.timestamp()
     status = directory / "status.json"
     result = PeerResult(LABEL, n, due)
@@ -123,7 +123,8 @@ def run_aps(n: int, target: Target, settings: PeerSettings, workdir: Path, servi
     )
     meter = ProcessMeter({"scheduler": process.pid}).start()
     try:
-        wait_for(lambda: status.exists(), timeout=due - time.time(), every=0.2)
+        if not wait_for(lambda: status.exists(), timeout=due - 1 - time.time(), every=0.2):
+            raise RuntimeError(f"APScheduler had not added its {n} jobs a second before they were due")
         seeded = json.loads(status.read_text())
         result.seed_seconds = float(seeded.get("seed_seconds", float("nan")))
         if seeded.get("not_on_due"):

@@ -260,7 +260,7 @@ async def wait_completed(client: Client, n: int, deadline: float) -> tuple[int, 
 def run_temporal(
     n: int, target: Target, settings: PeerSettings, workdir: Path, services: Services
 ) -> PeerResult:
-    home = workdir / "temporal"
+    home = workdir / f"temporal-{n}"  # a database of its own per size: the schedules stay in it
     home.mkdir(parents=True, exist_ok=True)
     binary = temporal_binary()
     ports = ServerPorts(free_port(), free_port(), free_port())

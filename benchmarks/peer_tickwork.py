@@ -1,11 +1,11 @@
-"""Tickwork's row in bench_peers.py: `tickwork local` on the SQLite engine (API, ticker, executor and sweeper
-role processes, as `make run` starts them), N jobs created through the job service, each due in the same
-second and calling the loopback target once.
+"""Tickwork's row in bench_peers.py: `tickwork local` on the SQLite engine with every role process (API,
+executors, ticker, sweeper, watcher) and the supervisor itself, as `make run` starts them, N jobs created
+through the job service, each due in the same second and calling the loopback target once.
 
-Settings: the command's defaults (a tick a minute, planning 120 s ahead), but the cap on runs executing at
-once is PeerSettings.concurrency (every peer's worker concurrency). Jobs time out after
-PeerSettings.timeout_s and make up to 3 attempts (Tickwork's default retry policy); the SQLite file is
-written with synchronous=FULL in WAL mode.
+Settings: the command's defaults (a tick a minute, planning 120 s ahead, a status line every 5 s), but the
+cap on runs executing at once is PeerSettings.concurrency (every peer's worker concurrency). Jobs time out
+after PeerSettings.timeout_s and make up to 3 attempts (Tickwork's default retry policy). The SQLite file is
+in WAL mode: the API's writes synchronous=FULL, the run bookkeeping NORMAL (local/runtime.py says why).
 
 Tickwork plans ahead: the tick that plans the burst runs up to 120 s before the due second. Its CPU (every
 role process, over that tick) is added to the burst's, as the group `planning (tick)`, so the CPU per fire
@@ -30,6 +30,7 @@ from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_fo
 from bench_burst import ticker_ticks
 
 SEED_THREADS = 8
+ROLES = "api,executor,ticker,sweeper,watcher"  # `tickwork local`'s default roles
 LABEL = "Tickwork, SQLite engine"
 
 
@@ -55,9 +56,13 @@ def run_tickwork(
 
     local = local or local_settings(settings)
     state = workdir / f"tickwork-{n}-{label.split(',')[0].replace(' ', '_')}"
-    with LocalTickwork(state, local, source=source) as runtime:
+    runtime = LocalTickwork(state, local, source=source, roles=ROLES, status_interval=5.0)
+    with runtime:
         parts = runtime.components()
-        meter = ProcessMeter({f"{role}": pid for role, pid in runtime.pids().items()}).start()
+        assert runtime.process is not None
+        roots = {"supervisor": runtime.process.pid} | runtime.pids()
+        # The supervisor's own CPU only (its children are the role groups).
+        meter = ProcessMeter(roots, own_only={"supervisor"}).start()
         try:
             # The create plans fires inside its own lookahead: due beyond it, so the ticker plans the burst.
             estimate = n / 300 + 5

@@ -1,6 +1,7 @@
-"""The local executor: consumes the dispatch queues with a bounded pool. The pool size IS the concurrency
-cap: a message is received only when a slot is free, so the excess waits in the queue as queue depth. Each
-queue has its own receive loop; the loops share the cap's slots and take them in turn.
+"""The local executor: consumes the dispatch queues with a bounded pool. The pool size IS this process's share
+of the concurrency cap (the executor processes' shares add up to it): a message is received only when a slot
+is free, so the excess waits in the queue as queue depth. Each queue has its own receive loop; the loops share
+the pool's slots and take them in turn.
 
 Visibility follows the work, not the queue: a message is received invisible for only
 LOCAL_VISIBILITY_SECONDS and a heartbeat extends every message still being handled (held for its fire

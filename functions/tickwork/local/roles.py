@@ -55,6 +55,12 @@ def _process_name(role: str) -> str:
     return os.environ.get("TICKWORK_PROCESS_NAME") or role
 
 
+def _share(cap: int) -> int:
+    """This executor process's share of the cap (the whole cap when started alone, or by hand)."""
+    processes = int(os.environ.get("TICKWORK_EXECUTOR_PROCESSES") or 1)
+    return executor_share(cap, processes, executor_index(_process_name("executor")))
+
+
 def _snapshots(metrics: SnapshotMetrics, stop: threading.Event) -> None:
     while not stop.wait(1.0):
         metrics.write_if_due()
@@ -157,19 +163,26 @@ def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, 
     feed.forget_changes(changes[-1][0])
 
 
-def executor_share(cap: int, processes: int) -> int:
-    """The calls one of `processes` executor processes makes at once: its share of the cap, rounded up. The
-    cap's slots (the bound in the store) still hold the total to the cap, whichever process takes them."""
-    return max(1, -(-cap // max(1, processes)))
+def executor_share(cap: int, processes: int, index: int) -> int:
+    """The calls the `index`th (from 0) of `processes` executor processes makes at once: its share of the
+    cap, the shares adding up to it (the runtime starts no more processes than the cap). The cap's slots (the
+    bound in the store) hold the total to the cap whichever process takes them, callback runs included."""
+    processes = max(1, processes)
+    return max(1, cap // processes + (1 if index < cap % processes else 0))
+
+
+def executor_index(process_name: str) -> int:
+    """`executor` is 0, `executor-2` is 1, ..."""
+    _, _, number = process_name.partition("-")
+    return int(number) - 1 if number.isdigit() else 0
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:
-    processes = int(os.environ.get("TICKWORK_EXECUTOR_PROCESSES") or 1)
     pool = ExecutorPool(
         parts.queues,
         parts.settings.dispatch_queue_urls,
         lambda: parts.executor(worker_id=f"local-{os.getpid()}"),
-        cap=executor_share(parts.settings.concurrency_cap, processes),
+        cap=_share(parts.settings.concurrency_cap),
     )
     metrics = parts.metrics
     # The bound counts every process's runs: one process reports it, or the status would add it up twice.
@@ -293,9 +306,7 @@ def main(argv: list[str]) -> int:
     # Unsigned requests only against the emulator this runtime started itself (it checks no signatures).
     unsigned = os.environ.get("TICKWORK_LOCAL_UNSIGNED") == "1"
     # The executor calls from up to `cap` threads at once: a smaller pool would drop and reopen connections.
-    processes = int(os.environ.get("TICKWORK_EXECUTOR_PROCESSES") or 1)
-    share = executor_share(settings.concurrency_cap, processes) if role == "executor" else 0
-    pool = max(DEFAULT_POOL_CONNECTIONS, share)
+    pool = max(DEFAULT_POOL_CONNECTIONS, _share(settings.concurrency_cap) if role == "executor" else 0)
     clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned, max_pool_connections=pool)
     parts = Components(settings, SystemClock(), clients, metrics)
     writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)

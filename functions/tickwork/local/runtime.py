@@ -180,7 +180,7 @@ class LocalRuntime:
         )
         api_file.chmod(0o600)
         for role in self.config.roles:
-            for name in process_names(role, self.config.executors):
+            for name in process_names(role, self.executor_processes):
                 self._spawn(name)
 
     def stop(self) -> None:
@@ -279,6 +279,11 @@ class LocalRuntime:
         self.processes[role].process.kill()
 
     # --- resources and processes -------------------------------------------------------------------
+
+    @property
+    def executor_processes(self) -> int:
+        """`--executors`, but never more processes than the cap has runs: each runs at least one."""
+        return max(1, min(self.config.executors, self.config.concurrency_cap))
 
     @property
     def database_path(self) -> Path:
@@ -417,7 +422,7 @@ class LocalRuntime:
                 "TICKWORK_PARENT_PID": str(os.getpid()),
                 "TICKWORK_SQLITE_SYNCHRONOUS": SQLITE_SYNCHRONOUS.get(role, "FULL"),
                 "TICKWORK_PROCESS_NAME": name,
-                "TICKWORK_EXECUTOR_PROCESSES": str(self.config.executors),
+                "TICKWORK_EXECUTOR_PROCESSES": str(self.executor_processes),
             },
             stdout=log,
             stderr=subprocess.STDOUT,
