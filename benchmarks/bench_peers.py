@@ -20,7 +20,7 @@ Figures (every one from this invocation):
     python benchmarks/bench_peers.py 1000 10000 --chart docs/burst_start_delay.png     # make bench-peers
     python benchmarks/bench_peers.py 1000 --only tickwork,aps
     python benchmarks/bench_peers.py 1000 --tickwork-ref 2d957c7    # Tickwork as of that commit
-    python benchmarks/bench_peers.py --chart docs/burst_start_delay.png --from-json results.json
+    python benchmarks/bench_peers.py --chart docs/burst_start_delay.png --from-json 1000.json 10000.json
 
 Every service is started by this script and stopped by PID when it ends, whatever ends it (peers' Services;
 `tickwork local` stops its role processes on SIGINT).
@@ -84,7 +84,7 @@ def runners(before: Path | None, before_ref: str, executors: int | None) -> dict
     return found
 
 
-def table(n: int, results: dict[str, PeerResult]) -> str:
+def table(n: int, results: dict[str, PeerResult], floor_ms: float = 0.0) -> str:
     lines = [f"\n{n:,} jobs due in the same second ({machine()})"]
     header = (
         f"  {'':34} {'p50':>8} {'p99':>8} {'last':>8} {'CPU/fire':>9} {'idle CPU':>10} "
@@ -114,6 +114,14 @@ def table(n: int, results: dict[str, PeerResult]) -> str:
             f"[{burst}] over {r.burst_seconds:.1f} s; idle CPU s [{idle}] over {r.idle_seconds:.0f} s"
         )
         lines.extend(f"    {note}" for note in r.notes)
+    if floor_ms:
+        for key in ("tickwork-before", "tickwork"):
+            if key in results:
+                r = results[key]
+                lines.append(
+                    f"  {r.scheduler}: CPU per fire {r.cpu_per_fire_ms:.2f} ms = "
+                    f"{r.cpu_per_fire_ms / floor_ms:.2f}x the floor ({floor_ms:.2f} ms per run)"
+                )
     if "tickwork" in results:
         t = results["tickwork"]
         peers = {k: r for k, r in results.items() if not k.startswith("tickwork") and r.delays}
@@ -188,13 +196,27 @@ def main() -> None:
     parser.add_argument(
         "--tickwork-ref", help="also run Tickwork as of this git commit (a temporary worktree), first"
     )
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="first measure the floor (bench_floor.py) over RUNS",
+    )
     parser.add_argument("--json", type=Path, help="write every result here")
     parser.add_argument("--chart", type=Path, help="draw the chart (docs/burst_start_delay.png)")
-    parser.add_argument("--from-json", type=Path, help="only draw the chart from a --json file")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="only draw the chart from --json files (a size per invocation)",
+    )
     args = parser.parse_args()
     if args.from_json:
-        saved = json.loads(args.from_json.read_text())
-        chart(args.chart, {int(n): r for n, r in saved["results"].items()})
+        merged: dict[int, dict[str, dict[str, Any]]] = {}
+        for path in args.from_json:
+            merged |= {int(n): r for n, r in json.loads(path.read_text())["results"].items()}
+        chart(args.chart, merged)
         return
     chosen = [k for k in args.only.split(",") if k]
     if set(chosen) - set(ORDER):
@@ -214,6 +236,15 @@ def main() -> None:
             if args.tickwork_ref:
                 before = stack.enter_context(baseline_checkout(args.tickwork_ref, Path(tmp)))
             run = runners(before, args.tickwork_ref or "", args.executors)
+            floor_ms = 0.0
+            if args.floor:
+                from bench_floor import floor
+
+                floor_ms, _, _ = floor(args.floor, Path(tmp))
+                print(
+                    f"the floor ({args.floor:,} runs, bench_floor.py): {floor_ms:.2f} ms CPU per run",
+                    flush=True,
+                )
             if before is not None and "tickwork-before" not in chosen:
                 chosen.insert(0, "tickwork-before")
             for n in args.counts:
@@ -229,7 +260,7 @@ def main() -> None:
                         f"{s['p99']:.2f} s, {results[key].cpu_per_fire_ms:.2f} ms CPU per fire",
                         flush=True,
                     )
-                tables.append(table(n, results))
+                tables.append(table(n, results, floor_ms))
                 print(tables[-1], flush=True)
                 by_size[n] = {k: r.to_json() for k, r in results.items()}
                 if args.json:
