@@ -25,7 +25,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -61,44 +60,17 @@ def _cpu() -> float:
 
 def aps_worker(n: int, url: str, pool: int, grace: int | None, db: Path) -> None:
     """Runs in its own process: schedules N jobs for one second, waits for the burst, prints a JSON line."""
-    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, JobEvent
-    from apscheduler.executors.pool import ThreadPoolExecutor
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.cron import CronTrigger
+    from peer_aps import Burst
 
-    counts = {"executed": 0, "error": 0, "missed": 0}
-    lock = threading.Lock()
-
-    def listener(event: JobEvent) -> None:
-        kind = {EVENT_JOB_EXECUTED: "executed", EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed"}
-        with lock:
-            counts[kind[event.code]] += 1
-
-    scheduler = BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{db}")},
-        executors={"default": ThreadPoolExecutor(max_workers=pool)},
-        job_defaults={"misfire_grace_time": grace, "coalesce": False, "max_instances": 1},
-        timezone="UTC",
-    )
-    scheduler.add_listener(listener, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
-    scheduler.start()
-    due, expression = fixed_second(time.time() + 15 + n * 0.006)
-    second, minute, hour = expression.split()[:3]
-    started = time.perf_counter()
-    for i in range(n):
-        scheduler.add_job(
-            "_e2e:call_target",
-            CronTrigger(second=second, minute=minute, hour=hour, timezone="UTC"),
-            args=[f"{url}/aps", f"aps-{i}"],
-            id=f"aps-{i}",
-        )
-    seed_seconds = time.perf_counter() - started
+    burst = Burst(n, pool, grace, db)
+    counts = burst.counts
+    due, _ = fixed_second(time.time() + 15 + n * 0.006)
+    seed_seconds = burst.add(url, due.timestamp())
     cpu_seed_end, seed_end = _cpu(), time.time()
-    late_jobs = sum(1 for job in scheduler.get_jobs() if job.next_run_time.timestamp() != due.timestamp())
+    late_jobs = burst.not_on(due.timestamp())
     wait_for(lambda: sum(counts.values()) >= n, timeout=due.timestamp() - time.time() + 300, every=0.2)
     done_at, cpu_done = time.time(), _cpu()
-    scheduler.shutdown(wait=True)
+    burst.scheduler.shutdown(wait=True)
     print(
         json.dumps(
             {

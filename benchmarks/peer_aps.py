@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,57 +36,82 @@ LABEL = "APScheduler 3 + SQLite"
 GRACE_SECONDS = 300
 
 
+class Burst:
+    """An APScheduler 3 that counts its fires (executed, error, missed) and can add the burst's N jobs."""
+
+    def __init__(self, n: int, pool: int, grace: int | None, db: Path) -> None:
+        from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, JobEvent
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self.n = n
+        self.counts = {"executed": 0, "error": 0, "missed": 0}
+        self.lock = threading.Lock()
+        self.on_done: list[Any] = []  # called once, under the lock, when the n-th fire is counted
+        kinds = {EVENT_JOB_EXECUTED: "executed", EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed"}
+
+        def listener(event: JobEvent) -> None:
+            with self.lock:
+                self.counts[kinds[event.code]] += 1
+                if sum(self.counts.values()) == self.n:
+                    for done in self.on_done:
+                        done()
+
+        self.scheduler = BackgroundScheduler(
+            jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{db}")},
+            executors={"default": ThreadPoolExecutor(max_workers=pool)},
+            job_defaults={"misfire_grace_time": grace, "coalesce": False, "max_instances": 1},
+            timezone="UTC",
+        )
+        self.scheduler.add_listener(listener, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+        self.scheduler.start()
+
+    def add(self, url: str, due: float) -> float:
+        """The N jobs on a cron trigger for the due second, each calling `url`/aps once; seconds taken."""
+        from apscheduler.triggers.cron import CronTrigger
+
+        second, minute, hour = fixed_second_fields(due)
+        started = time.perf_counter()
+        for i in range(self.n):
+            self.scheduler.add_job(
+                "_e2e:call_target",
+                CronTrigger(second=second, minute=minute, hour=hour, timezone="UTC"),
+                args=[f"{url}/aps", f"aps-{i}"],
+                id=f"aps-{i}",
+            )
+        return time.perf_counter() - started
+
+    def not_on(self, due: float) -> int:
+        """Jobs whose next fire is not the due second (added after it: they fire a day later)."""
+        return sum(1 for job in self.scheduler.get_jobs() if job.next_run_time.timestamp() != due)
+
+
 def worker(n: int, url: str, pool: int, due: float, db: Path, status: Path) -> None:
     """Runs in its own process: adds N jobs for the due second, then runs them, writing its counts to
-    `status` (a JSON file, replaced) once added and after each fire; stays up until it is stopped."""
-    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, JobEvent
-    from apscheduler.executors.pool import ThreadPoolExecutor
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.cron import CronTrigger
-
-    counts = {"executed": 0, "error": 0, "missed": 0}
-    lock = threading.Lock()
+    `status` (a JSON file, replaced) once added and when the last fire is counted; stays up until stopped."""
+    burst = Burst(n, pool, GRACE_SECONDS, db)
     state: dict[str, float] = {}
 
     def write() -> None:
         temporary = status.with_suffix(".tmp")
-        temporary.write_text(json.dumps({**state, **counts}))
+        temporary.write_text(json.dumps({**state, **burst.counts}))
         os.replace(temporary, status)
 
-    def listener(event: JobEvent) -> None:
-        kind = {EVENT_JOB_EXECUTED: "executed", EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed"}
-        with lock:
-            counts[kind[event.code]] += 1
-            if sum(counts.values()) >= n:
-                state["done_at"] = time.time()
-                write()
+    def done() -> None:
+        state["done_at"] = time.time()
+        write()
 
-    scheduler = BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{db}")},
-        executors={"default": ThreadPoolExecutor(max_workers=pool)},
-        job_defaults={"misfire_grace_time": GRACE_SECONDS, "coalesce": False, "max_instances": 1},
-        timezone="UTC",
-    )
-    scheduler.add_listener(listener, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
-    scheduler.start()
-    second, minute, hour = fixed_second_fields(due)
-    started = time.perf_counter()
-    for i in range(n):
-        scheduler.add_job(
-            "_e2e:call_target",
-            CronTrigger(second=second, minute=minute, hour=hour, timezone="UTC"),
-            args=[f"{url}/aps", f"aps-{i}"],
-            id=f"aps-{i}",
-        )
-    with lock:
-        state["seed_seconds"] = time.perf_counter() - started
-        state["not_on_due"] = sum(1 for job in scheduler.get_jobs() if job.next_run_time.timestamp() != due)
+    burst.on_done.append(done)
+    seed_seconds = burst.add(url, due)
+    with burst.lock:
+        state["seed_seconds"] = seed_seconds
+        state["not_on_due"] = burst.not_on(due)
         write()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
-    scheduler.shutdown(wait=False)
+    burst.scheduler.shutdown(wait=False)
 
 
 def fixed_second_fields(due: float) -> tuple[str, str, str]:
