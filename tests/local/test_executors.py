@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.local.harness import Supervisor, Target, wait_until
-from tickwork.local.roles import executor_index, executor_share
-from tickwork.local.runtime import process_names, role_of
+from tickwork.local.roles import executor_share
+from tickwork.local.runtime import executor_index, process_names, role_of
 
 
 def test_the_executors_are_named_and_share_the_cap() -> None:

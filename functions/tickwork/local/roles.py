@@ -22,6 +22,7 @@ from tickwork.domain.errors import ConflictError, TickworkError, TransientStoreE
 from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
 from tickwork.local.lifeline import set_parent_death_signal, watch_parent
+from tickwork.local.runtime import executor_index
 from tickwork.local.status import SnapshotMetrics
 from tickwork.services.ports import RunChangeFeed
 from tickwork.services.watching import Watcher
@@ -169,12 +170,6 @@ def executor_share(cap: int, processes: int, index: int) -> int:
     bound in the store) hold the total to the cap whichever process takes them, callback runs included."""
     processes = max(1, processes)
     return max(1, cap // processes + (1 if index < cap % processes else 0))
-
-
-def executor_index(process_name: str) -> int:
-    """`executor` is 0, `executor-2` is 1, ..."""
-    _, _, number = process_name.partition("-")
-    return int(number) - 1 if number.isdigit() else 0
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:

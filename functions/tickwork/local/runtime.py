@@ -85,6 +85,12 @@ def role_of(process_name: str) -> str:
     return process_name.split("-", 1)[0]
 
 
+def executor_index(process_name: str) -> int:
+    """`executor` is 0, `executor-2` is 1, ..."""
+    _, _, number = process_name.partition("-")
+    return int(number) - 1 if number.isdigit() else 0
+
+
 class EmulatorDiedError(RuntimeError):
     """The embedded emulator exited, or stopped answering, while the runtime ran."""
 
