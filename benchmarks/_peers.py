@@ -108,8 +108,9 @@ class Services:
         (log.parent / f"{name}.pid").write_text(str(process.pid))
         return process
 
-    def stop(self, name: str | None = None, grace: float = 15.0) -> None:
-        """Stop one service (by name) or all of them, the last started first. A second Ctrl-C or SIGTERM
+    def stop(self, name: str | None = None, grace: float = 15.0, first: int = signal.SIGTERM) -> None:
+        """Stop one service (by name) or all of them, the last started first: `first` (SIGINT for a program
+        that writes its results on Ctrl-C), SIGKILL after `grace`. A second Ctrl-C or SIGTERM
         meanwhile must not break it off half-way: the stop signals are ignored until it is done (from the
         main thread; elsewhere they cannot be set, and the caller's handlers stay)."""
         with self._lock:
@@ -119,7 +120,7 @@ class Services:
             previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
         try:
             for _, process in reversed(chosen):
-                _signal_group(process, signal.SIGTERM)
+                _signal_group(process, first)
             deadline = time.monotonic() + grace
             for _, process in reversed(chosen):
                 try:
@@ -309,3 +310,28 @@ def measure_idle(meter: ProcessMeter, settings: PeerSettings, result: PeerResult
     time.sleep(meter.every * 2)  # a sample after the window's end
     result.idle_cpu_s = meter.cpu_between(start, end)
     result.idle_seconds = end - start
+
+
+def report(result: PeerResult) -> None:
+    """What one scheduler's run measured, as the peers' own scripts print it when run alone."""
+    stats = summary(result.delays)
+    print(f"{result.scheduler}: {result.n} jobs due {time.strftime('%H:%M:%S', time.gmtime(result.due))} UTC")
+    print(f"  registered in     {result.seed_seconds:.2f} s")
+    print(
+        f"  start delay       p50 {stats['p50']:.3f} s  p99 {stats['p99']:.3f} s  max {stats['max']:.3f} s "
+        f"(n={stats['n']:.0f})"
+    )
+    print(f"  fires done        {result.fires_done}  lost {result.lost}  duplicates {result.duplicates}")
+    burst = ", ".join(f"{k} {v:.2f}" for k, v in result.burst_cpu_s.items())
+    print(
+        f"  burst CPU         {sum(result.burst_cpu_s.values()):.2f} s over {result.burst_seconds:.1f} s "
+        f"({burst}) = {result.cpu_per_fire_ms:.2f} ms per fire"
+    )
+    idle = ", ".join(f"{k} {v:.3f}" for k, v in result.idle_cpu_s.items())
+    print(
+        f"  idle CPU          {result.idle_cpu_per_s * 1000:.1f} ms/s "
+        f"over {result.idle_seconds:.0f} s ({idle})"
+    )
+    print("  peak RSS          " + ", ".join(f"{k} {v:.0f} MB" for k, v in result.peak_rss_mb.items()))
+    for note in result.notes:
+        print(f"  note: {note}")

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e import Target, fixed_second, sleep_until, wait_for
-from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle
+from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 
 LABEL = "APScheduler 3 + SQLite"
 GRACE_SECONDS = 300
@@ -188,8 +188,6 @@ def _version() -> str:
 
 
 def main() -> None:
-    from _e2e import fmt_ms, summary
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("n", type=int, nargs="?", default=1000)
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -210,13 +208,7 @@ def main() -> None:
             result = run_aps(args.n, target, PeerSettings(), Path(tmp), services)
     finally:
         target.stop()
-    print(f"{result.scheduler}: {fmt_ms(summary(result.delays))}")
-    print(
-        f"  CPU per fire {result.cpu_per_fire_ms:.2f} ms; idle {result.idle_cpu_per_s * 1000:.1f} ms/s; "
-        f"lost {result.lost} dup {result.duplicates}; done {result.fires_done}; RSS {result.peak_rss_mb}"
-    )
-    for note in result.notes:
-        print(f"  {note}")
+    report(result)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ from _celery_app import (
     environment,
     make_app,
 )
-from _e2e import Target, free_port, sleep_until, summary
-from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle
+from _e2e import Target, free_port, sleep_until
+from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 
 SCHEDULER = "Celery beat + RedBeat on Redis"
 HERE = Path(__file__).resolve().parent
@@ -381,30 +381,6 @@ def run_celery(
         app.close()
 
 
-def print_result(result: PeerResult) -> None:
-    stats = summary(result.delays)
-    print(f"{result.scheduler}: {result.n} jobs due {time.strftime('%H:%M:%S', time.gmtime(result.due))} UTC")
-    print(f"  registered in     {result.seed_seconds:.2f} s")
-    print(
-        f"  start delay       p50 {stats['p50']:.3f} s  p99 {stats['p99']:.3f} s  max {stats['max']:.3f} s "
-        f"(n={stats['n']:.0f})"
-    )
-    print(f"  fires done        {result.fires_done}  lost {result.lost}  duplicates {result.duplicates}")
-    burst = ", ".join(f"{k} {v:.2f}" for k, v in result.burst_cpu_s.items())
-    print(
-        f"  burst CPU         {sum(result.burst_cpu_s.values()):.2f} s over {result.burst_seconds:.1f} s "
-        f"({burst}) = {result.cpu_per_fire_ms:.2f} ms per fire"
-    )
-    idle = ", ".join(f"{k} {v:.3f}" for k, v in result.idle_cpu_s.items())
-    print(
-        f"  idle CPU          {result.idle_cpu_per_s * 1000:.1f} ms/s "
-        f"over {result.idle_seconds:.0f} s ({idle})"
-    )
-    print("  peak RSS          " + ", ".join(f"{k} {v:.0f} MB" for k, v in result.peak_rss_mb.items()))
-    for note in result.notes:
-        print(f"  note: {note}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("n", nargs="?", type=int, default=1000)
@@ -419,10 +395,10 @@ def main() -> None:
     target = Target().start()
     try:
         if args.workdir is not None:
-            print_result(run_celery(args.n, target, settings, args.workdir, services))
+            report(run_celery(args.n, target, settings, args.workdir, services))
         else:
             with tempfile.TemporaryDirectory(prefix="peer-celery-") as tmp:
-                print_result(run_celery(args.n, target, settings, Path(tmp), services))
+                report(run_celery(args.n, target, settings, Path(tmp), services))
     finally:
         services.stop()
         target.stop()

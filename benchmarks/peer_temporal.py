@@ -57,8 +57,8 @@ from temporalio.service import RPCError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _e2e import Target, fixed_second, free_port, sleep_until, summary
-from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle
+from _e2e import Target, fixed_second, free_port, sleep_until
+from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 from _temporal_worker import WORKFLOW
 
 LABEL = "Temporal dev server (SQLite)"
@@ -381,23 +381,7 @@ def main() -> None:
             result = run_temporal(args.n, target, settings, workdir, services)
     finally:
         target.stop()
-    stats = summary(result.delays)
-    print(f"{result.scheduler}: {result.n} schedules due in the same second")
-    print(
-        f"  start delay  p50 {stats['p50']:.2f} s  p99 {stats['p99']:.2f} s  max {stats['max']:.2f} s "
-        f"(n={stats['n']:.0f})"
-    )
-    print(f"  registration {result.seed_seconds:.1f} s; burst {result.burst_seconds:.1f} s")
-    print(f"  fires done {result.fires_done}  lost {result.lost}  duplicates {result.duplicates}")
-    burst_cpu = ", ".join(f"{k} {v:.1f} s" for k, v in result.burst_cpu_s.items())
-    print(f"  cpu_per_fire_ms {result.cpu_per_fire_ms:.1f}  ({burst_cpu})")
-    idle_cpu = ", ".join(f"{k} {v:.2f} s" for k, v in result.idle_cpu_s.items())
-    print(
-        f"  idle_cpu_per_s {result.idle_cpu_per_s:.4f} (CPU s: {idle_cpu} over {result.idle_seconds:.0f} s)"
-    )
-    print("  peak_rss_mb " + ", ".join(f"{k} {v:.0f}" for k, v in result.peak_rss_mb.items()))
-    for note in result.notes:
-        print(f"  note: {note}")
+    report(result)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e import LocalSettings, LocalTickwork, Target, fixed_second, seed_jobs, sleep_until, wait_for
-from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle
+from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 from bench_burst import ticker_ticks
 
 SEED_THREADS = 8
@@ -144,16 +144,11 @@ def _spy(pids: dict[str, int], directory: Path, services: Services) -> list[tupl
 def _stop_spies(spies: list[tuple[str, Path]], services: Services) -> None:
     """Stop each py-spy with SIGINT (it writes its flame graph then), and print where each process's samples
     went: the functions in the most samples (inclusive), from the SVG's frame titles."""
-    import os
     import re
     import signal
 
     for role, _ in spies:
-        pid = int((spies[0][1].parent / f"py-spy-{role}.pid").read_text())
-        os.kill(pid, signal.SIGINT)
-    time.sleep(3)
-    for role, _ in spies:
-        services.stop(f"py-spy-{role}", grace=20)
+        services.stop(f"py-spy-{role}", grace=20, first=signal.SIGINT)
     title = re.compile(r"<title>(.*?) \(([\d,]+) samples, ([\d.]+)%\)</title>")
     for role, svg in spies:
         if not svg.exists():
@@ -200,8 +195,6 @@ def _planning_tick(log: Path, due: float) -> tuple[float, float] | None:
 
 
 def main() -> None:
-    from _e2e import fmt_ms, summary
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("n", type=int, nargs="?", default=1000)
     parser.add_argument("--executors", type=int, help="executor processes (default: the command's)")
@@ -219,14 +212,7 @@ def main() -> None:
             )
     finally:
         target.stop()
-    print(f"{result.scheduler}: {fmt_ms(summary(result.delays))}")
-    print(
-        f"  CPU per fire {result.cpu_per_fire_ms:.2f} ms {result.burst_cpu_s}; idle "
-        f"{result.idle_cpu_per_s * 1000:.1f} ms/s; lost {result.lost} dup {result.duplicates}; "
-        f"done {result.fires_done}; RSS {result.peak_rss_mb}"
-    )
-    for note in result.notes:
-        print(f"  {note}")
+    report(result)
 
 
 if __name__ == "__main__":
