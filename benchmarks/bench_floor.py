@@ -14,11 +14,14 @@ due second until the last run is done. The ratio says how far the burst is from 
 
     python benchmarks/bench_floor.py                  # floor over 2,000 runs, burst of 1,000
     python benchmarks/bench_floor.py --runs 5000 --burst 0   # the floor alone
+    python benchmarks/bench_floor.py --runs 1000 --burst 0 --cprofile   # where its time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import subprocess
 import sys
@@ -72,8 +75,11 @@ def wait_listening(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"the target did not listen on {port}")
 
 
-def floor(runs: int, workdir: Path) -> tuple[float, float, list[float]]:
-    """(CPU ms per run, wall ms per run, each run's wall ms) over `runs` runs after a warm-up."""
+def floor(
+    runs: int, workdir: Path, profile: cProfile.Profile | None = None
+) -> tuple[float, float, list[float]]:
+    """(CPU ms per run, wall ms per run, each run's wall ms) over `runs` runs after a warm-up; `profile`, if
+    given, profiles the timed loop (then slower: its figures say where the time goes, not the floor)."""
     port = free_port()
     target = subprocess.Popen([sys.executable, "-c", TARGET, str(port)])
     try:
@@ -97,10 +103,14 @@ def floor(runs: int, workdir: Path) -> tuple[float, float, list[float]]:
                 executor.execute(RunMessage.for_run(run))
             each: list[float] = []
             cpu, wall = time.process_time(), time.monotonic()
+            if profile is not None:
+                profile.enable()
             for run in planned[WARMUP:]:
                 started = time.monotonic()
                 executor.execute(RunMessage.for_run(run))
                 each.append((time.monotonic() - started) * 1000)
+            if profile is not None:
+                profile.disable()
             cpu, wall = time.process_time() - cpu, time.monotonic() - wall
             done = [parts.store.get_run(job.job_id, run.scheduled_for) for run in planned[WARMUP:]]
             succeeded = sum(1 for run in done if run is not None and run.state is RunState.SUCCEEDED)
@@ -118,11 +128,17 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=2000, help="runs in the floor's loop")
     parser.add_argument("--burst", type=int, default=1000, help="jobs due in the same second (0: no burst)")
+    parser.add_argument(
+        "--cprofile", action="store_true", help="where the floor's time goes (cProfile of the loop, slower)"
+    )
     args = parser.parse_args()
     exit_cleanly_on_sigterm()
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="tickwork-floor-") as tmp:
-        cpu_ms, wall_ms, each = floor(args.runs, Path(tmp))
+        profile = cProfile.Profile() if args.cprofile else None
+        cpu_ms, wall_ms, each = floor(args.runs, Path(tmp), profile)
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
         p50, p99 = statistics.median(each), sorted(each)[int(0.99 * (len(each) - 1))]
         print(
             f"  floor ({args.runs:,} runs: claim, HTTP call, finish; SQLite): {cpu_ms:.2f} ms CPU per run "
