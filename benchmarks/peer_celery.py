@@ -45,7 +45,7 @@ from _celery_app import (
     environment,
     make_app,
 )
-from _e2e import Target, free_port, sleep_until
+from _e2e import Target, free_port, sleep_until, wait_for
 from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 
 SCHEDULER = "Celery beat + RedBeat on Redis"
@@ -218,12 +218,10 @@ def stored_outcome(client: redis.Redis, keys: set[str]) -> Outcome:
     return outcome
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not come up within {timeout:.0f} s")
-        time.sleep(every)
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """_e2e.wait_for, and an error naming `what` if it did not happen in time."""
+    if not wait_for(condition, timeout):
+        raise RuntimeError(f"{what} did not come up within {timeout:.0f} s")
 
 
 def run_celery(
