@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +24,7 @@ from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, Schem
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent
-from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.errors import StoreError, TickworkError, TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.resources import JOBS, RUNS, SHARDS
@@ -191,6 +193,119 @@ def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
             open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
     main_file = [name for name in open_files if name == str(path)]
     assert 1 <= len(main_file) <= READERS + 2, len(main_file)
+    db.close()
+
+
+def _commits_seen(db: Database) -> list[str]:
+    """The statements the writer connection runs from now on (its COMMITs count the write transactions)."""
+    seen: list[str] = []
+    with db._write_lock:
+        db._writer_connection().set_trace_callback(seen.append)
+    return seen
+
+
+def test_concurrent_writes_share_commits_and_each_stays_atomic(tmp_path: Path) -> None:
+    """Group commit: 40 threads each make 25 read-check-writes of one counter; every increment lands (the
+    read and the write of each are still one atomic unit), in fewer commits than writes."""
+    db = Database(tmp_path / "t.db").open()
+    with db.write() as connection:
+        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('counter', '0')")
+    statements = _commits_seen(db)
+    barrier = threading.Barrier(40)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(25):
+            with db.write() as connection:
+                (value,) = connection.execute("SELECT item FROM shards WHERE shard_id = 'counter'").fetchone()
+                connection.execute(
+                    "UPDATE shards SET item = ? WHERE shard_id = 'counter'", (str(int(value) + 1),)
+                )
+
+    threads = [threading.Thread(target=work) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    with db.read() as connection:
+        assert (
+            connection.execute("SELECT item FROM shards WHERE shard_id = 'counter'").fetchone()[0] == "1000"
+        )
+    commits = sum(1 for statement in statements if statement == "COMMIT")
+    assert 0 < commits < 1000, commits
+    db.close()
+
+
+def _carry_on_after(
+    db: Database, second: Callable[[sqlite3.Connection], None]
+) -> tuple[Exception | None, Exception | None]:
+    """A first write (row 'first') returns while a second writer waits for the lock, so the second
+    (`second`) carries the first's transaction on: both are in one group. What each raised (None: it
+    returned, its write committed)."""
+    entered = threading.Event()
+    raised: dict[str, Exception] = {}
+
+    def first() -> None:
+        try:
+            with db.write() as connection:
+                connection.execute("INSERT INTO shards (shard_id, item) VALUES ('first', '{}')")
+                entered.set()
+                deadline = time.monotonic() + 10
+                while db._waiting == 0 and time.monotonic() < deadline:  # the second writer is queued
+                    time.sleep(0.001)
+        except (TickworkError, ValueError) as error:
+            raised["first"] = error
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert entered.wait(10)
+    try:
+        with db.write() as connection:
+            second(connection)
+    except (TickworkError, ValueError) as error:  # what the tests' second writes raise
+        raised["second"] = error
+    thread.join(10)
+    assert not thread.is_alive()
+    return raised.get("first"), raised.get("second")
+
+
+def test_a_write_that_raises_undoes_only_its_own_part_of_a_shared_transaction(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    statements = _commits_seen(db)
+
+    def second(connection: sqlite3.Connection) -> None:
+        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('second', '{}')")
+        raise ValueError("the second write's own check failed")
+
+    first_error, second_error = _carry_on_after(db, second)
+
+    assert first_error is None
+    assert isinstance(second_error, ValueError)
+    with db.read() as connection:
+        assert [row[0] for row in connection.execute("SELECT shard_id FROM shards")] == ["first"]
+    assert statements.count("BEGIN IMMEDIATE") == 1  # the two writes shared one transaction
+    db.close()
+
+
+def test_when_a_shared_transaction_is_lost_every_write_in_it_is_told(tmp_path: Path) -> None:
+    """SQLite ends the whole transaction on some errors (a full disk, an I/O error): the writes that were
+    waiting for its commit must not return as if committed."""
+    db = Database(tmp_path / "t.db").open()
+
+    def second(connection: sqlite3.Connection) -> None:
+        connection.execute("ROLLBACK")  # as SQLite does on such an error: the savepoints are gone
+
+    first_error, second_error = _carry_on_after(db, second)
+
+    assert isinstance(first_error, StoreError), first_error
+    assert isinstance(second_error, StoreError), second_error
+    with db.read() as connection:
+        assert connection.execute("SELECT COUNT(*) FROM shards").fetchone()[0] == 0
+    with db.write() as connection:  # the next write starts a transaction of its own
+        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('after', '{}')")
+    with db.read() as connection:
+        assert connection.execute("SELECT shard_id FROM shards").fetchall() == [("after",)]
     db.close()
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tickwork.domain.errors import StoreError, TransientStoreError
@@ -26,9 +28,25 @@ BUSY_TIMEOUT_MS = 10_000
 # NORMAL: a commit survives any crash of the processes, and a power cut loses at most the last commits, in
 # order (the WAL is synced at checkpoints): a prefix of the history survives.
 SYNCHRONOUS = ("FULL", "NORMAL")
+# Group commit (Database.write): a write transaction carries on at most this many writes, for at most this
+# long (other processes wait for it), and a writer whose group was left open waits this long before it
+# commits the group itself.
+GROUP_MAX_WRITES = 64
+GROUP_MAX_SECONDS = 0.02
+GROUP_STALL_SECONDS = 1.0
 # Reader connections a process keeps at most (reads beyond wait for one): WAL readers never block each
 # other or the writer, so a few are enough for the API's threads.
 READERS = 8
+
+
+@dataclass
+class _Group:
+    """The writes sharing one write transaction, and how its commit went."""
+
+    opened_at: float  # time.monotonic()
+    writes: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
 
 
 class SchemaTooNewError(StoreError):
@@ -166,9 +184,10 @@ class Database:
 
     Connections are few and shared, not one per thread (an executor has a thread per run in flight: 10,000
     connections would be 20,000+ file descriptors): one writer connection, used only under this process's
-    write lock; a bounded pool of reader connections; one watcher for `data_version`. Writes are
-    `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
-    every other writer, in this process or another."""
+    write lock; a bounded pool of reader connections; one watcher for `data_version`. Writes run inside
+    `BEGIN IMMEDIATE` transactions, one write at a time, so the read-check-write each adapter does inside
+    one is atomic against every other writer, in this process or another; this process's concurrent
+    writes share a transaction and its commit (see `write`)."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
         if synchronous not in SYNCHRONOUS:
@@ -179,6 +198,9 @@ class Database:
         # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
+        self._group: _Group | None = None  # the open write transaction's writes (under the write lock)
+        self._waiting = 0  # this process's writers waiting for the write lock
+        self._waiting_lock = threading.Lock()
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
         self._pool_lock = threading.Lock()
@@ -248,27 +270,115 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
-        errors inside become domain errors (busy: TransientStoreError)."""
-        with self._write_lock:
+        """One write, atomic on its own: committed if the block returns (and only then does `write` return),
+        undone if it raises. SQLite errors inside become domain errors (busy: TransientStoreError).
+
+        Group commit: the block runs inside a savepoint of an immediate transaction that this process's
+        writers waiting behind it carry on; the last of them commits for all (each waits for that commit),
+        at most GROUP_MAX_WRITES writes or GROUP_MAX_SECONDS after the first. A burst's hundreds of small
+        writes so share their BEGIN and COMMIT (most of a small write's cost) and write each page of the
+        WAL once. A block that raises undoes its own savepoint only; a commit that fails fails every write
+        of its group, each told so."""
+        with self._waiting_lock:
+            self._waiting += 1
+        self._write_lock.acquire()
+        with self._waiting_lock:
+            self._waiting -= 1
+        group: _Group | None = None
+        try:
+            group = self._join_group()
             connection = self._writer_connection()
-            try:
-                connection.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as error:
-                raise translate(error) from error
+            connection.execute("SAVEPOINT tickwork_write")
             try:
                 yield connection
-            except sqlite3.Error as error:
-                connection.execute("ROLLBACK")
-                raise translate(error) from error
-            except BaseException:
-                connection.execute("ROLLBACK")
+                connection.execute("RELEASE tickwork_write")
+            except BaseException as error:
+                self._undo(connection, group, error)
+                if isinstance(error, sqlite3.Error):
+                    raise translate(error) from error
                 raise
+            group.writes += 1
+        except sqlite3.Error as error:  # SAVEPOINT itself failed
+            if group is not None:
+                self._undo(self._writer_connection(), group, error)
+            raise translate(error) from error
+        finally:
+            if group is not None:
+                self._commit_unless_carried_on(group)
+            self._write_lock.release()
+        assert group is not None  # no group: the block never ran, and what stopped it was raised
+        self._await(group)
+
+    def _join_group(self) -> _Group:
+        """The open transaction's group, or a new one (BEGIN IMMEDIATE: it waits for other processes'
+        writes). Under the write lock."""
+        if self._group is not None:
+            return self._group
+        try:
+            self._writer_connection().execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise translate(error) from error
+        self._group = _Group(time.monotonic())
+        return self._group
+
+    def _undo(self, connection: sqlite3.Connection, group: _Group, error: BaseException) -> None:
+        """Undo one write's savepoint; if SQLite ended the whole transaction (an I/O error, a full disk), the
+        group's earlier writes are lost with it: their writers are told by the group's error."""
+        if connection.in_transaction:
             try:
-                connection.execute("COMMIT")
-            except sqlite3.Error as error:
+                connection.execute("ROLLBACK TO tickwork_write")
+                connection.execute("RELEASE tickwork_write")
+                return
+            except sqlite3.Error as rollback_error:
+                error = rollback_error
+        try:
+            if connection.in_transaction:
                 connection.execute("ROLLBACK")
-                raise translate(error) from error
+        finally:
+            self._end_group(group, error)
+
+    def _commit_unless_carried_on(self, group: _Group) -> None:
+        """Commit the group unless a writer of this process is waiting to carry it on and the group is
+        still small and young. Under the write lock."""
+        if self._group is not group:
+            return  # ended already (its transaction failed)
+        young = time.monotonic() - group.opened_at < GROUP_MAX_SECONDS
+        if group.writes and young and group.writes < GROUP_MAX_WRITES:
+            with self._waiting_lock:
+                if self._waiting:
+                    return
+        self._commit(group)
+
+    def _commit(self, group: _Group) -> None:
+        connection = self._writer_connection()
+        try:
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            try:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+            finally:
+                self._end_group(group, error)
+            return
+        self._end_group(group, None)
+
+    def _end_group(self, group: _Group, error: BaseException | None) -> None:
+        if isinstance(error, sqlite3.Error):
+            group.error = translate(error)
+        elif error is not None:
+            group.error = StoreError(f"the shared write transaction ended: {error!r}", code="WriteGroupEnded")
+        self._group = None
+        group.done.set()
+
+    def _await(self, group: _Group) -> None:
+        """Wait for this write's group to be committed; raise if the commit failed. A group is always ended
+        by a writer that held the lock; should its last writer have vanished, whoever waits commits it."""
+        while not group.done.wait(GROUP_STALL_SECONDS):
+            with self._write_lock:
+                if self._group is group:
+                    self._commit_unless_carried_on(group)
+        if group.error is not None:
+            raise group.error
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -305,6 +415,8 @@ class Database:
     def close(self) -> None:
         """Close every connection this process holds (none may be in use)."""
         with self._write_lock, self._pool_lock, self._watch_lock:
+            if self._group is not None:
+                self._commit(self._group)  # the writes of a group left open for a writer now gone
             for connection in [self._writer, self._watcher, *self._idle_readers]:
                 if connection is not None:
                     connection.close()
