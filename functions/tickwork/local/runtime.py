@@ -70,8 +70,11 @@ SQLITE_SYNCHRONOUS = {
 EMULATOR_DIED_EXIT = 3  # the exit code of `tickwork local` when its emulator died or stopped answering
 ROLE_STOP_SECONDS = 15.0  # a role still running this long after SIGTERM is killed
 # Executor processes share the cap (each runs its share of it): one executor process spends most of a burst
-# in Python, under one GIL, so a second core is used only by a second process.
-DEFAULT_EXECUTORS = max(1, min(4, os.cpu_count() or 1))
+# in Python, under one GIL, so a second core is used only by a second process. The cores this process may
+# run on (a taskset or a container's cpuset), not the machine's.
+DEFAULT_EXECUTORS = max(
+    1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+)
 
 
 def process_names(role: str, executors: int) -> list[str]:
