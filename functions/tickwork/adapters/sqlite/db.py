@@ -277,37 +277,41 @@ class Database:
         writers waiting behind it carry on; the last of them commits for all (each waits for that commit),
         at most GROUP_MAX_WRITES writes or GROUP_MAX_SECONDS after the first. A burst's hundreds of small
         writes so share their BEGIN and COMMIT (most of a small write's cost) and write each page of the
-        WAL once. A block that raises undoes its own savepoint only; a commit that fails fails every write
-        of its group, each told so."""
+        WAL once. A block that raises undoes its own savepoint only, and raises once its group is committed
+        too: what it read (a record that made it refuse) is then what a read sees. A commit that fails
+        fails every write of its group, each told so, those that raised too (what they read is gone)."""
         with self._waiting_lock:
             self._waiting += 1
-        self._write_lock.acquire()
-        with self._waiting_lock:
-            self._waiting -= 1
+        try:
+            self._write_lock.acquire()
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
         group: _Group | None = None
+        raised: BaseException | None = None
         try:
             group = self._join_group()
             connection = self._writer_connection()
-            connection.execute("SAVEPOINT tickwork_write")
+            try:
+                connection.execute("SAVEPOINT tickwork_write")
+            except sqlite3.Error as error:
+                self._abandon(group, error)
+                raise translate(error) from error
             try:
                 yield connection
                 connection.execute("RELEASE tickwork_write")
-            except BaseException as error:
+            except BaseException as error:  # noqa: BLE001 - undone here, raised again below
                 self._undo(connection, group, error)
-                if isinstance(error, sqlite3.Error):
-                    raise translate(error) from error
-                raise
-            group.writes += 1
-        except sqlite3.Error as error:  # SAVEPOINT itself failed
-            if group is not None:
-                self._undo(self._writer_connection(), group, error)
-            raise translate(error) from error
+                raised = error
+            else:
+                group.writes += 1
         finally:
-            if group is not None:
-                self._commit_unless_carried_on(group)
-            self._write_lock.release()
-        assert group is not None  # no group: the block never ran, and what stopped it was raised
-        self._await(group)
+            try:
+                if group is not None and self._group is group:
+                    self._commit_unless_carried_on(group)
+            finally:
+                self._write_lock.release()
+        self._await(group, raised)
 
     def _join_group(self) -> _Group:
         """The open transaction's group, or a new one (BEGIN IMMEDIATE: it waits for other processes'
@@ -331,17 +335,11 @@ class Database:
                 return
             except sqlite3.Error as rollback_error:
                 error = rollback_error
-        try:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-        finally:
-            self._end_group(group, error)
+        self._abandon(group, error)
 
     def _commit_unless_carried_on(self, group: _Group) -> None:
         """Commit the group unless a writer of this process is waiting to carry it on and the group is
         still small and young. Under the write lock."""
-        if self._group is not group:
-            return  # ended already (its transaction failed)
         young = time.monotonic() - group.opened_at < GROUP_MAX_SECONDS
         if group.writes and young and group.writes < GROUP_MAX_WRITES:
             with self._waiting_lock:
@@ -350,35 +348,53 @@ class Database:
         self._commit(group)
 
     def _commit(self, group: _Group) -> None:
-        connection = self._writer_connection()
+        """Under the write lock; the group is ended whatever happens."""
         try:
-            connection.execute("COMMIT")
+            self._writer_connection().execute("COMMIT")
         except sqlite3.Error as error:
-            try:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-            finally:
-                self._end_group(group, error)
+            self._abandon(group, error)
             return
         self._end_group(group, None)
+
+    def _abandon(self, group: _Group, error: BaseException) -> None:
+        """End the group as failed and leave no transaction open: rolled back, or, should the rollback fail
+        too, the connection closed (that rolls back) and a new one opened by the next write."""
+        try:
+            connection = self._writer
+            if connection is not None and connection.in_transaction:
+                try:
+                    connection.execute("ROLLBACK")
+                except sqlite3.Error:
+                    self._writer = None
+                    connection.close()
+        finally:
+            self._end_group(group, error)
 
     def _end_group(self, group: _Group, error: BaseException | None) -> None:
         if isinstance(error, sqlite3.Error):
             group.error = translate(error)
         elif error is not None:
             group.error = StoreError(f"the shared write transaction ended: {error!r}", code="WriteGroupEnded")
-        self._group = None
+        if self._group is group:
+            self._group = None
         group.done.set()
 
-    def _await(self, group: _Group) -> None:
-        """Wait for this write's group to be committed; raise if the commit failed. A group is always ended
-        by a writer that held the lock; should its last writer have vanished, whoever waits commits it."""
-        while not group.done.wait(GROUP_STALL_SECONDS):
-            with self._write_lock:
-                if self._group is group:
-                    self._commit_unless_carried_on(group)
-        if group.error is not None:
-            raise group.error
+    def _await(self, group: _Group | None, raised: BaseException | None) -> None:
+        """Wait for this write's group to be ended; raise what the block raised, or the group's error if its
+        commit failed. A group is always ended by a writer that held the lock; should its last writer have
+        vanished, whoever waits commits it."""
+        if group is not None:
+            while not group.done.wait(GROUP_STALL_SECONDS):
+                with self._write_lock:
+                    if self._group is group:
+                        self._commit(group)
+            if group.error is not None:
+                raise group.error from raised
+        if raised is None:
+            return
+        if isinstance(raised, sqlite3.Error):
+            raise translate(raised) from raised
+        raise raised
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
