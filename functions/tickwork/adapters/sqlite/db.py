@@ -1,6 +1,7 @@
-"""The embedded engine's database: one SQLite file (WAL, a busy timeout, immediate write transactions),
-its schema derived from the same definitions the CDK stack and the DynamoDB bootstrap read
-(`tickwork.resources`), versioned with `PRAGMA user_version` and migrated forward when opened.
+"""The embedded engine's database: one SQLite file (WAL, a busy timeout, immediate write transactions that a
+process's concurrent writes share: group commit), its schema derived from the same definitions the CDK
+stack and the DynamoDB bootstrap read (`tickwork.resources`), versioned with `PRAGMA user_version` and
+migrated forward when opened.
 
 Each table keeps its whole record as JSON in `item` (the same record the DynamoDB adapter writes) next to
 columns for its key and index attributes, so the indexes are real SQL indexes and a sparse index stays
