@@ -242,6 +242,7 @@ def test_concurrent_writes_share_commits_and_each_stays_atomic(tmp_path: Path) -
 def patient_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """A group stays open for its waiting writers however slow this machine is right now."""
     monkeypatch.setattr(db_module, "GROUP_MAX_SECONDS", 30.0)
+    monkeypatch.setattr(db_module, "GROUP_STALL_SECONDS", 30.0)  # no waiter commits a group early
 
 
 def _carry_on_after(
@@ -408,6 +409,20 @@ def test_a_commit_and_rollback_that_both_fail_leave_no_lock_held(tmp_path: Path)
         connection.execute("INSERT INTO shards (shard_id, item) VALUES ('next', '{}')")
     with db.read() as connection:
         assert connection.execute("SELECT shard_id FROM shards").fetchall() == [("next",)]
+    db.close()
+
+
+def test_an_exit_inside_a_write_stays_an_exit_when_its_group_fails(tmp_path: Path) -> None:
+    """A failed commit turns a refusal into the store's error (what it read is gone), never an exit or an
+    interrupt: a retry loop catching store errors must not swallow them."""
+    db = Database(tmp_path / "t.db").open()
+    with db._write_lock:
+        db._writer = _FailingCommits(db._writer_connection())  # type: ignore[assignment]
+
+    with pytest.raises(SystemExit), db.write():
+        raise SystemExit(3)
+
+    assert not db._write_lock.locked()
     db.close()
 
 

@@ -47,7 +47,15 @@ class _Group:
     opened_at: float  # time.monotonic()
     writes: int = 0
     done: threading.Event = field(default_factory=threading.Event)
-    error: Exception | None = None
+    failure: BaseException | None = None  # why the transaction ended without a commit
+
+
+def _failed_group_error(failure: BaseException) -> Exception:
+    """A domain error of its own for each writer of a failed group (one object raised in many threads
+    would share its cause and traceback between them)."""
+    if isinstance(failure, sqlite3.Error):
+        return translate(failure)
+    return StoreError(f"the shared write transaction ended: {failure!r}", code="WriteGroupEnded")
 
 
 class SchemaTooNewError(StoreError):
@@ -372,10 +380,7 @@ class Database:
             self._end_group(group, error)
 
     def _end_group(self, group: _Group, error: BaseException | None) -> None:
-        if isinstance(error, sqlite3.Error):
-            group.error = translate(error)
-        elif error is not None:
-            group.error = StoreError(f"the shared write transaction ended: {error!r}", code="WriteGroupEnded")
+        group.failure = error
         if self._group is group:
             self._group = None
         group.done.set()
@@ -389,8 +394,10 @@ class Database:
                 with self._write_lock:
                     if self._group is group:
                         self._commit(group)
-            if group.error is not None:
-                raise group.error from raised
+            failure = group.failure
+            # A failed commit voids what a refusal read too; an exit or an interrupt stays what it is.
+            if failure is not None and (raised is None or isinstance(raised, Exception)):
+                raise _failed_group_error(failure) from raised or failure
         if raised is None:
             return
         if isinstance(raised, sqlite3.Error):
