@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +39,6 @@ def test_executor_processes_share_the_cap_and_run_at_once(tmp_path: Path, target
     with Supervisor(tmp_path, "--engine", "sqlite", "--executors", "4", "--cap", "3") as local:
         pids = local.pids()
         assert set(names) <= set(pids) and "executor-4" not in pids, pids
-        # The watcher and the sweeper yield the cores to the executors (and the ticker) in a burst.
-        niceness = {name: os.getpriority(os.PRIO_PROCESS, pid) for name, pid in pids.items()}
-        assert niceness["watcher"] == niceness["sweeper"] == min(19, niceness["executor"] + 10), niceness
-        assert niceness["ticker"] == niceness["executor"] == niceness["executor-2"], niceness
         jobs = [local.create(f"slow {i}", f"{target.url}/slow?sleep=1.5") for i in range(6)]
         # The six jobs' calls from their first shared fire on (an earlier fire may be the create's own): 1.5 s
         # each, three at a time: one in each process (their one thread each), the slots counted across them.

@@ -31,10 +31,6 @@ from tickwork.settings import Settings, SettingsError
 logger = logging.getLogger("tickwork.local")
 
 ROLES = ("ticker", "executor", "sweeper", "watcher", "api")
-# Roles whose work can wait a few seconds yield the cores to the executors when a burst takes them all: a
-# run should start on time before its owner is told about an earlier one (the watcher) or a stranded run
-# is looked for (the sweeper, whose period is a minute). They still run: niceness weighs, it never starves.
-NICENESS = {"watcher": 10, "sweeper": 10}
 
 
 def _float_env(name: str, default: float) -> float:
@@ -295,7 +291,6 @@ def main(argv: list[str]) -> int:
     role = argv[0]
     stop = threading.Event()
     _Lifetime(stop).tie_to_parent()  # first: an orphan must not start working
-    os.nice(NICENESS.get(role, 0))
     logging.basicConfig(
         level=os.environ.get("TICKWORK_LOG_LEVEL", "INFO"), format=f"%(asctime)s {role:>8} %(message)s"
     )
