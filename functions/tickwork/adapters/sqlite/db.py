@@ -299,18 +299,27 @@ class Database:
         group: _Group | None = None
         raised: BaseException | None = None
         try:
+            # The group's first write needs no savepoint: nothing else is in the transaction while it runs,
+            # so undoing it is rolling the transaction back (a write with no one behind it costs no more
+            # than it did before groups).
+            first = self._group is None
             group = self._join_group()
             connection = self._writer_connection()
-            try:
-                connection.execute("SAVEPOINT tickwork_write")
-            except sqlite3.Error as error:
-                self._abandon(group, error)
-                raise translate(error) from error
+            if not first:
+                try:
+                    connection.execute("SAVEPOINT tickwork_write")
+                except sqlite3.Error as error:
+                    self._abandon(group, error)
+                    raise translate(error) from error
             try:
                 yield connection
-                connection.execute("RELEASE tickwork_write")
+                if not first:
+                    connection.execute("RELEASE tickwork_write")
             except BaseException as error:  # noqa: BLE001 - undone here, raised again below
-                self._undo(connection, group, error)
+                if first:
+                    self._abandon(group, None)
+                else:
+                    self._undo(connection, group, error)
                 raised = error
             else:
                 group.writes += 1
@@ -365,15 +374,17 @@ class Database:
             return
         self._end_group(group, None)
 
-    def _abandon(self, group: _Group, error: BaseException) -> None:
-        """End the group as failed and leave no transaction open: rolled back, or, should the rollback fail
-        too, the connection closed (that rolls back) and a new one opened by the next write."""
+    def _abandon(self, group: _Group, error: BaseException | None) -> None:
+        """End the group uncommitted (failed with `error`; None: only its first write was in it, and that
+        write raised) and leave no transaction open: rolled back, or, should the rollback fail too, the
+        connection closed (that rolls back) and a new one opened by the next write."""
         try:
             connection = self._writer
             if connection is not None and connection.in_transaction:
                 try:
                     connection.execute("ROLLBACK")
-                except sqlite3.Error:
+                except sqlite3.Error as rollback_error:
+                    error = rollback_error if error is None else error
                     self._writer = None
                     connection.close()
         finally:
