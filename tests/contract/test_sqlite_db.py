@@ -9,8 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -19,13 +17,12 @@ import pytest
 
 from tests.conftest import ANCHOR
 from tickwork.adapters.records import run_to_item
-from tickwork.adapters.sqlite import db as db_module
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError, _table_ddl
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent
-from tickwork.domain.errors import ConflictError, StoreError, TickworkError, TransientStoreError
+from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
 from tickwork.resources import JOBS, RUNS, SHARDS
@@ -194,235 +191,6 @@ def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
             open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
     main_file = [name for name in open_files if name == str(path)]
     assert 1 <= len(main_file) <= READERS + 2, len(main_file)
-    db.close()
-
-
-def _commits_seen(db: Database) -> list[str]:
-    """The statements the writer connection runs from now on (its COMMITs count the write transactions)."""
-    seen: list[str] = []
-    with db._write_lock:
-        db._writer_connection().set_trace_callback(seen.append)
-    return seen
-
-
-def test_concurrent_writes_share_commits_and_each_stays_atomic(tmp_path: Path) -> None:
-    """Group commit: 40 threads each make 25 read-check-writes of one counter; every increment lands (the
-    read and the write of each are still one atomic unit), in fewer commits than writes."""
-    db = Database(tmp_path / "t.db").open()
-    with db.write() as connection:
-        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('counter', '0')")
-    statements = _commits_seen(db)
-    barrier = threading.Barrier(40)
-
-    def work() -> None:
-        barrier.wait()
-        for _ in range(25):
-            with db.write() as connection:
-                (value,) = connection.execute("SELECT item FROM shards WHERE shard_id = 'counter'").fetchone()
-                connection.execute(
-                    "UPDATE shards SET item = ? WHERE shard_id = 'counter'", (str(int(value) + 1),)
-                )
-
-    threads = [threading.Thread(target=work) for _ in range(40)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    with db.read() as connection:
-        assert (
-            connection.execute("SELECT item FROM shards WHERE shard_id = 'counter'").fetchone()[0] == "1000"
-        )
-    commits = sum(1 for statement in statements if statement == "COMMIT")
-    assert 0 < commits < 1000, commits
-    db.close()
-
-
-@pytest.fixture
-def patient_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A group stays open for its waiting writers however slow this machine is right now."""
-    monkeypatch.setattr(db_module, "GROUP_MAX_SECONDS", 30.0)
-    monkeypatch.setattr(db_module, "GROUP_STALL_SECONDS", 30.0)  # no waiter commits a group early
-
-
-def _carry_on_after(
-    db: Database, second: Callable[[sqlite3.Connection], None]
-) -> tuple[Exception | None, Exception | None]:
-    """A first write (row 'first') returns while a second writer waits for the lock, so the second
-    (`second`) carries the first's transaction on: both are in one group. What each raised (None: it
-    returned, its write committed)."""
-    entered = threading.Event()
-    raised: dict[str, Exception] = {}
-
-    def first() -> None:
-        try:
-            with db.write() as connection:
-                connection.execute("INSERT INTO shards (shard_id, item) VALUES ('first', '{}')")
-                entered.set()
-                deadline = time.monotonic() + 10
-                while db._waiting == 0 and time.monotonic() < deadline:  # the second writer is queued
-                    time.sleep(0.001)
-        except (TickworkError, ValueError) as error:
-            raised["first"] = error
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    assert entered.wait(10)
-    try:
-        with db.write() as connection:
-            second(connection)
-    except (TickworkError, ValueError) as error:  # what the tests' second writes raise
-        raised["second"] = error
-    thread.join(10)
-    assert not thread.is_alive()
-    return raised.get("first"), raised.get("second")
-
-
-@pytest.mark.usefixtures("patient_groups")
-def test_a_write_that_raises_undoes_only_its_own_part_of_a_shared_transaction(tmp_path: Path) -> None:
-    db = Database(tmp_path / "t.db").open()
-    statements = _commits_seen(db)
-
-    def second(connection: sqlite3.Connection) -> None:
-        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('second', '{}')")
-        raise ValueError("the second write's own check failed")
-
-    first_error, second_error = _carry_on_after(db, second)
-
-    assert first_error is None
-    assert isinstance(second_error, ValueError)
-    with db.read() as connection:
-        assert [row[0] for row in connection.execute("SELECT shard_id FROM shards")] == ["first"]
-    assert statements.count("BEGIN IMMEDIATE") == 1  # the two writes shared one transaction
-    db.close()
-
-
-@pytest.mark.usefixtures("patient_groups")
-def test_when_a_shared_transaction_is_lost_every_write_in_it_is_told(tmp_path: Path) -> None:
-    """SQLite ends the whole transaction on some errors (a full disk, an I/O error): the writes that were
-    waiting for its commit must not return as if committed."""
-    db = Database(tmp_path / "t.db").open()
-
-    def second(connection: sqlite3.Connection) -> None:
-        connection.execute("ROLLBACK")  # as SQLite does on such an error: the savepoints are gone
-
-    first_error, second_error = _carry_on_after(db, second)
-
-    assert isinstance(first_error, StoreError), first_error
-    assert isinstance(second_error, StoreError), second_error
-    with db.read() as connection:
-        assert connection.execute("SELECT COUNT(*) FROM shards").fetchone()[0] == 0
-    with db.write() as connection:  # the next write starts a transaction of its own
-        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('after', '{}')")
-    with db.read() as connection:
-        assert connection.execute("SELECT shard_id FROM shards").fetchall() == [("after",)]
-    db.close()
-
-
-@pytest.mark.usefixtures("patient_groups")
-def test_a_write_that_raises_returns_only_once_what_it_read_is_committed(tmp_path: Path) -> None:
-    """A refusal is acted on at once (a replay reads the record that made it refuse, through another
-    connection): a write that raises must not return while the writes it saw are still uncommitted, even
-    when a later writer carries its group on."""
-    db = Database(tmp_path / "t.db").open()
-    entered, refused, queued = threading.Event(), threading.Event(), threading.Event()
-    seen_after_refusal: list[int] = []
-
-    def wait_for_a_queued_writer() -> None:
-        deadline = time.monotonic() + 10
-        while db._waiting == 0 and time.monotonic() < deadline:
-            time.sleep(0.001)
-
-    def first() -> None:  # writes the record, leaves the group open for the second
-        with db.write() as connection:
-            connection.execute("INSERT INTO shards (shard_id, item) VALUES ('request', '{}')")
-            entered.set()
-            wait_for_a_queued_writer()
-
-    def second() -> None:  # sees the record, refuses, and reads it back as a replay would
-        try:
-            with db.write() as connection:
-                assert connection.execute("SELECT 1 FROM shards WHERE shard_id = 'request'").fetchone()
-                queued.set()
-                wait_for_a_queued_writer()  # the third carries the group on after this one
-                raise ConflictError("the request exists")
-        except ConflictError:
-            with db.read() as connection:
-                seen_after_refusal.append(connection.execute("SELECT COUNT(*) FROM shards").fetchone()[0])
-        refused.set()
-
-    def third() -> None:
-        time.sleep(0.2)  # the second has raised and is waiting for the group's commit
-        with db.write() as connection:
-            connection.execute("INSERT INTO shards (shard_id, item) VALUES ('other', '{}')")
-
-    threads = [threading.Thread(target=first)]
-    threads[0].start()
-    assert entered.wait(10)
-    threads.append(threading.Thread(target=second))
-    threads[1].start()
-    assert queued.wait(10)
-    threads.append(threading.Thread(target=third))
-    threads[2].start()
-    for thread in threads:
-        thread.join(10)
-    assert refused.is_set()
-    assert seen_after_refusal and seen_after_refusal[0] >= 1, seen_after_refusal
-    db.close()
-
-
-class _FailingCommits:
-    """A writer connection whose COMMIT and ROLLBACK both fail, as on a disk that went away."""
-
-    def __init__(self, real: sqlite3.Connection) -> None:
-        self.real = real
-
-    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
-        if sql in ("COMMIT", "ROLLBACK"):
-            raise sqlite3.OperationalError("disk I/O error")
-        return self.real.execute(sql, *args)
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.real.in_transaction
-
-    def close(self) -> None:
-        self.real.close()
-
-
-def test_a_commit_and_rollback_that_both_fail_leave_no_lock_held(tmp_path: Path) -> None:
-    path = tmp_path / "t.db"
-    db = Database(path).open()
-    with db._write_lock:
-        db._writer = _FailingCommits(db._writer_connection())  # type: ignore[assignment]
-
-    with pytest.raises(StoreError), db.write() as connection:
-        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('lost', '{}')")
-
-    assert not db._write_lock.locked()
-    # The failed connection was closed (that rolled it back): another process can write, and so can this one.
-    other = sqlite3.connect(path, isolation_level=None, timeout=1)
-    other.execute("BEGIN IMMEDIATE")
-    other.execute("ROLLBACK")
-    other.close()
-    with db.write() as connection:
-        connection.execute("INSERT INTO shards (shard_id, item) VALUES ('next', '{}')")
-    with db.read() as connection:
-        assert connection.execute("SELECT shard_id FROM shards").fetchall() == [("next",)]
-    db.close()
-
-
-def test_an_exit_inside_a_write_stays_an_exit_when_its_group_fails(tmp_path: Path) -> None:
-    """A failed commit turns a refusal into the store's error (what it read is gone), never an exit or an
-    interrupt: a retry loop catching store errors must not swallow them."""
-    db = Database(tmp_path / "t.db").open()
-    with db._write_lock:
-        db._writer = _FailingCommits(db._writer_connection())  # type: ignore[assignment]
-
-    with pytest.raises(SystemExit), db.write():
-        raise SystemExit(3)
-
-    assert not db._write_lock.locked()
     db.close()
 
 

@@ -1,7 +1,6 @@
-"""The embedded engine's database: one SQLite file (WAL, a busy timeout, immediate write transactions that a
-process's concurrent writes share: group commit), its schema derived from the same definitions the CDK
-stack and the DynamoDB bootstrap read (`tickwork.resources`), versioned with `PRAGMA user_version` and
-migrated forward when opened.
+"""The embedded engine's database: one SQLite file (WAL, a busy timeout, immediate write transactions),
+its schema derived from the same definitions the CDK stack and the DynamoDB bootstrap read
+(`tickwork.resources`), versioned with `PRAGMA user_version` and migrated forward when opened.
 
 Each table keeps its whole record as JSON in `item` (the same record the DynamoDB adapter writes) next to
 columns for its key and index attributes, so the indexes are real SQL indexes and a sparse index stays
@@ -11,10 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tickwork.domain.errors import StoreError, TransientStoreError
@@ -29,33 +26,9 @@ BUSY_TIMEOUT_MS = 10_000
 # NORMAL: a commit survives any crash of the processes, and a power cut loses at most the last commits, in
 # order (the WAL is synced at checkpoints): a prefix of the history survives.
 SYNCHRONOUS = ("FULL", "NORMAL")
-# Group commit (Database.write): a write transaction carries on at most this many writes, for at most this
-# long (other processes wait for it), and a writer whose group was left open waits this long before it
-# commits the group itself.
-GROUP_MAX_WRITES = 64
-GROUP_MAX_SECONDS = 0.02
-GROUP_STALL_SECONDS = 1.0
 # Reader connections a process keeps at most (reads beyond wait for one): WAL readers never block each
 # other or the writer, so a few are enough for the API's threads.
 READERS = 8
-
-
-@dataclass
-class _Group:
-    """The writes sharing one write transaction, and how its commit went."""
-
-    opened_at: float  # time.monotonic()
-    writes: int = 0
-    done: threading.Event = field(default_factory=threading.Event)
-    failure: BaseException | None = None  # why the transaction ended without a commit
-
-
-def _failed_group_error(failure: BaseException) -> Exception:
-    """A domain error of its own for each writer of a failed group (one object raised in many threads
-    would share its cause and traceback between them)."""
-    if isinstance(failure, sqlite3.Error):
-        return translate(failure)
-    return StoreError(f"the shared write transaction ended: {failure!r}", code="WriteGroupEnded")
 
 
 class SchemaTooNewError(StoreError):
@@ -193,10 +166,9 @@ class Database:
 
     Connections are few and shared, not one per thread (an executor has a thread per run in flight: 10,000
     connections would be 20,000+ file descriptors): one writer connection, used only under this process's
-    write lock; a bounded pool of reader connections; one watcher for `data_version`. Writes run inside
-    `BEGIN IMMEDIATE` transactions, one write at a time, so the read-check-write each adapter does inside
-    one is atomic against every other writer, in this process or another; this process's concurrent
-    writes share a transaction and its commit (see `write`)."""
+    write lock; a bounded pool of reader connections; one watcher for `data_version`. Writes are
+    `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
+    every other writer, in this process or another."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
         if synchronous not in SYNCHRONOUS:
@@ -207,9 +179,6 @@ class Database:
         # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
-        self._group: _Group | None = None  # the open write transaction's writes (under the write lock)
-        self._waiting = 0  # this process's writers waiting for the write lock
-        self._waiting_lock = threading.Lock()
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
         self._pool_lock = threading.Lock()
@@ -279,141 +248,27 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write, atomic on its own: committed if the block returns (and only then does `write` return),
-        undone if it raises. SQLite errors inside become domain errors (busy: TransientStoreError).
-
-        Group commit: the block runs inside a savepoint of an immediate transaction that this process's
-        writers waiting behind it carry on; the last of them commits for all (each waits for that commit),
-        at most GROUP_MAX_WRITES writes or GROUP_MAX_SECONDS after the first. A burst's hundreds of small
-        writes so share their BEGIN and COMMIT (most of a small write's cost) and write each page of the
-        WAL once. A block that raises undoes its own savepoint only, and raises once its group is committed
-        too: what it read (a record that made it refuse) is then what a read sees. A commit that fails
-        fails every write of its group, each told so, those that raised too (what they read is gone)."""
-        with self._waiting_lock:
-            self._waiting += 1
-        try:
-            self._write_lock.acquire()
-        finally:
-            with self._waiting_lock:
-                self._waiting -= 1
-        group: _Group | None = None
-        raised: BaseException | None = None
-        try:
-            # The group's first write needs no savepoint: nothing else is in the transaction while it runs,
-            # so undoing it is rolling the transaction back (a write with no one behind it costs no more
-            # than it did before groups).
-            first = self._group is None
-            group = self._join_group()
+        """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
+        errors inside become domain errors (busy: TransientStoreError)."""
+        with self._write_lock:
             connection = self._writer_connection()
-            if not first:
-                try:
-                    connection.execute("SAVEPOINT tickwork_write")
-                except sqlite3.Error as error:
-                    self._abandon(group, error)
-                    raise translate(error) from error
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise translate(error) from error
             try:
                 yield connection
-                if not first:
-                    connection.execute("RELEASE tickwork_write")
-            except BaseException as error:  # noqa: BLE001 - undone here, raised again below
-                if first:
-                    self._abandon(group, None)
-                else:
-                    self._undo(connection, group, error)
-                raised = error
-            else:
-                group.writes += 1
-        finally:
+            except sqlite3.Error as error:
+                connection.execute("ROLLBACK")
+                raise translate(error) from error
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
             try:
-                if group is not None and self._group is group:
-                    self._commit_unless_carried_on(group)
-            finally:
-                self._write_lock.release()
-        self._await(group, raised)
-
-    def _join_group(self) -> _Group:
-        """The open transaction's group, or a new one (BEGIN IMMEDIATE: it waits for other processes'
-        writes). Under the write lock."""
-        if self._group is not None:
-            return self._group
-        try:
-            self._writer_connection().execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            raise translate(error) from error
-        self._group = _Group(time.monotonic())
-        return self._group
-
-    def _undo(self, connection: sqlite3.Connection, group: _Group, error: BaseException) -> None:
-        """Undo one write's savepoint; if SQLite ended the whole transaction (an I/O error, a full disk), the
-        group's earlier writes are lost with it: their writers are told by the group's error."""
-        if connection.in_transaction:
-            try:
-                connection.execute("ROLLBACK TO tickwork_write")
-                connection.execute("RELEASE tickwork_write")
-                return
-            except sqlite3.Error as rollback_error:
-                error = rollback_error
-        self._abandon(group, error)
-
-    def _commit_unless_carried_on(self, group: _Group) -> None:
-        """Commit the group unless a writer of this process is waiting to carry it on and the group is
-        still small and young. Under the write lock."""
-        young = time.monotonic() - group.opened_at < GROUP_MAX_SECONDS
-        if group.writes and young and group.writes < GROUP_MAX_WRITES:
-            with self._waiting_lock:
-                if self._waiting:
-                    return
-        self._commit(group)
-
-    def _commit(self, group: _Group) -> None:
-        """Under the write lock; the group is ended whatever happens."""
-        try:
-            self._writer_connection().execute("COMMIT")
-        except sqlite3.Error as error:
-            self._abandon(group, error)
-            return
-        self._end_group(group, None)
-
-    def _abandon(self, group: _Group, error: BaseException | None) -> None:
-        """End the group uncommitted (failed with `error`; None: only its first write was in it, and that
-        write raised) and leave no transaction open: rolled back, or, should the rollback fail too, the
-        connection closed (that rolls back) and a new one opened by the next write."""
-        try:
-            connection = self._writer
-            if connection is not None and connection.in_transaction:
-                try:
-                    connection.execute("ROLLBACK")
-                except sqlite3.Error as rollback_error:
-                    error = rollback_error if error is None else error
-                    self._writer = None
-                    connection.close()
-        finally:
-            self._end_group(group, error)
-
-    def _end_group(self, group: _Group, error: BaseException | None) -> None:
-        group.failure = error
-        if self._group is group:
-            self._group = None
-        group.done.set()
-
-    def _await(self, group: _Group | None, raised: BaseException | None) -> None:
-        """Wait for this write's group to be ended; raise what the block raised, or the group's error if its
-        commit failed. A group is always ended by a writer that held the lock; should its last writer have
-        vanished, whoever waits commits it."""
-        if group is not None:
-            while not group.done.wait(GROUP_STALL_SECONDS):
-                with self._write_lock:
-                    if self._group is group:
-                        self._commit(group)
-            failure = group.failure
-            # A failed commit voids what a refusal read too; an exit or an interrupt stays what it is.
-            if failure is not None and (raised is None or isinstance(raised, Exception)):
-                raise _failed_group_error(failure) from raised or failure
-        if raised is None:
-            return
-        if isinstance(raised, sqlite3.Error):
-            raise translate(raised) from raised
-        raise raised
+                connection.execute("COMMIT")
+            except sqlite3.Error as error:
+                connection.execute("ROLLBACK")
+                raise translate(error) from error
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -450,8 +305,6 @@ class Database:
     def close(self) -> None:
         """Close every connection this process holds (none may be in use)."""
         with self._write_lock, self._pool_lock, self._watch_lock:
-            if self._group is not None:
-                self._commit(self._group)  # the writes of a group left open for a writer now gone
             for connection in [self._writer, self._watcher, *self._idle_readers]:
                 if connection is not None:
                     connection.close()
