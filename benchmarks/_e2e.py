@@ -242,8 +242,9 @@ class LocalTickwork:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def components(self) -> Any:
-        """The package's own composition root, pointed at this runtime's engine."""
+    def components(self, role: str | None = None) -> Any:
+        """The package's own composition root, pointed at this runtime's engine; with `role`, on the SQLite
+        engine, at that role process's durability (local/runtime.py's SQLITE_SYNCHRONOUS), else the API's."""
         import boto3
         from botocore.config import Config
 
@@ -257,7 +258,12 @@ class LocalTickwork:
             def no_aws(service: str) -> Any:
                 raise RuntimeError(f"the SQLite engine has no {service} client")
 
-            return Components(Settings.from_env(self.env), SystemClock(), no_aws, InMemoryMetrics())
+            env = dict(self.env)
+            if role is not None:
+                from tickwork.local.runtime import SQLITE_SYNCHRONOUS
+
+                env["TICKWORK_SQLITE_SYNCHRONOUS"] = SQLITE_SYNCHRONOUS[role]
+            return Components(Settings.from_env(env), SystemClock(), no_aws, InMemoryMetrics())
         session: Any = boto3.session.Session(
             aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],

@@ -5,8 +5,10 @@ The floor is the executor's own path for one run and nothing else: its claim, on
 target, its finish, on the SQLite engine, one run after another in a tight loop. It runs the composition
 root's real `Executor` (its store, its concurrency slots, its HTTP invoker) over the store of a `tickwork
 local` started with the API role only (no ticker, executor, sweeper or watcher to share the work), on runs
-restored as planned (no planning, no queue), each due a moment ago. The target is a process of its own, so
-the CPU counted is this process's alone: the claim, the call's client side, the finish.
+restored as planned (no planning, no queue), each due a moment ago. Its writes are as durable as the
+executor processes' (synchronous=NORMAL, local/runtime.py), not the API's FULL, whose fsync per commit the
+burst's executors never pay. The target is a process of its own, so the CPU counted is this process's
+alone: the claim, the call's client side, the finish.
 
 Then the burst, as `bench_burst.py` measures it: N jobs due in the same second through a whole `tickwork
 local` (ticker, queue, executors), its CPU per fire over every Tickwork process from one second before the
@@ -86,7 +88,7 @@ def floor(
         wait_listening(port)
         settings = LocalSettings(shards=4, queues=1, cap=500, tick_interval=600.0, sweep_interval=600.0)
         with LocalTickwork(workdir / "floor", settings, roles="api") as local:
-            parts = local.components()
+            parts = local.components(role="executor")  # the executor's durability, as in the burst
             http = validate_target("http", {"url": f"http://127.0.0.1:{port}/floor", "method": "POST"})
             spec = JobSpec(name="floor", schedule=parse_schedule("0 3 * * *"), target=http)
             job = parts.job_service().create("floor-owner", spec)
