@@ -1,0 +1,53 @@
+"""The stored time strings: fixed width, the same text strftime wrote before, lexical order = time order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tickwork.domain.timekeys import (
+    compact_instant,
+    format_instant,
+    format_instant_ms,
+    parse_compact_instant,
+    parse_instant,
+)
+
+# Years from 1000: strftime's %Y is not zero-padded below that on Linux (the format fields are).
+instants = st.datetimes(
+    min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+) | st.datetimes(
+    min_value=datetime(1000, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.builds(lambda m: timezone(timedelta(minutes=m)), st.integers(-14 * 60, 14 * 60)),
+)
+
+
+@given(instants)
+def test_the_texts_are_what_strftime_wrote(instant: datetime) -> None:
+    utc = instant.astimezone(UTC)
+    whole = utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert format_instant(instant) == (whole if utc.microsecond == 0 else f"{whole}~{utc.microsecond:06d}")
+    millis = f"{utc.microsecond // 1000:03d}"
+    assert format_instant_ms(instant) == utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis}Z"
+    compact = utc.strftime("%Y%m%dT%H%M%SZ")
+    assert compact_instant(instant) == (
+        compact if utc.microsecond == 0 else f"{compact}~{utc.microsecond:06d}"
+    )
+
+
+@given(instants, instants)
+def test_they_sort_as_time_and_read_back(first: datetime, second: datetime) -> None:
+    for write, read in ((format_instant, parse_instant), (compact_instant, parse_compact_instant)):
+        assert read(write(first)) == first
+        assert (write(first) < write(second)) == (first < second)
+    to_ms = first.replace(microsecond=first.microsecond // 1000 * 1000)
+    assert parse_instant(format_instant_ms(first)) == to_ms
+
+
+def test_a_naive_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        format_instant(datetime(2026, 12, 6, 1, 2, 3))
