@@ -6,9 +6,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tickwork.adapters.plans import commit_each
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import DispatchError, TransientStoreError
 from tickwork.domain.models import Job, Run, Target
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.targets import Invocation, TargetResult
 from tickwork.services.ports import PlanStore
 
@@ -86,6 +88,9 @@ class FaultyPlanStore:
         self.commits += 1
         if self.crash_after_commit:
             raise CrashError("crash just after the commit")
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        return commit_each(self.commit_plan, plans)  # each through the faults above
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:
         return self.inner.existing_run_times(job_id, scheduled_fors)

@@ -182,7 +182,7 @@ class Components:
     def planner(self) -> Planner:
         settings = self.settings
         # DynamoDB: a round fills one SQS batch per queue, and its transactions go out together. The SQLite
-        # engine has one writer: its commits stay in order.
+        # engine has one writer: a round's commits go in order, in one transaction.
         queues = max(1, len(settings.dispatch_queue_urls))
         parallel = settings.engine != "sqlite"
         config = PlannerConfig(
@@ -190,6 +190,7 @@ class Components:
             reread=settings.reread,
             round_messages=DISPATCH_BATCH * queues if parallel else DISPATCH_BATCH,
             commit_threads=PLAN_COMMIT_THREADS if parallel else 1,
+            commit_together=not parallel,
         )
         return Planner(self.store, self.dispatcher, self.clock, config)
 

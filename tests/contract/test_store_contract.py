@@ -53,6 +53,7 @@ from tickwork.domain.models import (
     Target,
     Trigger,
 )
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.requests import (
     REQUEST_RETENTION,
     RequestKind,
@@ -209,6 +210,26 @@ def test_commit_plan_names_the_conditions_that_failed(
         store.commit_plan(job, [a_run(job)], FIRE + timedelta(minutes=5))
 
     assert (raised.value.run_exists, raised.value.job_changed) == (run_exists, job_changed)
+
+
+def test_commit_plans_commits_each_job_on_its_own_and_returns_each_refusal(backend: Backend) -> None:
+    store = backend.store
+    first, edited, last = (a_job(f"job_contract_{n}") for n in range(3))
+    for job in (first, edited, last):
+        store.create_job(job, ())
+    store.replace_job(edited, replace(edited, name="edited", version=2), ())
+    following = FIRE + timedelta(minutes=5)
+
+    outcomes = store.commit_plans([JobPlan(job, (a_run(job),), following) for job in (first, edited, last)])
+
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], PlanConflictError) and outcomes[1].job_changed
+    for job in (first, last):
+        stored = store.get_job(job.job_id)
+        assert stored is not None and stored.next_fire_at == following
+        assert store.get_run(job.job_id, FIRE) == a_run(job)
+    kept = store.get_job(edited.job_id)
+    assert kept is not None and kept.next_fire_at == FIRE and store.get_run(edited.job_id, FIRE) is None
 
 
 def test_the_due_index_is_sparse(backend: Backend) -> None:

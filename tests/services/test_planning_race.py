@@ -7,6 +7,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.conftest import ANCHOR, RacingEngine
 from tests.fakes import RecordingDispatcher
 from tickwork.domain.clock import FakeClock
@@ -14,7 +16,7 @@ from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Target, Trigger, split_run_id
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.jobs import JobService, JobServiceConfig
-from tickwork.services.planning import Planner, TickReport
+from tickwork.services.planning import Planner, PlannerConfig, TickReport
 from tickwork.services.requests import RunRequests
 
 SHARDS = 2
@@ -22,7 +24,10 @@ JOBS = 40
 TICKERS = 4
 
 
-def test_tickers_racing_on_one_shard_create_each_run_exactly_once(racing_engine: RacingEngine) -> None:
+@pytest.mark.parametrize("together", [False, True], ids=["commit_by_commit", "rounds_together"])
+def test_tickers_racing_on_one_shard_create_each_run_exactly_once(
+    racing_engine: RacingEngine, together: bool
+) -> None:
     clock = FakeClock(ANCHOR)
     seeding = JobService(
         racing_engine.store(),
@@ -46,7 +51,8 @@ def test_tickers_racing_on_one_shard_create_each_run_exactly_once(racing_engine:
 
     def tick(index: int) -> TickReport:
         # Each ticker is its own instance with its own client, as separate Lambda invocations would be.
-        planner = Planner(racing_engine.store(), dispatchers[index], FakeClock(now))
+        config = PlannerConfig(commit_together=together)
+        planner = Planner(racing_engine.store(), dispatchers[index], FakeClock(now), config)
         barrier.wait()
         return planner.plan(shard, now)
 

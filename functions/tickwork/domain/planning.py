@@ -25,6 +25,16 @@ class PlanBatch:
     next_fire_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """One job's commit as the ticker hands it to the store: its runs to create, and its next fire moving
+    from the job's own (`job.next_fire_at`, read with `job.version`) to `next_fire_at`."""
+
+    job: Job
+    runs: tuple[Run, ...]
+    next_fire_at: datetime | None
+
+
 def classify_fire(job: Job, scheduled_for: datetime, following: datetime | None, now: datetime) -> RunState:
     """A fire still ahead of `now` is planned. A fire already past (the ticker was behind) follows the
     job's missed-fire policy; every slot still gets a run record, so nothing is skipped silently."""

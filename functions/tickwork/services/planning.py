@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import Enum
 
 from tickwork.domain.clock import Clock
 from tickwork.domain.dispatch import COMMIT_WINDOW, RunMessage
 from tickwork.domain.errors import DispatchError, PlanConflictError, TransientStoreError
 from tickwork.domain.models import Job, JobState, Run, RunState
-from tickwork.domain.planning import plan_batch
+from tickwork.domain.planning import JobPlan, plan_batch
 from tickwork.domain.timekeys import due_key, floor_minute, truncate_ms
 from tickwork.services.ports import Dispatcher, PlanStore
 
@@ -42,6 +43,16 @@ MAX_CONFLICTS_PER_JOB = 3
 _BEFORE = timedelta(milliseconds=1)
 
 
+class _Tried(Enum):
+    """A step's commit not yet tried (its outcome, once tried together with its round's, is None or an
+    error)."""
+
+    NOT_YET = "not yet"
+
+
+NOT_YET = _Tried.NOT_YET
+
+
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
     lookahead: timedelta = DEFAULT_LOOKAHEAD
@@ -52,10 +63,15 @@ class PlannerConfig:
     # A round's commits run on this many threads: at a region's 10-20 ms a transaction, one after another
     # they do not fit a tick at the top of the hour (docs/design.md, "Planning throughput"). 1: in order.
     commit_threads: int = 1
+    # A round's commits go to the store together (PlanStore.commit_plans), in order: the SQLite engine
+    # writes them in one transaction, so a round pays one commit, not one per job.
+    commit_together: bool = False
 
     def __post_init__(self) -> None:
         if self.round_messages < 1 or self.commit_threads < 1:
             raise ValueError("round_messages and commit_threads must be at least 1")
+        if self.commit_together and self.commit_threads > 1:
+            raise ValueError("commits go together or on threads, not both")
 
 
 @dataclass(slots=True)
@@ -262,13 +278,20 @@ class Planner:
         return commit_by, set()
 
     def _commit_isolated(
-        self, step: _Step, commit_by: datetime, now: datetime, horizon: datetime, report: TickReport
+        self,
+        step: _Step,
+        commit_by: datetime,
+        now: datetime,
+        horizon: datetime,
+        report: TickReport,
+        tried: Exception | _Tried | None = NOT_YET,
     ) -> _Step | None:
-        """Commit one step; whatever goes wrong with it stays with its job. Returns the job's next step
-        (None: done, or left for the next tick with its progress where it stopped)."""
+        """Commit one step (or carry on from `tried`, its commit's outcome with its round's); whatever goes
+        wrong with it stays with its job. Returns the job's next step (None: done, or left for the next
+        tick with its progress where it stopped)."""
         job = step.job
         try:
-            return self._commit(step, commit_by, now, horizon, report)
+            return self._commit(step, commit_by, now, horizon, report, tried)
         except TransientStoreError as error:
             # Throttling that outlasted the retries, wherever it struck (the commit, or a read inside the
             # conflict handling): the job waits for the next tick.
@@ -288,15 +311,25 @@ class Planner:
         report.errors.append(f"job {job.job_id}: {type(error).__name__}: {error}")
 
     def _commit(
-        self, step: _Step, commit_by: datetime, now: datetime, horizon: datetime, report: TickReport
+        self,
+        step: _Step,
+        commit_by: datetime,
+        now: datetime,
+        horizon: datetime,
+        report: TickReport,
+        tried: Exception | _Tried | None = NOT_YET,
     ) -> _Step | None:
         """One conditional transaction (create the runs, advance the job), started only inside the
-        messages' commit window. A lost race re-plans the job into the next round, whose send goes first."""
+        messages' commit window. A lost race re-plans the job into the next round, whose send goes first.
+        `tried`: the outcome of this commit tried with its round's (throttled: tried again, retried)."""
         job, runs = step.job, step.runs
-        if not self._in_window(step, commit_by, report):
-            return None
         try:
-            self._store.commit_plan(job, runs, step.next_fire_at)
+            if tried is NOT_YET or isinstance(tried, TransientStoreError):
+                if not self._in_window(step, commit_by, report):
+                    return None
+                self._store.commit_plan(job, runs, step.next_fire_at)
+            elif tried is not None:
+                raise tried
         except PlanConflictError as conflict:
             report.conflicts += 1
             conflicts = step.conflicts + 1
@@ -468,6 +501,8 @@ class _Rounds:
         """The round's commits, in order or on the pool; each on a report of its own, added up after, so
         that no thread writes the shard's report. Returns each job's next step, in the round's order."""
         planner, report = self._planner, self._report
+        if planner._config.commit_together and len(steps) >= 2:
+            return self._commit_together(steps, commit_by)
         if self._pool is None or len(steps) < 2:
             return [planner._commit_isolated(s, commit_by, self._now, self._horizon, report) for s in steps]
 
@@ -479,3 +514,28 @@ class _Rounds:
         for _, own in results:
             report.add(own)
         return [after for after, _ in results]
+
+    def _commit_together(self, steps: list[_Step], commit_by: datetime) -> list[_Step | None]:
+        """The round's commits in one call to the store; each step then goes on from its own outcome. If
+        the call fails as a whole, each commits on its own (one already committed meets a conflict)."""
+        planner, report = self._planner, self._report
+        in_window = [planner._in_window(step, commit_by, report) for step in steps]
+        ready = [step for step, inside in zip(steps, in_window, strict=True) if inside]
+        outcomes: Sequence[Exception | _Tried | None]
+        try:
+            outcomes = planner._store.commit_plans([JobPlan(s.job, s.runs, s.next_fire_at) for s in ready])
+        # Not lost: each step commits again on its own below, and a poison job among them is isolated there.
+        except Exception:
+            logger.exception(
+                "shard %d: a round's %d commits failed together; committing them one by one",
+                report.shard,
+                len(ready),
+            )
+            outcomes = [NOT_YET] * len(ready)
+        tried = iter(outcomes)
+        return [
+            planner._commit_isolated(step, commit_by, self._now, self._horizon, report, next(tried))
+            if inside
+            else None
+            for step, inside in zip(steps, in_window, strict=True)
+        ]

@@ -15,6 +15,7 @@ from tickwork.domain.dispatch import DeadLetter, RunMessage
 from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, JobView, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.prescale import MappingState
 from tickwork.domain.requests import RunRequest
 from tickwork.domain.revisions import Authored, Revision
@@ -40,6 +41,14 @@ class PlanStore(Protocol):
         from `job.next_fire_at` to `next_fire_at` (job must still be active at `job.version` and
         `job.next_fire_at`). Raises PlanConflictError naming the failed conditions, or
         TransientStoreError (throttling, transaction conflict) which the caller retries."""
+        ...
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        """`commit_plan` for each of a round's jobs, in order, each all or nothing on its own. Returns, in
+        order, None where a job's plan committed, else the error its own `commit_plan` would have raised,
+        for the caller to handle as that call's. An engine whose transactions are cheap to widen (SQLite)
+        writes them in one, with one commit for the round. If it raises, some may have committed: doing
+        each again then meets a conflict (the job moved on), never a second run."""
         ...
 
     def existing_run_times(self, job_id: str, scheduled_fors: Sequence[datetime]) -> set[datetime]:

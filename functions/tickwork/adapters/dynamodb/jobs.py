@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
 from tickwork.adapters.event_records import without_fingerprint, written_revision
+from tickwork.adapters.plans import commit_each
 from tickwork.adapters.records import REMOVABLE_JOB_ATTRIBUTES, filed_under, job_from_item, job_to_item
 from tickwork.domain.audit import AuditedJob
 from tickwork.domain.errors import (
@@ -20,6 +21,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobView, Run
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 
@@ -144,6 +146,9 @@ class JobRecords(StoreBase):
             raise PlanConflictError(
                 run_exists=cancelled.failed(0, len(runs)), job_changed=cancelled.failed(len(runs))
             ) from cancelled.error
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        return commit_each(self.commit_plan, plans)
 
     def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
         self._create(job_to_item(job), runs, authored)

@@ -10,6 +10,7 @@ from typing import Any
 from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.memory.base import MemoryBase, copied
+from tickwork.adapters.plans import commit_each
 from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
@@ -20,6 +21,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 
@@ -103,6 +105,9 @@ class MemoryJobRecords(MemoryBase):
                 item["due_key"] = advanced.due_key
             self._put_runs(runs)
             self._put_job(item)
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        return commit_each(self.commit_plan, plans)
 
     def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
         self._create(job_to_item(job), runs, authored)

@@ -21,6 +21,7 @@ from tickwork.domain.errors import (
     VersionMismatchError,
 )
 from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 from tickwork.resources import EVENTS, JOBS, RUNS
@@ -103,27 +104,50 @@ class SqliteJobRecords(SqliteBase):
         return job_from_item(item), None if fingerprint is None else str(fingerprint)
 
     def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        with self.db.write() as connection:
+            self._plan(connection, job, runs, next_fire_at)
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        """The round's plans in one transaction, each job's in a savepoint of its own: a job's refusal
+        undoes its writes alone, and the round pays one commit, not one per job."""
+        outcomes: list[Exception | None] = []
+        with self.db.write() as connection:
+            for plan in plans:
+                connection.execute("SAVEPOINT job_plan")
+                try:
+                    self._plan(connection, plan.job, plan.runs, plan.next_fire_at)
+                # A refusal is this job's alone; any other error undoes the whole round (nothing committed).
+                except (PlanConflictError, ValueError) as refused:
+                    connection.execute("ROLLBACK TO job_plan")
+                    outcomes.append(refused)
+                else:
+                    outcomes.append(None)
+                connection.execute("RELEASE job_plan")
+        return outcomes
+
+    def _plan(
+        self, connection: sqlite3.Connection, job: Job, runs: Sequence[Run], next_fire_at: datetime | None
+    ) -> None:
         if job.next_fire_at is None:
             raise ValueError("a job without a next fire has nothing to plan")
         advanced = job.advanced_to(next_fire_at)
-        with self.db.write() as connection:
-            run_exists = any(self._exists(connection, run) for run in runs)
-            item = self._job_item(connection, job.job_id)
-            job_changed = not (
-                item is not None
-                and item.get("state") == str(JobState.ACTIVE)
-                and item.get("version") == job.version
-                and item.get("next_fire_at") == format_instant(job.next_fire_at)
-            )
-            if run_exists or job_changed or item is None:
-                raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
-            self._insert_runs(connection, runs)
-            item.pop("next_fire_at", None)
-            item.pop("due_key", None)
-            if next_fire_at is not None:
-                item["next_fire_at"] = format_instant(next_fire_at)
-                item["due_key"] = advanced.due_key
-            put(connection, JOBS, item)
+        run_exists = any(self._exists(connection, run) for run in runs)
+        item = self._job_item(connection, job.job_id)
+        job_changed = not (
+            item is not None
+            and item.get("state") == str(JobState.ACTIVE)
+            and item.get("version") == job.version
+            and item.get("next_fire_at") == format_instant(job.next_fire_at)
+        )
+        if run_exists or job_changed or item is None:
+            raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+        self._insert_runs(connection, runs)
+        item.pop("next_fire_at", None)
+        item.pop("due_key", None)
+        if next_fire_at is not None:
+            item["next_fire_at"] = format_instant(next_fire_at)
+            item["due_key"] = advanced.due_key
+        put(connection, JOBS, item)
 
     def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
         self._create(job_to_item(job), runs, authored)

@@ -1,0 +1,151 @@
+"""A round's commits in one call to the store (PlannerConfig.commit_together, the SQLite engine's): the same
+runs as one commit per job, each job's refusal handled as its own, and nothing lost when the call fails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes import FaultyPlanStore, RecordingDispatcher
+from tests.services.test_planner_isolation import TICK, one_shard_jobs
+from tests.services.test_planning import at, run_times
+from tickwork.adapters.memory.store import MemoryStore
+from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.domain.clock import FakeClock
+from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.models import Job, Run
+from tickwork.domain.planning import JobPlan
+from tickwork.services.planning import Planner, PlannerConfig
+
+TOGETHER = PlannerConfig(commit_together=True)
+FOUR_PAST, FIVE_PAST = at("2026-12-02T12:04:00"), at("2026-12-02T12:05:00")
+
+
+class Together(FaultyPlanStore):
+    """The store as the ticker sees it, recording each round that went together. It can fail a round as a
+    whole, answer one job's plan as throttled (not written), have the job edited just before its round
+    commits, or hold a job whose record cannot be written (either way)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.rounds: list[int] = []
+        self.fail_rounds = 0
+        self.throttled: set[str] = set()
+        self.edited: set[str] = set()
+        self.poison: str | None = None
+
+    def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
+        self.rounds.append(len(plans))
+        ids = [plan.job.job_id for plan in plans]
+        if self.fail_rounds or self.poison in ids:
+            self.fail_rounds = max(0, self.fail_rounds - 1)
+            raise RuntimeError("the round's transaction could not be written")
+        for plan in plans:
+            if plan.job.job_id in self.edited:  # another writer, a moment before
+                self.edited.discard(plan.job.job_id)
+                job = plan.job
+                self.inner.replace_job(job, replace(job, name="edited", version=job.version + 1), ())  # type: ignore[attr-defined]
+        throttled = {i for i in ids if i in self.throttled}
+        self.throttled -= throttled
+        written = iter(self.inner.commit_plans([p for p in plans if p.job.job_id not in throttled]))
+        return [
+            TransientStoreError("ThrottlingException: injected") if i in throttled else next(written)
+            for i in ids
+        ]
+
+    def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        if job.job_id == self.poison:
+            raise RuntimeError(f"cannot encode job {job.job_id}")
+        super().commit_plan(job, runs, next_fire_at)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        return MemoryStore()
+    return SqliteStore(Database(tmp_path / "tickwork.db").open())
+
+
+def jobs_due(engine: Any, clock: FakeClock) -> list[Job]:
+    return one_shard_jobs(engine, clock, ["4 12 * * *"] * 12 + ["5 12 * * *"] * 13)
+
+
+def planned_once(engine: Any, jobs: Sequence[Job]) -> bool:
+    return all(run_times(engine, job) == [FOUR_PAST if n < 12 else FIVE_PAST] for n, job in enumerate(jobs))
+
+
+def test_rounds_commit_together_and_plan_every_fire_once(engine: Any, clock: FakeClock) -> None:
+    jobs = jobs_due(engine, clock)
+    together = Together(engine)
+
+    report = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK)
+
+    assert report.complete and report.commits == report.runs_planned == len(jobs)
+    assert sum(together.rounds) == len(jobs) and max(together.rounds) == TOGETHER.round_messages
+    assert together.commits == 0  # not one commit on its own
+    assert planned_once(engine, jobs)
+
+
+def test_a_job_edited_just_before_its_round_is_planned_again_and_the_rest_of_the_round_commits(
+    engine: Any, clock: FakeClock
+) -> None:
+    jobs = jobs_due(engine, clock)
+    together = Together(engine)
+    together.edited = {jobs[3].job_id}
+
+    report = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK)
+
+    assert report.conflicts == 1 and report.complete and report.runs_planned == len(jobs)
+    assert planned_once(engine, jobs)
+    edited = engine.get_job(jobs[3].job_id)
+    assert edited is not None and edited.name == "edited" and edited.next_fire_at is not None
+
+
+def test_a_plan_answered_throttled_is_committed_again_on_its_own(engine: Any, clock: FakeClock) -> None:
+    jobs = jobs_due(engine, clock)
+    together = Together(engine)
+    together.throttled = {jobs[0].job_id}
+
+    report = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK)
+
+    assert report.deferred_jobs == [] and report.complete and together.commits == 1
+    assert planned_once(engine, jobs)
+
+
+def test_a_round_that_fails_whole_is_committed_one_by_one(engine: Any, clock: FakeClock) -> None:
+    jobs = jobs_due(engine, clock)
+    together = Together(engine)
+    together.fail_rounds = 1
+
+    report = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK)
+
+    assert report.complete and report.failed_jobs == [] and report.runs_planned == len(jobs)
+    assert together.commits == together.rounds[0]  # the failed round's jobs, each on its own
+    assert planned_once(engine, jobs)
+
+
+def test_a_poison_job_fails_its_round_whole_and_is_isolated_when_the_round_goes_one_by_one(
+    engine: Any, clock: FakeClock
+) -> None:
+    jobs = jobs_due(engine, clock)
+    poison = jobs[14]
+    together = Together(engine)
+    together.poison = poison.job_id
+
+    report = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK)
+
+    assert report.failed_jobs == [poison.job_id] and "RuntimeError" in report.errors[0]
+    assert run_times(engine, poison) == [] and not report.complete
+    assert planned_once(engine, [job for job in jobs if job is not poison][:12])
+    assert all(run_times(engine, job) == [FIVE_PAST] for job in jobs[12:] if job is not poison)
+
+
+def test_commits_go_together_or_on_threads_not_both() -> None:
+    with pytest.raises(ValueError, match="together or on threads"):
+        PlannerConfig(commit_together=True, commit_threads=2)
