@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,9 @@ from tickwork.adapters.memory.store import MemoryStore
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.clock import FakeClock
-from tickwork.domain.errors import TransientStoreError
-from tickwork.domain.models import Job, Run
+from tickwork.domain.dispatch import COMMIT_WINDOW
+from tickwork.domain.errors import PlanConflictError, TransientStoreError
+from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.domain.planning import JobPlan
 from tickwork.services.planning import Planner, PlannerConfig
 
@@ -149,3 +150,95 @@ def test_a_poison_job_fails_its_round_whole_and_is_isolated_when_the_round_goes_
 def test_commits_go_together_or_on_threads_not_both() -> None:
     with pytest.raises(ValueError, match="together or on threads"):
         PlannerConfig(commit_together=True, commit_threads=2)
+
+
+class SlowSends(RecordingDispatcher):
+    """Each send takes longer than the messages' commit window (a store or queue crawling)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def dispatch(self, runs: Sequence[Run], now: datetime, *, commit_by: datetime | None = None) -> None:
+        super().dispatch(runs, now, commit_by=commit_by)
+        self.clock.advance(COMMIT_WINDOW.total_seconds() + 1)
+
+
+def test_a_round_past_its_commit_window_is_deferred_whole_and_the_next_tick_plans_it(
+    engine: Any, clock: FakeClock
+) -> None:
+    jobs = jobs_due(engine, clock)
+    together = Together(engine)
+    clock.set(TICK)
+
+    late = Planner(together, SlowSends(clock), clock, TOGETHER).plan(0, TICK)
+
+    assert late.runs_planned == 0 and not late.complete and together.rounds == []  # no empty transaction
+    assert sorted(late.deferred_jobs) == sorted(job.job_id for job in jobs)
+    held = engine.get_watermark(0)
+    assert held is None or held < FOUR_PAST
+    assert all(run_times(engine, job) == [] for job in jobs)
+
+    again = Planner(together, RecordingDispatcher(), clock, TOGETHER).plan(0, TICK + timedelta(seconds=20))
+
+    assert again.complete and again.runs_planned == len(jobs)
+    assert planned_once(engine, jobs)
+
+
+class BreaksAfterWriting(SqliteStore):
+    """The SQLite store, raising `error` for one job after its plan's writes are done (as a failure late in
+    the job's statements would)."""
+
+    def __init__(self, db: Database, breaking: str, error: Exception) -> None:
+        super().__init__(db)
+        self.breaking = breaking
+        self.error = error
+
+    def _plan(self, connection: Any, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
+        super()._plan(connection, job, runs, next_fire_at)
+        if job.job_id == self.breaking:
+            raise self.error
+
+
+def sqlite_round(
+    tmp_path: Path, clock: FakeClock, error: Exception
+) -> tuple[BreaksAfterWriting, list[JobPlan]]:
+    db = Database(tmp_path / "tickwork.db").open()
+    jobs = one_shard_jobs(SqliteStore(db), clock, ["4 12 * * *"] * 3)
+    store = BreaksAfterWriting(db, jobs[1].job_id, error)
+    plans = [
+        JobPlan(
+            job,
+            (Run.for_fire(job, FOUR_PAST, now=TICK, trigger=Trigger.SCHEDULE, state=RunState.PLANNED),),
+            FIVE_PAST,
+        )
+        for job in jobs
+    ]
+    return store, plans
+
+
+def test_a_refusal_after_a_jobs_writes_undoes_that_jobs_writes_alone(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    store, plans = sqlite_round(tmp_path, clock, PlanConflictError(run_exists=False, job_changed=True))
+
+    outcomes = store.commit_plans(plans)
+
+    assert outcomes[0] is None and outcomes[2] is None and isinstance(outcomes[1], PlanConflictError)
+    for n, plan in enumerate(plans):
+        stored = store.get_job(plan.job.job_id)
+        assert stored is not None
+        assert stored.next_fire_at == (FOUR_PAST if n == 1 else FIVE_PAST)
+        assert run_times(store, plan.job) == ([] if n == 1 else [FOUR_PAST])
+
+
+def test_an_error_in_the_middle_of_a_round_commits_none_of_it(tmp_path: Path, clock: FakeClock) -> None:
+    store, plans = sqlite_round(tmp_path, clock, RuntimeError("disk full"))
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.commit_plans(plans)
+
+    for plan in plans:
+        stored = store.get_job(plan.job.job_id)
+        assert stored is not None and stored.next_fire_at == FOUR_PAST
+        assert run_times(store, plan.job) == []
