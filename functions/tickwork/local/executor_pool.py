@@ -81,8 +81,12 @@ class _BatchDeleter:
 
     def add(self, url: str, receipt: str, message_id: str) -> None:
         with self._cond:
-            self._pending.setdefault(url, []).append(_Handled(receipt, message_id, time.monotonic()))
-            self._cond.notify()
+            pending = self._pending.setdefault(url, [])
+            pending.append(_Handled(receipt, message_id, time.monotonic()))
+            # Woken only to time a new batch's linger or to send a full one: between those it wakes on its
+            # own, so a burst does not wake it once per handled message.
+            if len(pending) == 1 or len(pending) >= SQS_BATCH:
+                self._cond.notify()
 
     def close(self) -> None:
         """Send everything pending and stop; waits for the last batches (bounded: they are safe to lose)."""
