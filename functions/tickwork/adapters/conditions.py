@@ -17,9 +17,9 @@ from tickwork.adapters.records import (
     job_to_item,
     run_from_item,
 )
-from tickwork.domain.errors import StaleRunError
+from tickwork.domain.errors import PlanConflictError, StaleRunError
 from tickwork.domain.execution import CLAIMABLE_STATES, Claim
-from tickwork.domain.models import Job, OverlapPolicy, Run, RunState, Standing
+from tickwork.domain.models import Job, JobState, OverlapPolicy, Run, RunState, Standing
 from tickwork.domain.timekeys import format_instant, format_instant_ms
 
 _CLAIMABLE = frozenset(str(state) for state in CLAIMABLE_STATES)
@@ -35,6 +35,22 @@ def job_still_at(item: Mapping[str, Any] | None, expected: Job) -> bool:
         return False
     expected_fire = None if expected.next_fire_at is None else format_instant(expected.next_fire_at)
     return item.get("next_fire_at") == expected_fire
+
+
+def plannable(item: dict[str, Any] | None, job: Job, run_exists: bool) -> dict[str, Any]:
+    """The stored job record a plan may advance (commit_plan's condition): refused, with PlanConflictError
+    naming the failed conditions, unless the job is still active at the version and next fire it was read
+    at and none of the plan's runs exists."""
+    job_changed = not (
+        item is not None
+        and job.next_fire_at is not None
+        and item.get("state") == str(JobState.ACTIVE)
+        and item.get("version") == job.version
+        and item.get("next_fire_at") == format_instant(job.next_fire_at)
+    )
+    if run_exists or job_changed or item is None:
+        raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+    return item
 
 
 def run_still_at(item: Mapping[str, Any] | None, expected: Run) -> bool:

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
+from tickwork.adapters.conditions import (
+    REQUEST_FINGERPRINT,
+    claimable,
+    job_still_at,
+    plannable,
+    rewritten_job,
+)
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.memory.base import MemoryBase, copied
 from tickwork.adapters.plans import commit_each
@@ -16,11 +22,10 @@ from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
     NotFoundError,
-    PlanConflictError,
     RunsMovedError,
     VersionMismatchError,
 )
-from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.models import Job, JobView, Run
 from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
@@ -89,15 +94,7 @@ class MemoryJobRecords(MemoryBase):
         advanced = job.advanced_to(next_fire_at)
         with self.tables.lock:
             run_exists = any(self._run_exists(run) for run in runs)
-            item = self._job_item(job.job_id)
-            job_changed = not (
-                item is not None
-                and item.get("state") == str(JobState.ACTIVE)
-                and item.get("version") == job.version
-                and item.get("next_fire_at") == format_instant(job.next_fire_at)
-            )
-            if run_exists or job_changed or item is None:
-                raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+            item = plannable(self._job_item(job.job_id), job, run_exists)
             item.pop("next_fire_at", None)
             item.pop("due_key", None)
             if next_fire_at is not None:

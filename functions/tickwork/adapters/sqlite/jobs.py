@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.adapters.conditions import REQUEST_FINGERPRINT, claimable, job_still_at, rewritten_job
+from tickwork.adapters.conditions import (
+    REQUEST_FINGERPRINT,
+    claimable,
+    job_still_at,
+    plannable,
+    rewritten_job,
+)
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
 from tickwork.adapters.sqlite.base import SqliteBase, put
@@ -20,7 +26,7 @@ from tickwork.domain.errors import (
     RunsMovedError,
     VersionMismatchError,
 )
-from tickwork.domain.models import Job, JobState, JobView, Run
+from tickwork.domain.models import Job, JobView, Run
 from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
@@ -132,15 +138,7 @@ class SqliteJobRecords(SqliteBase):
             raise ValueError("a job without a next fire has nothing to plan")
         advanced = job.advanced_to(next_fire_at)
         run_exists = any(self._exists(connection, run) for run in runs)
-        item = self._job_item(connection, job.job_id)
-        job_changed = not (
-            item is not None
-            and item.get("state") == str(JobState.ACTIVE)
-            and item.get("version") == job.version
-            and item.get("next_fire_at") == format_instant(job.next_fire_at)
-        )
-        if run_exists or job_changed or item is None:
-            raise PlanConflictError(run_exists=run_exists, job_changed=job_changed)
+        item = plannable(self._job_item(connection, job.job_id), job, run_exists)
         self._insert_runs(connection, runs)
         item.pop("next_fire_at", None)
         item.pop("due_key", None)
