@@ -19,11 +19,11 @@ def _utc(instant: datetime) -> datetime:
     return instant if instant.tzinfo is UTC else instant.astimezone(UTC)
 
 
-def _date_time(utc: datetime, between: str = "-", middle: str = "T", colon: str = ":") -> str:
+def _date_time(utc: datetime, between: str = "-", colon: str = ":") -> str:
     """'2026-12-02T12:05:00' (or the compact form), fixed width: written with format fields, not strftime,
     which costs twice as much and is called some 30 times per run."""
     return (
-        f"{utc.year:04d}{between}{utc.month:02d}{between}{utc.day:02d}{middle}"
+        f"{utc.year:04d}{between}{utc.month:02d}{between}{utc.day:02d}T"
         f"{utc.hour:02d}{colon}{utc.minute:02d}{colon}{utc.second:02d}"
     )
 
@@ -91,7 +91,7 @@ def due_key(shard: int, instant: datetime) -> str:
 def compact_instant(instant: datetime) -> str:
     """'20261202T120500Z', or '20261202T120500Z~123456' for an instant with microseconds."""
     utc = _utc(instant)
-    text = f"{_date_time(utc, '', 'T', '')}Z"
+    text = f"{_date_time(utc, between='', colon='')}Z"
     return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
 
