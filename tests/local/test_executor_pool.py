@@ -265,3 +265,49 @@ def test_a_cap_smaller_than_the_number_of_queues_still_serves_every_queue() -> N
 
     assert pool.stats.peak_in_flight == 1
     assert len(sqs.deleted) == 5
+
+
+def test_a_crashed_receive_loop_ends_the_pool_with_its_error_without_a_stop() -> None:
+    """Nothing polls for a crash: the crashed loop halts the others, and run() raises its error."""
+
+    class Broken(FakeSqs):
+        def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+            if kwargs["QueueUrl"] == "b":
+                raise RuntimeError("a bug in the loop")
+            return super().receive_message(**kwargs)
+
+    pool = make_pool(Broken({"a": [], "b": []}), SlowExecutor(0.0), cap=2)
+    stop = threading.Event()  # never set
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pool.run(stop)
+        except RuntimeError as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(GENEROUS_SECONDS)
+    assert not worker.is_alive(), "the pool went on after a loop crashed"
+    assert [str(error) for error in outcome] == ["a bug in the loop"]
+
+
+def test_a_message_received_after_an_idle_spell_is_kept_invisible_too() -> None:
+    """The heartbeat sleeps while nothing is held and wakes for the first message held."""
+    sqs = FakeSqs({"q": []})
+    stop = threading.Event()
+    pool = make_pool(sqs, SlowExecutor(1.5), cap=2)
+    worker = threading.Thread(target=pool.run, args=(stop,))
+    worker.start()
+    time.sleep(0.3)  # idle: nothing held
+    with sqs.lock:
+        sqs.queues["q"].append(body(0))
+    deadline = time.monotonic() + GENEROUS_SECONDS
+    while pool.stats.in_flight == 0 and pool.stats.processed == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    worker.join(GENEROUS_SECONDS)
+    assert not worker.is_alive(), "the pool did not stop"
+    assert sqs.deleted == ["r0"]
+    assert sum(beat == ["r0"] for beat in sqs.beats) >= 3, sqs.beats

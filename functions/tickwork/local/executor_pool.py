@@ -42,8 +42,6 @@ SQS_BATCH = 10
 DELETE_LINGER_SECONDS = 0.05
 # On stop, how long the last deletes may take before the pool gives up on them (they then come back).
 DELETE_CLOSE_TIMEOUT_SECONDS = 10.0
-# How often run() checks whether a receive loop crashed (a stop is seen at once).
-CRASH_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -200,6 +198,8 @@ class ExecutorPool:
         self._visibility = visibility_seconds
         self._heartbeat_every = heartbeat_seconds
         self._held: dict[str, str] = {}  # receipt handle -> queue url, for every message being handled
+        # Set while any message is held: the heartbeat sleeps on it, so an idle pool's heartbeat never wakes.
+        self._holding = threading.Event()
         self._slots = threading.BoundedSemaphore(cap)
         self._turns = _Turns()
         self._deleter = _BatchDeleter(sqs, delete_linger_seconds)
@@ -220,19 +220,22 @@ class ExecutorPool:
         finally:  # after the runs in flight finished: they keep their messages hidden until then
             self._deleter.close()
             heartbeat_stop.set()
+            self._holding.set()
             heartbeat.join(timeout=5)
 
     def _receive_all(self, stop: threading.Event, executor: Executor, pool: ThreadPoolExecutor) -> None:
         """One receive loop per queue until `stop`. A loop that crashed stops the others and its error is
         raised (the process exits and is restarted, as when the single loop crashed)."""
         halt = threading.Event()  # the loops' own stop: set on `stop`, or when one of them crashed
+        # `stop` is passed on to `halt` by a thread that sleeps until then, and a loop that is done (it
+        # crashed: a loop returns only once halted) sets `halt` itself. Nothing polls.
+        threading.Thread(target=_pass_on, args=(stop, halt), name="tickwork-stop", daemon=True).start()
         urls = self._queue_urls
         with ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="tickwork-receive") as receivers:
             loops = [receivers.submit(self._receive_loop, url, halt, executor, pool) for url in urls]
-            # A loop returns only once halted: one that is done before, crashed.
-            while not stop.wait(CRASH_CHECK_SECONDS) and not any(loop.done() for loop in loops):
-                pass
-            halt.set()
+            for loop in loops:
+                loop.add_done_callback(lambda _: halt.set())
+            halt.wait()
         # Every loop has returned here, before the run pool shuts down: a loop may have been submitting.
         for loop in loops:
             loop.result()
@@ -270,11 +273,15 @@ class ExecutorPool:
                 self._enter()
                 with self._lock:
                     self._held[message["ReceiptHandle"]] = url
+                    self._holding.set()
                 pool.submit(self._process, executor, url, message)
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """Keep every message being handled invisible for another LOCAL_VISIBILITY_SECONDS, until done."""
-        while not stop.wait(self._heartbeat_every):
+        while not stop.is_set():
+            self._holding.wait()  # nothing held, nothing to extend: asleep until a message is
+            if stop.wait(self._heartbeat_every):
+                return
             with self._lock:
                 held = list(self._held.items())
             by_queue: dict[str, list[str]] = {}
@@ -350,3 +357,11 @@ class ExecutorPool:
         """The heartbeat stops extending this message (before it is deleted or handed back)."""
         with self._lock:
             self._held.pop(receipt, None)
+            if not self._held:
+                self._holding.clear()
+
+
+def _pass_on(stop: threading.Event, halt: threading.Event) -> None:
+    """Set `halt` once `stop` is set (a daemon thread: after a crash it sleeps until the process ends)."""
+    stop.wait()
+    halt.set()

@@ -21,7 +21,12 @@ from tickwork.domain.clock import SystemClock
 from tickwork.domain.errors import ConflictError, TickworkError, TransientStoreError
 from tickwork.domain.slots import ALL, Pool
 from tickwork.local.executor_pool import ExecutorPool
-from tickwork.local.lifeline import set_parent_death_signal, watch_parent
+from tickwork.local.lifeline import (
+    WATCHDOG_BACKSTOP_SECONDS,
+    WATCHDOG_INTERVAL_SECONDS,
+    set_parent_death_signal,
+    watch_parent,
+)
 from tickwork.local.runtime import executor_index
 from tickwork.local.status import SnapshotMetrics
 from tickwork.services.ports import RunChangeFeed
@@ -63,9 +68,17 @@ def _share(cap: int) -> int:
 
 
 def _snapshots(metrics: SnapshotMetrics, stop: threading.Event) -> None:
-    while not stop.wait(1.0):
+    """Write the metrics' snapshot when they change, at most once a second; the last one on stop."""
+    while not stop.is_set():
+        metrics.wait_for_change()
+        if stop.is_set():
+            break
         metrics.write_if_due()
+        stop.wait(SNAPSHOT_SECONDS)
     metrics.write()
+
+
+SNAPSHOT_SECONDS = 1.0  # a busy role's snapshot is this fresh
 
 
 def run_ticker(parts: Components, stop: threading.Event) -> None:
@@ -188,8 +201,10 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
     def report_in_flight() -> None:
         # The runs in flight as the bound counts them (live slot holds: callback runs included, which hold
         # no executor thread), and the calls this process is making.
-        peak = 0
-        while not stop.wait(1.0):
+        peak, in_flight = 0, 0
+        # Every second while anything is in flight; an idle process looks every IDLE_REPORT_SECONDS (a look
+        # wakes it), so a burst shows in the status line up to that late.
+        while not stop.wait(1.0 if in_flight or pool.stats.in_flight else IDLE_REPORT_SECONDS):
             if isinstance(metrics, SnapshotMetrics):
                 if reports_bound:
                     in_flight = parts.slots.in_flight(bound, parts.clock.now())
@@ -200,6 +215,9 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
 
     threading.Thread(target=report_in_flight, daemon=True).start()
     pool.run(stop)
+
+
+IDLE_REPORT_SECONDS = 5.0
 
 
 def run_api(parts: Components, stop: threading.Event) -> None:
@@ -248,8 +266,12 @@ class _Lifetime:
         signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         for signum in STOP_SIGNALS:
             signal.signal(signum, _stop_signal_noted)
-        set_parent_death_signal(signal.SIGTERM)
-        watch_parent(self.parent, self.request_stop)
+        armed = set_parent_death_signal(signal.SIGTERM)
+        watch_parent(
+            self.parent,
+            self.request_stop,
+            interval=WATCHDOG_BACKSTOP_SECONDS if armed else WATCHDOG_INTERVAL_SECONDS,
+        )
         if os.getppid() != self.parent:  # it died before the signal was armed
             self.request_stop()
 
@@ -308,6 +330,7 @@ def main(argv: list[str]) -> int:
     writer.start()
     RUNNERS[role](parts, stop)
     stop.set()
+    metrics.wake()
     writer.join(timeout=2)
     return 0
 

@@ -30,31 +30,55 @@ class SnapshotMetrics:
         self._gauges: dict[str, float] = {}
         self._changed = True
         self._written_at = 0.0
+        self._timings_written = False  # the file holds timings, which must age out of it
+        # Set by the first change after a write and by wake(): the writer sleeps on it, not on a timer.
+        self._stirred = threading.Event()
 
     def gauge(self, name: str, value: float) -> None:
         with self._lock:
             if self._gauges.get(name) != value:
                 self._gauges[name] = value
-                self._changed = True
+                self._mark_changed()
 
     def count(self, name: str, value: float = 1.0) -> None:
         with self._lock:
             self._counts[name] += value
-            self._changed = True
+            self._mark_changed()
 
     def timing_ms(self, name: str, value_ms: float) -> None:
         with self._lock:
             self._timings[name].append((time.time(), value_ms))
-            self._changed = True
+            self._mark_changed()
 
     def count_for_job(self, name: str, job_id: str, value: float = 1.0) -> None:
         self.count(f"{name}|{job_id}", value)
 
-    def write_if_due(self) -> None:
-        """Write when something changed, and at least every REWRITE_SECONDS (the last-minute timings age
-        out of the file): an idle role does not rewrite the same file every second."""
+    def _mark_changed(self) -> None:
+        """Under the lock. Only the first change after a write wakes the writer: a burst's thousands of
+        counts cost one Event.set."""
+        if not self._changed:
+            self._changed = True
+            self._stirred.set()
+
+    def wake(self) -> None:
+        """Wake the writer now (the role is stopping: its last snapshot is written at once)."""
+        self._stirred.set()
+
+    def wait_for_change(self) -> None:
+        """Block until something changed (or wake()), or until the timings in the file are due to age: an
+        idle role's writer does not wake at all."""
         with self._lock:
-            due = self._changed or time.time() - self._written_at >= REWRITE_SECONDS
+            timeout = REWRITE_SECONDS if self._timings_written else None
+        self._stirred.wait(timeout)
+        self._stirred.clear()
+
+    def write_if_due(self) -> None:
+        """Write when something changed, and every REWRITE_SECONDS while the file holds timings (they age
+        out of the last-minute window): an idle role does not rewrite the same file."""
+        with self._lock:
+            due = self._changed or (
+                self._timings_written and time.time() - self._written_at >= REWRITE_SECONDS
+            )
         if due:
             self.write()
 
@@ -72,6 +96,7 @@ class SnapshotMetrics:
                 },
                 **(extra or {}),
             }
+            self._timings_written = any(snapshot["timings"].values())
         write_json_atomically(self._path, snapshot)
 
 

@@ -1,0 +1,82 @@
+"""Role processes write their metric snapshots when they change, not on a timer; the parent watchdog."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from tickwork.local import status
+from tickwork.local.lifeline import watch_parent
+from tickwork.local.status import SnapshotMetrics
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_an_unchanged_snapshot_without_timings_is_not_written_again(tmp_path: Path) -> None:
+    path = tmp_path / "metrics-x.json"
+    metrics = SnapshotMetrics(path)
+    metrics.count("RunsSucceeded")
+    metrics.write_if_due()
+    first = path.stat().st_mtime_ns
+    os.utime(path, ns=(first - 10**9, first - 10**9))
+    metrics._written_at -= 2 * status.REWRITE_SECONDS  # long ago: only timings would make it due
+    metrics.write_if_due()
+    assert path.stat().st_mtime_ns == first - 10**9
+    metrics.count("RunsSucceeded")
+    metrics.write_if_due()
+    assert _read(path)["counts"] == {"RunsSucceeded": 2.0}
+
+
+def test_a_snapshot_holding_timings_is_rewritten_so_they_age_out(tmp_path: Path) -> None:
+    path = tmp_path / "metrics-x.json"
+    metrics = SnapshotMetrics(path)
+    metrics.timing_ms("StartDelay", 12.0)
+    metrics.write_if_due()
+    assert _read(path)["timings"] == {"StartDelay": [12.0]}
+    # The timing is now older than the window, and the file was written REWRITE_SECONDS ago.
+    metrics._timings["StartDelay"][0] = (time.time() - status.WINDOW_SECONDS - 1, 12.0)
+    metrics._written_at -= status.REWRITE_SECONDS
+    metrics.write_if_due()
+    assert _read(path)["timings"] == {"StartDelay": []}
+    assert not metrics._timings_written
+
+
+def test_the_writer_sleeps_until_a_change_and_wakes_at_once(tmp_path: Path) -> None:
+    metrics = SnapshotMetrics(tmp_path / "metrics-x.json")
+    metrics.write_if_due()  # the first write: nothing changed since
+    woke = threading.Event()
+
+    def writer() -> None:
+        metrics.wait_for_change()
+        woke.set()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    assert not woke.wait(0.3), "an idle writer woke without a change"
+    metrics.count("RunsPlanned")
+    assert woke.wait(5)
+    thread.join(5)
+
+
+def test_wake_ends_the_wait_without_a_change(tmp_path: Path) -> None:
+    metrics = SnapshotMetrics(tmp_path / "metrics-x.json")
+    metrics.write_if_due()
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (metrics.wait_for_change(), done.set()), daemon=True)
+    thread.start()
+    metrics.wake()
+    assert done.wait(5)
+
+
+def test_the_parent_watchdog_looks_at_its_interval() -> None:
+    """On our real parent it stays quiet; on a pid that is not our parent it calls back at its first look."""
+    orphaned, quiet = threading.Event(), threading.Event()
+    watch_parent(os.getppid(), quiet.set, interval=0.01)
+    watch_parent(os.getppid() + 10**6, orphaned.set, interval=60.0)
+    assert orphaned.wait(5)
+    assert not quiet.wait(0.2)
