@@ -296,6 +296,7 @@ class Components:
             grace=timedelta(seconds=settings.audit_grace_seconds),
             reread=settings.reread,
             threads=1 if settings.engine == "sqlite" else AUDIT_THREADS,  # SQLite: one writer, as planning
+            read_together=settings.engine == "sqlite",
         )
         return Auditor(self.store, self.sweeper(), self.dispatcher, self.clock, self.metrics, config)
 

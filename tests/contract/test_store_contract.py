@@ -866,3 +866,31 @@ def test_runs_between_reads_whole_runs_and_restore_runs_creates_only_the_missing
     assert (
         store.runs_between(job.job_id, fires[2] + timedelta(seconds=1), fires[2] + timedelta(hours=1)) == []
     )
+
+
+def test_runs_of_jobs_reads_each_jobs_own_window_whole(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As runs_between job by job: each job's runs from its own first to the shared last, in time order, and
+    an empty list for a job with none (or one that does not exist). SQLite reads in chunks of two here."""
+    monkeypatch.setattr("tickwork.adapters.sqlite.runs.RUNS_OF_JOBS_CHUNK", 2)
+    store = backend.store
+    early, late, idle = a_job("job_early"), a_job("job_late"), a_job("job_idle")
+    fires = [FIRE - timedelta(minutes=10), FIRE - timedelta(minutes=5), FIRE, FIRE + timedelta(minutes=5)]
+    store.create_job(early, [a_run(early, fire) for fire in reversed(fires)])
+    store.create_job(late, [a_run(late, fire) for fire in fires])
+    store.create_job(idle, ())
+
+    found = store.runs_of_jobs(
+        {early.job_id: fires[0], late.job_id: fires[2], idle.job_id: fires[0], "job_missing": fires[0]},
+        fires[2],
+    )
+
+    assert {job_id: [run.scheduled_for for run in runs] for job_id, runs in found.items()} == {
+        early.job_id: fires[:3],
+        late.job_id: fires[2:3],
+        idle.job_id: [],
+        "job_missing": [],
+    }
+    assert found[late.job_id] == store.runs_between(late.job_id, fires[2], fires[2])
+    assert store.runs_of_jobs({}, fires[2]) == {}

@@ -3,6 +3,7 @@ message, a lost run record, a stranded job), and what it must leave alone (anyth
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from random import Random
@@ -30,6 +31,14 @@ from tickwork.services.sweeping import Sweeper
 FIRE = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
 TICK = FIRE - timedelta(seconds=110)
 ONE_SEGMENT = AuditConfig(segments=1)
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["runs-job-by-job", "runs-read-together"])
+def runs_read(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: each job's runs read on their own (DynamoDB), and a page's in one read (SQLite)."""
+    monkeypatch.setattr(
+        sys.modules[__name__], "ONE_SEGMENT", replace(ONE_SEGMENT, read_together=request.param)
+    )
 
 
 @pytest.fixture

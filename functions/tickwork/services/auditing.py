@@ -5,9 +5,11 @@ around the code (a purged queue, a restored runs table, a job filed where no tic
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from tickwork.domain.audit import (
     AUDIT_GRACE,
@@ -49,6 +51,9 @@ class AuditConfig:
     reread: timedelta = DEFAULT_REREAD  # the ticker's re-read window (PlannerConfig.reread)
     page: int = AUDIT_PAGE
     threads: int = AUDIT_THREADS
+    # A page's runs in one read (runs_of_jobs) rather than a read a job: the SQLite engine, where one
+    # query is cheaper than many; DynamoDB reads job by job on the threads.
+    read_together: bool = False
 
 
 @dataclass(slots=True)
@@ -122,6 +127,7 @@ class Auditor:
                     for audited in page:
                         if audited.job.shard not in watermarks:
                             watermarks[audited.job.shard] = self._store.get_watermark(audited.job.shard)
+                    runs = self._page_runs(page, now) if config.read_together else {}
                 except (StoreError, TransientStoreError) as error:
                     # The rest of the segment waits for the next pass; the sweep that ran first stands.
                     report.errors.append(f"segment {report.segment}: {error}")
@@ -134,7 +140,13 @@ class Auditor:
                     report.errors.append(f"segment {report.segment}: {type(error).__name__}: {error}")
                     report.cut_short = True
                     break
-                for found in pool.map(lambda a: self._audit_job(a, now, watermarks, deadline), page):
+                # One thread (the SQLite engine) audits in this one: a pool of one would hand every job to
+                # its worker and back, two thread switches a job.
+                each = pool.map if config.threads > 1 else map
+                audit_one = partial(
+                    self._audit_job, now=now, watermarks=watermarks, deadline=deadline, page_runs=runs
+                )
+                for found in each(audit_one, page):
                     report.add(found)
                 if after is None:
                     break
@@ -152,10 +164,22 @@ class Auditor:
             self._metrics.count(name, value)
         return report
 
+    def _page_runs(self, page: list[AuditedJob], now: datetime) -> dict[str, list[Run]]:
+        """Every job's runs in its audit window (as _audit_job reads them), in one read for the page."""
+        config = self._config
+        firsts = {a.job.job_id: stuck_window_start(a.job, now, config.grace, config.segments) for a in page}
+        return self._store.runs_of_jobs(firsts, now)
+
     def _audit_job(
-        self, audited: AuditedJob, now: datetime, watermarks: dict[int, datetime | None], deadline: datetime
+        self,
+        audited: AuditedJob,
+        now: datetime,
+        watermarks: dict[int, datetime | None],
+        deadline: datetime,
+        page_runs: Mapping[str, list[Run]],
     ) -> AuditReport:
-        """One job's audit, isolated: an error is logged and counted, and the other jobs go on."""
+        """One job's audit, isolated: an error is logged and counted, and the other jobs go on. `page_runs`:
+        the page's runs by job, when they were read together (the job's are read here otherwise)."""
         found = AuditReport()
         if self._clock.now() >= deadline:
             found.skipped = 1
@@ -168,8 +192,10 @@ class Auditor:
                 self._refile(job, watermark, now, found)
             # One strongly consistent read of the job's runs serves both checks: the stuck runs' window
             # (the job's timeout plus grace plus two passes, at least the lookback) holds the owed fires'.
-            start = stuck_window_start(job, now, self._config.grace, self._config.segments)
-            runs = self._store.runs_between(job.job_id, start, now)
+            runs = page_runs.get(job.job_id)
+            if runs is None:
+                start = stuck_window_start(job, now, self._config.grace, self._config.segments)
+                runs = self._store.runs_between(job.job_id, start, now)
             self._recover_records(job, now, {run.scheduled_for for run in runs}, found)
             self._repair_stuck([run for run in runs if lost(run, now, self._config.grace)], now, found)
         except (StoreError, TransientStoreError, DispatchError) as error:

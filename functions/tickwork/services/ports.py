@@ -253,6 +253,11 @@ class AuditStore(Protocol):
         """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
         ...
 
+    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
+        """runs_between(job_id, first, last) for every job_id -> first of `firsts`, as one read where the
+        engine can (SQLite); every job of `firsts` is a key, with [] when it has no runs."""
+        ...
+
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """Create each run whose record does not exist (each on its own; one that exists is left as it is);
         returns the runs created."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -162,6 +162,10 @@ class RunRecords(StoreBase):
     def runs_between(self, job_id: str, first: datetime, last: datetime) -> list[Run]:
         """The job's runs in [first, last], whole."""
         return [run_from_item(item) for item in self._between(job_id, first, last)]
+
+    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
+        """A query a job: DynamoDB has no query across partition keys (its auditor reads job by job)."""
+        return {job_id: self.runs_between(job_id, first, last) for job_id, first in firsts.items()}
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """One conditional PutItem per run (it must not exist): a run found meanwhile is left as it is."""

@@ -3,7 +3,7 @@ adapters/sqlite/runs.py and adapters/dynamodb/runs.py, each one step under the l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -94,6 +94,10 @@ class MemoryRunRecords(MemoryBase):
                 if low <= str(item["scheduled_for"]) <= high
             ]
         return [run_from_item(item) for item in items]
+
+    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
+        """runs_between a job."""
+        return {job_id: self.runs_between(job_id, first, last) for job_id, first in firsts.items()}
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         created: list[Run] = []
