@@ -298,7 +298,7 @@ def test_a_message_received_after_an_idle_spell_is_kept_invisible_too() -> None:
     sqs = FakeSqs({"q": []})
     stop = threading.Event()
     pool = make_pool(sqs, SlowExecutor(1.5), cap=2)
-    worker = threading.Thread(target=pool.run, args=(stop,))
+    worker = threading.Thread(target=pool.run, args=(stop,), daemon=True)
     worker.start()
     time.sleep(0.3)  # idle: nothing held
     with sqs.lock:

@@ -6,10 +6,14 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from tickwork.local import status
+import pytest
+
+from tickwork.local import lifeline, status
 from tickwork.local.lifeline import watch_parent
+from tickwork.local.roles import _snapshots
 from tickwork.local.status import SnapshotMetrics
 
 
@@ -73,10 +77,46 @@ def test_wake_ends_the_wait_without_a_change(tmp_path: Path) -> None:
     assert done.wait(5)
 
 
-def test_the_parent_watchdog_looks_at_its_interval() -> None:
-    """On our real parent it stays quiet; on a pid that is not our parent it calls back at its first look."""
-    orphaned, quiet = threading.Event(), threading.Event()
-    watch_parent(os.getppid(), quiet.set, interval=0.01)
-    watch_parent(os.getppid() + 10**6, orphaned.set, interval=60.0)
-    assert orphaned.wait(5)
-    assert not quiet.wait(0.2)
+@pytest.mark.parametrize(("interval", "looks"), [(0.02, 3), (60.0, 1)])
+def test_the_parent_watchdog_looks_once_an_interval(
+    interval: float, looks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent changes at the watchdog's third look: a 20 ms watchdog gets there at once, a 60 s one has
+    looked once in half a second."""
+    parent, seen = os.getppid(), []
+
+    def getppid() -> int:
+        seen.append(1)
+        return parent if len(seen) < 3 else 1
+
+    monkeypatch.setattr(lifeline.os, "getppid", getppid)
+    orphaned = threading.Event()
+    watch_parent(parent, orphaned.set, interval=interval)
+    assert orphaned.wait(0.5) is (looks == 3)
+    assert len(seen) == looks
+
+
+def test_a_fresh_roles_writer_writes_its_first_snapshot_and_then_each_change(tmp_path: Path) -> None:
+    """The writer thread as a role runs it: the first snapshot at once, then one after each change, while the
+    role runs (not only on stop)."""
+    path = tmp_path / "metrics-x.json"
+    metrics, stop = SnapshotMetrics(path), threading.Event()
+    metrics.count("RunsPlanned")
+    writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)
+    writer.start()
+    try:
+        _wait_for(lambda: path.exists() and _read(path)["counts"] == {"RunsPlanned": 1.0})
+        metrics.count("RunsPlanned")
+        _wait_for(lambda: _read(path)["counts"] == {"RunsPlanned": 2.0})
+    finally:
+        stop.set()
+        metrics.wake()
+        writer.join(5)
+    assert not writer.is_alive()
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -18,6 +18,7 @@ from tickwork.adapters.memory.store import MemoryStore
 from tickwork.domain.audit import AUDIT_GRACE, RECOVERED_REASON, audit_segment
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
+from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.jobs import JobPatch
 from tickwork.domain.models import Job, MissedFirePolicy, Policies, RunState, Trigger
 from tickwork.domain.schedule import parse_schedule
@@ -297,3 +298,29 @@ def test_a_segment_the_store_cannot_read_is_counted_and_left_for_the_next_pass(
 
     assert (report.failures, report.cut_short, report.jobs) == (1, True, 0)
     assert metrics.counts["AuditFailures"] == 1 and metrics.counts["AuditCutShort"] == 1
+
+
+@pytest.mark.parametrize("error", [TransientStoreError("busy"), ValueError("a run the code cannot read")])
+def test_a_page_whose_runs_cannot_be_read_together_is_read_job_by_job(
+    store: MemoryStore,
+    clock: FakeClock,
+    dispatcher: RecordingDispatcher,
+    error: Exception,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One bad read of the page's runs does not cut the segment short: each job reads its own, so the
+    trouble stays with its job (as when read job by job)."""
+    job = planned_job(store, clock, dispatcher)
+
+    def broken(firsts: Any, last: datetime) -> dict[str, Any]:
+        raise error
+
+    monkeypatch.setattr(store, "runs_of_jobs", broken)
+    monkeypatch.setattr(sys.modules[__name__], "ONE_SEGMENT", replace(ONE_SEGMENT, read_together=True))
+
+    report = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE)
+
+    assert report.runs_resent == 1 and not report.cut_short and report.failures == 0
+    assert [m.job_id for m in dispatcher.messages] == [job.job_id]
+    assert "reading them job by job" in caplog.text

@@ -55,6 +55,9 @@ ENGINES = ("sqlite", "emulator")
 # How often the supervisor looks at its role processes (a dead one is restarted restart_delay after it is
 # seen); each look wakes it, so not more often than a restart needs.
 SUPERVISE_SECONDS = 1.0
+# A cached status is read again this often even with nothing committed: a message whose visibility ran out
+# (its executor was killed) is back in the queue's depth without a commit.
+STATUS_MAX_AGE_SECONDS = 30.0
 HEALTH_FILE = "health.json"  # in the run dir: the console's health page (see _write_health)
 DATABASE_FILE = "tickwork.db"  # the SQLite engine's database, in the state dir
 # Each role's SQLite durability (adapters/sqlite/db.py). The API acknowledges job writes to users: each is
@@ -152,7 +155,8 @@ class LocalRuntime:
         self.processes: dict[str, RoleProcess] = {}
         self._clients: dict[str, Any] = {}
         self._db: Database | None = None
-        self._status_cache: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        # (key, read again after this monotonic time, status): see status().
+        self._status_cache: tuple[tuple[Any, ...], float, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self.run_dir = config.state_dir / "run"
         self._history: deque[tuple[float, dict[str, Any]]] = deque()
@@ -470,24 +474,27 @@ class LocalRuntime:
 
     def status(self) -> dict[str, Any]:
         """The status line's figures. On the SQLite engine they are read again only when a commit landed or
-        a role rewrote its snapshot since the last status: counting 10,000 jobs every few seconds was most
-        of an idle supervisor's CPU."""
+        a role rewrote its snapshot since the last status, and every STATUS_MAX_AGE_SECONDS: counting
+        10,000 jobs every few seconds was most of an idle supervisor's CPU."""
         key = self._status_key()
-        if key is not None and self._status_cache is not None and self._status_cache[0] == key:
-            return dict(self._status_cache[1])
+        cached = self._status_cache
+        if key is not None and cached is not None and cached[0] == key and time.monotonic() < cached[1]:
+            return dict(cached[2])
         status = self._read_status()
         if key is not None:
-            self._status_cache = (key, status)
+            self._status_cache = (key, time.monotonic() + STATUS_MAX_AGE_SECONDS, status)
         return dict(status)
 
     def _status_key(self) -> tuple[Any, ...] | None:
-        """What the status depends on: the database's data_version and each snapshot's mtime (None on the
-        emulator, whose tables have no such number)."""
+        """What the status depends on: the database's data_version and each snapshot file (None on the
+        emulator, whose tables have no such number). A replaced snapshot is a new file (inode)."""
         if self.config.engine != "sqlite":
             return None
         try:
             snapshots = tuple(
-                (p.name, p.stat().st_mtime_ns) for p in sorted(self.run_dir.glob("metrics-*.json"))
+                (p.name, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+                for p in sorted(self.run_dir.glob("metrics-*.json"))
+                for stat in (p.stat(),)
             )
         except OSError:  # a snapshot gone between the listing and its stat: read everything this time
             return None

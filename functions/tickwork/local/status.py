@@ -33,6 +33,7 @@ class SnapshotMetrics:
         self._timings_written = False  # the file holds timings, which must age out of it
         # Set by the first change after a write and by wake(): the writer sleeps on it, not on a timer.
         self._stirred = threading.Event()
+        self._stirred.set()  # changed since the last write: there is none yet
 
     def gauge(self, name: str, value: float) -> None:
         with self._lock:
@@ -70,7 +71,6 @@ class SnapshotMetrics:
         with self._lock:
             timeout = REWRITE_SECONDS if self._timings_written else None
         self._stirred.wait(timeout)
-        self._stirred.clear()
 
     def write_if_due(self) -> None:
         """Write when something changed, and every REWRITE_SECONDS while the file holds timings (they age
@@ -86,6 +86,7 @@ class SnapshotMetrics:
         now = time.time()
         with self._lock:
             self._changed = False
+            self._stirred.clear()  # what it stands for is in this write
             self._written_at = now
             snapshot = {
                 "written_at": now,

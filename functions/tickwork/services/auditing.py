@@ -127,7 +127,6 @@ class Auditor:
                     for audited in page:
                         if audited.job.shard not in watermarks:
                             watermarks[audited.job.shard] = self._store.get_watermark(audited.job.shard)
-                    runs = self._page_runs(page, now) if config.read_together else {}
                 except (StoreError, TransientStoreError) as error:
                     # The rest of the segment waits for the next pass; the sweep that ran first stands.
                     report.errors.append(f"segment {report.segment}: {error}")
@@ -143,6 +142,7 @@ class Auditor:
                 # One thread (the SQLite engine) audits in this one: a pool of one would hand every job to
                 # its worker and back, two thread switches a job.
                 each = pool.map if config.threads > 1 else map
+                runs = self._page_runs(page, now) if config.read_together else {}
                 audit_one = partial(
                     self._audit_job, now=now, watermarks=watermarks, deadline=deadline, page_runs=runs
                 )
@@ -168,7 +168,12 @@ class Auditor:
         """Every job's runs in its audit window (as _audit_job reads them), in one read for the page."""
         config = self._config
         firsts = {a.job.job_id: stuck_window_start(a.job, now, config.grace, config.segments) for a in page}
-        return self._store.runs_of_jobs(firsts, now)
+        try:
+            return self._store.runs_of_jobs(firsts, now)
+        except Exception:  # a busy store, or one run the code cannot read: each job reads its own instead
+            # (logged with its traceback), so the trouble stays with its job, as when read job by job.
+            logger.exception("audit could not read the page's runs together; reading them job by job")
+            return {}
 
     def _audit_job(
         self,
