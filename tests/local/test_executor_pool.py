@@ -311,3 +311,33 @@ def test_a_message_received_after_an_idle_spell_is_kept_invisible_too() -> None:
     assert not worker.is_alive(), "the pool did not stop"
     assert sqs.deleted == ["r0"]
     assert sum(beat == ["r0"] for beat in sqs.beats) >= 3, sqs.beats
+
+
+def test_a_pool_long_polling_sqlite_queues_stops_at_once(tmp_path: Any) -> None:
+    """Its receives wait up to 20 s, and the stop interrupts them: the pool does not wait them out."""
+    from tickwork.adapters.sqlite.db import Database
+    from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
+    from tickwork.resources import ResourceNames
+
+    urls, _, configs = queue_configs(ResourceNames(prefix="t"), dispatch_queues=2)
+    db = Database(tmp_path / "tickwork.db").open()
+    queues = SqliteQueues(db, configs, lambda: int(time.time() * 1000))
+    pool = ExecutorPool(
+        queues,
+        urls,
+        lambda: SlowExecutor(0.0),  # type: ignore[arg-type,return-value]
+        cap=2,
+        poll_wait_seconds=20,
+        interrupt_receives=queues.interrupt_receives,
+    )
+    stop = threading.Event()
+    worker = threading.Thread(target=pool.run, args=(stop,), daemon=True)
+    worker.start()
+    time.sleep(0.5)  # both receives asleep in their long polls
+    stopped_at = time.monotonic()
+    stop.set()
+    worker.join(GENEROUS_SECONDS)
+    assert not worker.is_alive()
+    assert time.monotonic() - stopped_at < 5  # not the 10-20 s a long poll would hold it
+    queues.close()
+    db.close()

@@ -185,6 +185,7 @@ class ExecutorPool:
         visibility_seconds: int = LOCAL_VISIBILITY_SECONDS,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         delete_linger_seconds: float = DELETE_LINGER_SECONDS,
+        interrupt_receives: Callable[[], None] | None = None,
     ) -> None:
         if cap < 1:
             raise ValueError("the concurrency cap must be at least 1")
@@ -195,6 +196,8 @@ class ExecutorPool:
         self._executor_factory = executor_factory
         self._cap = cap
         self._poll_wait = poll_wait_seconds
+        # Ends the receives waiting when the pool stops (a long poll would hold the stop up to its wait).
+        self._interrupt_receives = interrupt_receives
         self._visibility = visibility_seconds
         self._heartbeat_every = heartbeat_seconds
         self._held: dict[str, str] = {}  # receipt handle -> queue url, for every message being handled
@@ -236,6 +239,8 @@ class ExecutorPool:
             for loop in loops:
                 loop.add_done_callback(lambda _: halt.set())
             halt.wait()
+            if self._interrupt_receives is not None:
+                self._interrupt_receives()
         # Every loop has returned here, before the run pool shuts down: a loop may have been submitting.
         for loop in loops:
             loop.result()

@@ -186,11 +186,16 @@ def executor_share(cap: int, processes: int, index: int) -> int:
 
 
 def run_executor(parts: Components, stop: threading.Event) -> None:
+    # The SQLite engine's receivers sleep until a send rings its doorbell (adapters/sqlite/doorbell.py): they
+    # long-poll as SQS allows, and the pool's stop interrupts them. The emulator's SQS is asked each second.
+    sqlite = parts.settings.engine == "sqlite"
     pool = ExecutorPool(
         parts.queues,
         parts.settings.dispatch_queue_urls,
         lambda: parts.executor(worker_id=f"local-{os.getpid()}"),
         cap=_share(parts.settings.concurrency_cap),
+        poll_wait_seconds=SQLITE_RECEIVE_WAIT_SECONDS if sqlite else 1,
+        interrupt_receives=parts.queues.interrupt_receives if sqlite else None,
     )
     metrics = parts.metrics
     # The bound counts every process's runs: one process reports it, or the status would add it up twice.
@@ -218,6 +223,7 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
 
 
 IDLE_REPORT_SECONDS = 5.0
+SQLITE_RECEIVE_WAIT_SECONDS = 20  # SQS's longest long poll
 
 
 def run_api(parts: Components, stop: threading.Event) -> None:

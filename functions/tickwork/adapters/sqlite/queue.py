@@ -23,11 +23,13 @@ Behaviour, where SQS leaves room or this differs from it:
 Long polling: a poll first asks SQLite whether anything was committed since this thread last looked
 (`PRAGMA data_version`, on a connection that never writes); only then does it read the queue's earliest
 visible_at_ms (from its index; no write lock). The write transaction runs only when something is visible.
-While nothing is, the receiver waits until the earliest hidden message is due (so a message planned ahead
-is taken the moment it is due), until a send from this process wakes it, or POLL_SECONDS, whichever is
-first: a message another process sends for at once (the sweeper's re-send, a run planned by the API for the
-next second) waits up to that long. Each wake of an idle receiver costs ~0.2 ms of CPU on this machine, so
-idle receivers wake rarely: four idle queues cost ~1 ms of CPU per second."""
+While nothing is, the receiver sleeps until the earliest hidden message is due (so a message planned ahead
+is taken the moment it is due), until a send wakes it, or until its next look. A send from this process
+wakes it at once. A send from another process that is due before the receiver's next look rings the
+doorbell (adapters/sqlite/doorbell.py) and wakes it at once too; a later one is seen at that look. Where the
+doorbell is heard, the looks are LISTENING_POLL_SECONDS apart, a safety net; where it is not (no inotify),
+POLL_SECONDS, so another process's send waits up to that long. Each look wakes an idle receiver, which is
+what an idle executor's CPU was made of."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ from tickwork.adapters.queue_api import (
     system_attributes,
 )
 from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.doorbell import Doorbell
 from tickwork.domain.errors import StoreError, TransientStoreError
 
 # Re-exported: the callers that build these queues (composition, the local runtime, tests) name them here.
@@ -77,8 +80,12 @@ __all__ = [
 ]
 
 # The longest a long poll sleeps between looks while nothing is due: the latency of a message another
-# process sends, traded against idle CPU.
+# process sends, traded against idle CPU, where the doorbell cannot be heard (adapters/sqlite/doorbell.py).
 POLL_SECONDS = 1.0
+# Where it can: a send due sooner than this rings the doorbell, so a look this often is only a safety net
+# for a ring that was lost; a send due later is seen at a look before it is due.
+LISTENING_POLL_SECONDS = 10.0
+DOORBELL_SUFFIX = "-doorbell"  # the doorbell file, next to the database file
 # Receipts and visibility are in milliseconds; a keyset start below any real visible_at_ms.
 _BEFORE_ALL = -(2**62)
 
@@ -109,16 +116,22 @@ class SqliteQueues:
         self._db = db
         self._queues = dict(queues)
         self._now_ms = now_ms
-        # A waiting receiver is woken at once by a send from this process (a retry, a held-back message);
-        # a send from another process is seen at its next look (POLL_SECONDS). Tests inject `sleep`.
-        self._sent = threading.Condition()
-        self._sleep = sleep or self._wait_for_a_send
+        # A waiting receiver is woken at once by a send from this process, and by one from another process
+        # that must be seen before its next look (the doorbell's ring). Tests inject `sleep`.
+        self._doorbell = Doorbell(db.path.with_name(db.path.name + DOORBELL_SUFFIX))
+        self._sleep = sleep
+        self._interrupts = 0  # interrupt_receives() calls: a waiting receive returns when it moves
         # Per thread: the database's data_version and the queue's earliest visible_at_ms last seen.
         self._seen = threading.local()
 
-    def _wait_for_a_send(self, seconds: float) -> None:
-        with self._sent:
-            self._sent.wait(seconds)
+    def interrupt_receives(self) -> None:
+        """Every receive of this process waiting now returns at once, empty (the caller is stopping)."""
+        self._interrupts += 1
+        self._doorbell.knock()
+
+    def close(self) -> None:
+        """Stop listening for other processes' sends (the listener thread ends)."""
+        self._doorbell.close()
 
     # --- sending -----------------------------------------------------------------------------------
 
@@ -147,8 +160,10 @@ class SqliteQueues:
                 successful.append(
                     {"Id": entry_id, "MessageId": str(cursor.lastrowid), "MD5OfMessageBody": md5_of(body)}
                 )
-        with self._sent:
-            self._sent.notify_all()
+        if any(delay < LISTENING_POLL_SECONDS for _, _, delay in messages):
+            self._doorbell.ring()  # due before the other processes' receivers look again
+        else:
+            self._doorbell.knock()  # this process's receivers look again now; the others in time
         return {"Successful": successful, "Failed": []}
 
     # --- receiving ---------------------------------------------------------------------------------
@@ -177,7 +192,10 @@ class SqliteQueues:
         # that stands still (a fake one) or jumps back cannot stretch it.
         remaining = float(WaitTimeSeconds)
         deadline_ms = self._now_ms() + WaitTimeSeconds * 1000
+        interrupts = self._interrupts
         while True:
+            # Taken before the look: a send between the look and the sleep moves it, and the sleep is skipped.
+            generation = self._doorbell.generation
             with _as_client_errors(operation):
                 earliest, now = self._earliest_visible_at(QueueUrl)
                 if earliest is not None and earliest <= now:
@@ -186,13 +204,23 @@ class SqliteQueues:
                         return {"Messages": messages}
                     continue  # taken by another receiver, or dead-lettered: look again
             remaining = min(remaining, (deadline_ms - now) / 1000)
-            if remaining <= 0:
+            if remaining <= 0 or self._interrupts != interrupts:
                 return {"Messages": []}
-            pause = min(POLL_SECONDS, remaining)
+            pause = min(self._poll_seconds(), remaining)
             if earliest is not None:
                 pause = min(pause, (earliest - now) / 1000)
-            self._sleep(pause)
+            if self._sleep is not None:
+                self._sleep(pause)
+            else:
+                self._doorbell.wait_past(generation, pause)
             remaining -= pause
+
+    def _poll_seconds(self) -> float:
+        """How long a receiver sleeps between looks while nothing is due: long where other processes' sends
+        ring the doorbell, a second where they cannot be heard."""
+        if self._sleep is not None:  # a test's fake sleep: no ring could wake it
+            return POLL_SECONDS
+        return LISTENING_POLL_SECONDS if self._doorbell.listening() else POLL_SECONDS
 
     def _earliest_visible_at(self, queue: str) -> tuple[int | None, int]:
         """The queue's earliest visible_at_ms (None: empty) and now, from a read: no write lock, so an idle
