@@ -127,13 +127,20 @@ def test_a_send_due_later_than_the_next_look_does_not_ring_and_is_still_taken_wh
     assert 2.0 <= result["seconds"] < 2.3 + HEARD_WITHIN
 
 
-def test_interrupt_ends_a_waiting_receive_at_once_and_empty(
+def test_stop_waiting_ends_a_waiting_receive_at_once_and_later_ones_do_not_wait(
     two_processes: tuple[SqliteQueues, SqliteQueues, str],
 ) -> None:
-    receiver, _, url = two_processes
+    receiver, sender, url = two_processes
     thread, result = _receive_in_background(receiver, url)
     time.sleep(0.3)
-    receiver.interrupt_receives()
+    receiver.stop_waiting()
     thread.join(HEARD_WITHIN)
     assert not thread.is_alive()
     assert result["messages"] == [] and result["seconds"] < 0.3 + HEARD_WITHIN
+    started = time.monotonic()
+    assert receiver.receive_message(QueueUrl=url, WaitTimeSeconds=20)["Messages"] == []
+    assert time.monotonic() - started < 1  # started after the stop: no wait at all
+    sender.send_message(QueueUrl=url, MessageBody="still taken")
+    assert [m["Body"] for m in receiver.receive_message(QueueUrl=url, WaitTimeSeconds=20)["Messages"]] == [
+        "still taken"
+    ]

@@ -328,7 +328,7 @@ def test_a_pool_long_polling_sqlite_queues_stops_at_once(tmp_path: Any) -> None:
         lambda: SlowExecutor(0.0),  # type: ignore[arg-type,return-value]
         cap=2,
         poll_wait_seconds=20,
-        interrupt_receives=queues.interrupt_receives,
+        stop_waiting=queues.stop_waiting,
     )
     stop = threading.Event()
     worker = threading.Thread(target=pool.run, args=(stop,), daemon=True)

@@ -185,7 +185,7 @@ class ExecutorPool:
         visibility_seconds: int = LOCAL_VISIBILITY_SECONDS,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         delete_linger_seconds: float = DELETE_LINGER_SECONDS,
-        interrupt_receives: Callable[[], None] | None = None,
+        stop_waiting: Callable[[], None] | None = None,
     ) -> None:
         if cap < 1:
             raise ValueError("the concurrency cap must be at least 1")
@@ -196,8 +196,8 @@ class ExecutorPool:
         self._executor_factory = executor_factory
         self._cap = cap
         self._poll_wait = poll_wait_seconds
-        # Ends the receives waiting when the pool stops (a long poll would hold the stop up to its wait).
-        self._interrupt_receives = interrupt_receives
+        # Ends the receives' waits when the pool stops (a long poll would hold the stop up to its wait).
+        self._stop_waiting = stop_waiting
         self._visibility = visibility_seconds
         self._heartbeat_every = heartbeat_seconds
         self._held: dict[str, str] = {}  # receipt handle -> queue url, for every message being handled
@@ -239,8 +239,8 @@ class ExecutorPool:
             for loop in loops:
                 loop.add_done_callback(lambda _: halt.set())
             halt.wait()
-            if self._interrupt_receives is not None:
-                self._interrupt_receives()
+            if self._stop_waiting is not None:
+                self._stop_waiting()
         # Every loop has returned here, before the run pool shuts down: a loop may have been submitting.
         for loop in loops:
             loop.result()

@@ -195,7 +195,7 @@ def run_executor(parts: Components, stop: threading.Event) -> None:
         lambda: parts.executor(worker_id=f"local-{os.getpid()}"),
         cap=_share(parts.settings.concurrency_cap),
         poll_wait_seconds=SQLITE_RECEIVE_WAIT_SECONDS if sqlite else 1,
-        interrupt_receives=parts.queues.interrupt_receives if sqlite else None,
+        stop_waiting=parts.queues.stop_waiting if sqlite else None,
     )
     metrics = parts.metrics
     # The bound counts every process's runs: one process reports it, or the status would add it up twice.

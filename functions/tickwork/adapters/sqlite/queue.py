@@ -120,13 +120,15 @@ class SqliteQueues:
         # that must be seen before its next look (the doorbell's ring). Tests inject `sleep`.
         self._doorbell = Doorbell(db.path.with_name(db.path.name + DOORBELL_SUFFIX))
         self._sleep = sleep
-        self._interrupts = 0  # interrupt_receives() calls: a waiting receive returns when it moves
+        self._waits_stopped = False  # set by stop_waiting(), for good
         # Per thread: the database's data_version and the queue's earliest visible_at_ms last seen.
         self._seen = threading.local()
 
-    def interrupt_receives(self) -> None:
-        """Every receive of this process waiting now returns at once, empty (the caller is stopping)."""
-        self._interrupts += 1
+    def stop_waiting(self) -> None:
+        """From now on no receive of this process waits (the caller is stopping): those waiting return at
+        once, and any later one returns what is visible, or nothing, without a wait. For good: a receive
+        that started just after the call must not hold a stop for its whole wait either."""
+        self._waits_stopped = True
         self._doorbell.knock()
 
     def close(self) -> None:
@@ -192,7 +194,6 @@ class SqliteQueues:
         # that stands still (a fake one) or jumps back cannot stretch it.
         remaining = float(WaitTimeSeconds)
         deadline_ms = self._now_ms() + WaitTimeSeconds * 1000
-        interrupts = self._interrupts
         while True:
             # Taken before the look: a send between the look and the sleep moves it, and the sleep is skipped.
             generation = self._doorbell.generation
@@ -204,7 +205,7 @@ class SqliteQueues:
                         return {"Messages": messages}
                     continue  # taken by another receiver, or dead-lettered: look again
             remaining = min(remaining, (deadline_ms - now) / 1000)
-            if remaining <= 0 or self._interrupts != interrupts:
+            if remaining <= 0 or self._waits_stopped:
                 return {"Messages": []}
             pause = min(self._poll_seconds(), remaining)
             if earliest is not None:
