@@ -25,10 +25,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="in
 HEARD_WITHIN = 3.0
 
 
-def _threads() -> int:
-    return sum(thread.name == "tickwork-doorbell" for thread in threading.enumerate())
-
-
 def test_a_ring_from_another_process_wakes_a_waiter_at_once(tmp_path: Path) -> None:
     bell = Doorbell(tmp_path / "db-doorbell")
     assert bell.listening()
@@ -54,17 +50,19 @@ def test_a_waiter_whose_generation_moved_does_not_sleep(tmp_path: Path) -> None:
 
 
 def test_the_listener_thread_ends_on_close_and_when_its_doorbell_is_collected(tmp_path: Path) -> None:
-    before = _threads()
     closed, dropped = Doorbell(tmp_path / "a-doorbell"), Doorbell(tmp_path / "b-doorbell")
     assert closed.listening() and dropped.listening()
-    assert _threads() == before + 2
+    listeners = [closed._listener, dropped._listener]
+    assert all(listener is not None and listener.alive for listener in listeners)
     closed.close()
     del dropped
     gc.collect()
     deadline = time.monotonic() + HEARD_WITHIN
-    while _threads() > before and time.monotonic() < deadline:
+    while (
+        any(listener is not None and listener.alive for listener in listeners) and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
-    assert _threads() == before
+    assert not any(listener is not None and listener.alive for listener in listeners)
 
 
 @pytest.fixture
@@ -99,6 +97,7 @@ def test_a_send_due_now_from_another_process_wakes_the_waiting_receive(
     receiver, sender, url = two_processes
     thread, result = _receive_in_background(receiver, url)
     time.sleep(0.5)  # the receive is asleep: a look every LISTENING_POLL_SECONDS at most
+    assert receiver._doorbell.listening()  # heard, not the 1 s looks of a deaf receiver
     sender.send_message(QueueUrl=url, MessageBody="now")
     thread.join(LISTENING_POLL_SECONDS + 5)
     assert [m["Body"] for m in result["messages"]] == ["now"]
@@ -144,3 +143,16 @@ def test_stop_waiting_ends_a_waiting_receive_at_once_and_later_ones_do_not_wait(
     assert [m["Body"] for m in receiver.receive_message(QueueUrl=url, WaitTimeSeconds=20)["Messages"]] == [
         "still taken"
     ]
+
+
+def test_a_doorbell_whose_file_is_removed_stops_listening_so_receivers_look_every_second(
+    tmp_path: Path,
+) -> None:
+    bell = Doorbell(tmp_path / "db-doorbell")
+    assert bell.listening()
+    (tmp_path / "db-doorbell").unlink()
+    deadline = time.monotonic() + HEARD_WITHIN
+    while bell.listening() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not bell.listening()
+    bell.close()  # after its listener ended on its own: no error

@@ -13,11 +13,13 @@ the queue, and waits only if it is unchanged, cannot miss a ring that came in be
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import select
+import struct
 import sys
 import threading
 import weakref
@@ -28,7 +30,13 @@ logger = logging.getLogger(__name__)
 
 # <sys/inotify.h>
 _IN_ATTRIB = 0x00000004
+_IN_DELETE_SELF = 0x00000400
+_IN_MOVE_SELF = 0x00000800
+_IN_IGNORED = 0x00008000
 _IN_CLOEXEC = os.O_CLOEXEC
+# The file is gone or moved, or its watch was removed: nothing will be heard on this descriptor again.
+_DEAF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
 
 
 class Doorbell:
@@ -63,12 +71,16 @@ class Doorbell:
             self._rung.notify_all()
 
     def listening(self) -> bool:
-        """Start hearing other processes' rings (once per doorbell); False where that is not possible."""
+        """Start hearing other processes' rings (once per doorbell); False where that is not possible, or
+        no longer is (the listener ended: the file was removed, say), so receivers look every second."""
         with self._start_lock:
             if not self._started:
                 self._started = True
                 self._listener = _Listener.start(self._path, self.knock)
-            return self._listener is not None
+                if self._listener is not None:
+                    # A ring between a waiter's look and the watch's start was not heard: look again.
+                    self.knock()
+            return self._listener is not None and self._listener.alive
 
     def wait_past(self, generation: int, seconds: float) -> None:
         """Sleep until the generation moves past `generation` (a ring or knock since it was taken), or for
@@ -86,9 +98,9 @@ class Doorbell:
 
 
 class _Listener:
-    """A daemon thread asleep in `select` on an inotify descriptor watching the doorbell file, and on a pipe
+    """A daemon thread asleep in `poll` on an inotify descriptor watching the doorbell file, and on a pipe
     that close() writes to. It holds no reference to the doorbell, so a doorbell nobody holds is collected,
-    and its finalizer closes the listener."""
+    and its finalizer closes the listener. It ends (and `alive` says so) when the file's watch is gone."""
 
     def __init__(self, inotify: int, on_ring: weakref.WeakMethod[Callable[[], None]]) -> None:
         self._inotify = inotify
@@ -106,17 +118,28 @@ class _Listener:
         listener._thread.start()
         return listener
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
+        poller = select.poll()  # not select(): it refuses descriptors past 1024
+        poller.register(self._inotify, select.POLLIN)
+        poller.register(self._stop_read, select.POLLIN)
         try:
             while True:
-                readable, _, _ = select.select([self._inotify, self._stop_read], [], [])
-                if self._stop_read in readable:
+                ready = {descriptor for descriptor, _ in poller.poll()}
+                if self._stop_read in ready:
                     return
-                os.read(self._inotify, 4096)  # the events themselves say nothing more than "rung"
+                if _masks(os.read(self._inotify, 4096)) & _DEAF:
+                    logger.warning("the doorbell's file is gone: receivers look every second from now on")
+                    return
                 on_ring = self._on_ring()
                 if on_ring is None:
                     return
                 on_ring()
+        except Exception:  # logged, and `alive` turns False: receivers go back to looking every second
+            logger.exception("the doorbell's listener failed: receivers look every second from now on")
         finally:
             os.close(self._inotify)
             os.close(self._stop_read)
@@ -124,9 +147,21 @@ class _Listener:
     def close(self) -> None:
         if self._stop_write < 0:
             return
-        os.write(self._stop_write, b"x")
+        # A listener that ended already (its file was gone) closed its end: there is nothing to stop.
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self._stop_write, b"x")
         os.close(self._stop_write)
         self._stop_write = -1
+
+
+def _masks(events: bytes) -> int:
+    """The union of the masks of the inotify events in `events`."""
+    mask, offset = 0, 0
+    while offset + _EVENT.size <= len(events):
+        _, event_mask, _, name_length = _EVENT.unpack_from(events, offset)
+        mask |= event_mask
+        offset += _EVENT.size + name_length
+    return mask
 
 
 def _inotify_watch(path: Path) -> int | None:
@@ -140,7 +175,7 @@ def _inotify_watch(path: Path) -> int | None:
         descriptor = int(libc.inotify_init1(_IN_CLOEXEC))
         if descriptor < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
-        if int(libc.inotify_add_watch(descriptor, os.fsencode(path), _IN_ATTRIB)) < 0:
+        if int(libc.inotify_add_watch(descriptor, os.fsencode(path), _IN_ATTRIB | _DEAF)) < 0:
             error = ctypes.get_errno()
             os.close(descriptor)
             raise OSError(error, "inotify_add_watch")

@@ -332,6 +332,9 @@ class SqliteQueues:
         )
         if failed:
             raise client_error(RECEIPT_INVALID, failed[0]["Message"], operation)
+        # A message handed back sooner than it would have come back: this process's receivers look again.
+        # (Not the batch: the heartbeat's extensions only make messages later.)
+        self._doorbell.knock()
         return {}
 
     def change_message_visibility_batch(
