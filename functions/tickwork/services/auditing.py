@@ -116,6 +116,9 @@ class Auditor:
         watermarks: dict[int, datetime | None] = {}
         after: str | None = None
         with ThreadPoolExecutor(max_workers=config.threads) as pool:
+            # One thread (the SQLite engine) audits in this one: a pool of one would hand every job to its
+            # worker and back, two thread switches a job.
+            each = pool.map if config.threads > 1 else map
             while True:
                 if self._clock.now() >= deadline:
                     report.cut_short = True
@@ -139,9 +142,6 @@ class Auditor:
                     report.errors.append(f"segment {report.segment}: {type(error).__name__}: {error}")
                     report.cut_short = True
                     break
-                # One thread (the SQLite engine) audits in this one: a pool of one would hand every job to
-                # its worker and back, two thread switches a job.
-                each = pool.map if config.threads > 1 else map
                 runs = self._page_runs(page, now) if config.read_together else {}
                 audit_one = partial(
                     self._audit_job, now=now, watermarks=watermarks, deadline=deadline, page_runs=runs
@@ -166,14 +166,17 @@ class Auditor:
 
     def _page_runs(self, page: list[AuditedJob], now: datetime) -> dict[str, list[Run]]:
         """Every job's runs in its audit window (as _audit_job reads them), in one read for the page."""
-        config = self._config
-        firsts = {a.job.job_id: stuck_window_start(a.job, now, config.grace, config.segments) for a in page}
+        firsts = {a.job.job_id: self._runs_from(a.job, now) for a in page}
         try:
             return self._store.runs_of_jobs(firsts, now)
         except Exception:  # a busy store, or one run the code cannot read: each job reads its own instead
             # (logged with its traceback), so the trouble stays with its job, as when read job by job.
             logger.exception("audit could not read the page's runs together; reading them job by job")
             return {}
+
+    def _runs_from(self, job: Job, now: datetime) -> datetime:
+        """Where a job's audited runs start (up to now): the stuck runs' window, holding the owed fires'."""
+        return stuck_window_start(job, now, self._config.grace, self._config.segments)
 
     def _audit_job(
         self,
@@ -199,8 +202,7 @@ class Auditor:
             # (the job's timeout plus grace plus two passes, at least the lookback) holds the owed fires'.
             runs = page_runs.get(job.job_id)
             if runs is None:
-                start = stuck_window_start(job, now, self._config.grace, self._config.segments)
-                runs = self._store.runs_between(job.job_id, start, now)
+                runs = self._store.runs_between(job.job_id, self._runs_from(job, now), now)
             self._recover_records(job, now, {run.scheduled_for for run in runs}, found)
             self._repair_stuck([run for run in runs if lost(run, now, self._config.grace)], now, found)
         except (StoreError, TransientStoreError, DispatchError) as error:
