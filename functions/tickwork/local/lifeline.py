@@ -9,8 +9,7 @@ Two mechanisms, because each alone has a gap:
 - A watchdog thread that polls ``getppid()``: portable, and it notices a re-parenting to PID 1 or a
   subreaper however it happened. Its gap: it needs the interpreter to run, so it is the fallback. Where the
   signal is armed the watchdog is only a backstop and looks every WATCHDOG_BACKSTOP_SECONDS: each look wakes
-  an idle process (~0.1-0.2 ms of CPU here), and six role processes looking twice a second were a tenth of
-  an idle runtime's CPU.
+  an idle process, and every role process looking twice a second made up much of an idle runtime's CPU.
 
 A pipe read until EOF would be portable too, but every process the child starts would inherit its end and
 keep the parent "alive"; comparing pids has no such leak.

@@ -6,7 +6,7 @@ database), and every process listening is woken by the kernel (Linux inotify) at
 only every LISTENING_POLL_SECONDS as a safety net, for a ring that was lost. Where inotify is missing (not
 Linux), nothing is heard and the receivers look every second, as before the doorbell.
 
-Each process has one listener thread per doorbell it waits on, asleep in `select` until a ring or its close.
+Each process has one listener thread per doorbell it waits on, asleep in `poll` until a ring or its close.
 A ring becomes a new generation under a condition, so a receiver that took the generation before it looked at
 the queue, and waits only if it is unchanged, cannot miss a ring that came in between.
 """
