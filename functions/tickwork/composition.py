@@ -33,6 +33,7 @@ from tickwork.adapters.sqlite.events import (
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
 from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.adapters.sqlite.units import SqliteWriteUnits
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.targets.aws import AwsInvoker
 from tickwork.adapters.targets.http import HttpInvoker
@@ -243,6 +244,8 @@ class Components:
             slots=self.slots,
             tracker=self.targets,
             calendars=self.calendars,
+            # The store and the slots share this one database: their writes in a row make one commit.
+            units=SqliteWriteUnits(self.database) if self.settings.engine == "sqlite" else None,
         )
 
     @cached_property

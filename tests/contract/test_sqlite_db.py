@@ -162,6 +162,66 @@ class _short_busy_timeout:
         return None
 
 
+def _shard_ids(db: Database) -> list[str]:
+    with db.read() as connection:
+        return [row[0] for row in connection.execute("SELECT shard_id FROM shards ORDER BY shard_id")]
+
+
+def _add_shard(connection: sqlite3.Connection, shard_id: str) -> None:
+    connection.execute("INSERT INTO shards (shard_id, item) VALUES (?, ?)", (shard_id, "{}"))
+
+
+def test_a_write_inside_a_write_undoes_only_its_own_changes_when_it_raises(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    with db.write() as outer:
+        _add_shard(outer, "a")
+        with pytest.raises(ValueError), db.write() as inner:
+            assert inner is outer  # the same transaction
+            _add_shard(inner, "b")
+            raise ValueError("refused")
+        with db.write() as inner:
+            _add_shard(inner, "c")
+        assert _shard_ids(db) == []  # another connection sees nothing before the commit
+
+    assert _shard_ids(db) == ["a", "c"]
+
+
+def test_a_write_inside_a_write_lands_only_with_the_outer_commit(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    with pytest.raises(RuntimeError), db.write() as outer:
+        with db.write() as inner:
+            _add_shard(inner, "a")
+        _add_shard(outer, "b")
+        raise RuntimeError("the unit fails")
+
+    assert _shard_ids(db) == []
+    with db.write() as connection:  # the lock and the nesting are free again
+        _add_shard(connection, "c")
+    assert _shard_ids(db) == ["c"]
+
+
+def test_a_write_of_another_thread_waits_for_the_outer_commit_and_is_not_nested_in_it(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    inside, other_done = threading.Event(), threading.Event()
+
+    def other() -> None:
+        inside.wait()
+        with db.write() as connection:
+            _add_shard(connection, "other")
+        other_done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with pytest.raises(RuntimeError), db.write() as outer:
+        _add_shard(outer, "mine")
+        inside.set()
+        assert not other_done.wait(0.3)  # it waits for this transaction
+        raise RuntimeError("rolled back: the other thread's write must not go with it")
+    thread.join(10)
+
+    assert other_done.is_set() and _shard_ids(db) == ["other"]
+
+
 def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
     """An executor has a thread per run in flight: each holding its own connection would be thousands of
     open files. The database holds one writer, one watcher and at most READERS readers."""

@@ -4,6 +4,7 @@ the attempt: claim a run, call its target, record the outcome."""
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from random import Random
@@ -42,11 +43,32 @@ from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreE
 from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetInvoker, TargetTracker
-from tickwork.services.ports import CalendarReader, Carrier, Dispatcher, Metrics, RunStore, SlotStore
+from tickwork.services.ports import (
+    CalendarReader,
+    Carrier,
+    Dispatcher,
+    Metrics,
+    RunStore,
+    SlotStore,
+    WriteUnits,
+)
 from tickwork.services.sweeping import watched_lease
 
 __all__ = ["Executor", "ExecutorConfig", "Outcome"]
 logger = logging.getLogger(__name__)
+
+# The steps that only write the store or the slots. Where the engine has write units, a run of them in a
+# row is one commit: the slot and the claim, the finish and the slot back.
+_WRITE_STEPS = (
+    AcquireSlots,
+    ExtendSlots,
+    ReleaseSlots,
+    ClaimRun,
+    TakeSlot,
+    QueueBehind,
+    EndAttempt,
+    AwaitCallback,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +93,12 @@ class Executor:
         slots: SlotStore | None = None,
         tracker: TargetTracker | None = None,
         calendars: CalendarReader | None = None,
+        units: WriteUnits | None = None,
     ) -> None:
         self._store, self._invoker, self._dispatcher = store, invoker, dispatcher
         self._clock, self._metrics, self._config = clock, metrics, config
         self._rng, self._slots, self._tracker, self._calendars = rng or Random(), slots, tracker, calendars
+        self._units = units  # None: every write commits on its own
         if (slots is None) != (config.limits is None):
             raise ValueError("the concurrency bound needs both a SlotStore and its limits")
 
@@ -100,12 +124,46 @@ class Executor:
             if isinstance(step, SendBack):
                 return self._send(step, known)
             self._record(step)
-            try:
-                known = self._carry_out(step, known)
-            except TransientStoreError as error:
-                known = known.after(step, self._clock.now(), throttled=error)
-            if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
-                carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
+            if self._units is not None and isinstance(step, _WRITE_STEPS):
+                known = self._together(step, known, carrier)
+            else:
+                known = self._attempt(step, known, carrier)
+
+    def _attempt(self, step: Step, known: Known, carrier: Carrier | None) -> Known:
+        """Carry out one step; a throttled store is what the step found (the decision handles it)."""
+        try:
+            known = self._carry_out(step, known)
+        except TransientStoreError as error:
+            known = known.after(step, self._clock.now(), throttled=error)
+        if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
+            carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
+        return known
+
+    def _together(self, first: Step, known: Known, carrier: Carrier | None) -> Known:
+        """Carry out `first` and the write steps the decision asks for right after it in one write unit:
+        one commit instead of one each. Each step is decided on what the one before it found, as without a
+        unit. If the commit fails, none of them landed: `first` is then known as throttled (its answer
+        lost), which every write already handles, and what the later steps found is dropped."""
+        assert self._units is not None
+        unit = ExitStack()
+        try:
+            unit.enter_context(self._units.together())
+        except TransientStoreError:
+            return self._attempt(first, known, carrier)  # busy beyond the engine's wait: alone, retried
+        before, step, later = known, first, []
+        try:
+            with unit:
+                while True:
+                    known = self._attempt(step, known, carrier)
+                    step = next_step(known)
+                    if not isinstance(step, _WRITE_STEPS):
+                        break
+                    later.append(step)
+        except TransientStoreError as error:
+            return before.after(first, self._clock.now(), throttled=error)
+        for landed in later:  # recorded once they landed
+            self._record(landed)
+        return known
 
     def _carry_out(self, step: Step, known: Known) -> Known:
         """Do one step's I/O; what it found is what the next decision reads. The clock is read after the

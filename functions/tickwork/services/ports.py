@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
@@ -285,6 +286,17 @@ class DeadLetterSource(Protocol):
     def receive(self, max_messages: int) -> list[DeadLetter]: ...
 
     def delete(self, receipt: str) -> None: ...
+
+
+class WriteUnits(Protocol):
+    """Several writes of the store and the slots made one commit, where the engine has transactions that
+    span them (SQLite). Inside `together()` each write still succeeds or is refused on its own (a refused
+    one undoes only its own changes); all that succeeded land when the block ends, or none do."""
+
+    def together(self) -> AbstractContextManager[object]:
+        """Enter: TransientStoreError (throttled) before anything was written. Exit: TransientStoreError or
+        StoreError when the commit failed, and then nothing of the block was written."""
+        ...
 
 
 class SlotStore(Protocol):

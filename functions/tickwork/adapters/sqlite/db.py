@@ -178,6 +178,10 @@ class Database:
         # This process's writers queue here, woken as soon as the lock is free; only one of them at a time
         # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = threading.Lock()
+        # The thread inside `write()` (None: none), and how deep its nested writes go: a write inside a
+        # write of the same thread is a savepoint of the outer transaction (`_nested`).
+        self._write_owner: int | None = None
+        self._nesting = 0
         self._writer: sqlite3.Connection | None = None
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
@@ -249,26 +253,58 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
-        errors inside become domain errors (busy: TransientStoreError)."""
+        errors inside become domain errors (busy: TransientStoreError).
+
+        A write opened inside another write of the same thread is a savepoint of it: its block's changes
+        are undone alone if it raises, and land with the outer transaction's commit, or not at all. So
+        several writes can be made one commit (adapters/sqlite/units.py) without their code knowing."""
+        if self._write_owner == threading.get_ident():
+            with self._nested() as connection:
+                yield connection
+            return
         with self._write_lock:
             connection = self._writer_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as error:
                 raise translate(error) from error
+            self._write_owner = threading.get_ident()
+            try:
+                try:
+                    yield connection
+                except sqlite3.Error as error:
+                    connection.execute("ROLLBACK")
+                    raise translate(error) from error
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                try:
+                    connection.execute("COMMIT")
+                except sqlite3.Error as error:
+                    connection.execute("ROLLBACK")
+                    raise translate(error) from error
+            finally:
+                self._write_owner = None
+
+    @contextmanager
+    def _nested(self) -> Iterator[sqlite3.Connection]:
+        """A savepoint of the transaction this thread has open (only called from `write`)."""
+        connection = self._writer_connection()
+        self._nesting += 1
+        name = f"nested_write_{self._nesting}"
+        try:
+            connection.execute(f"SAVEPOINT {name}")
             try:
                 yield connection
-            except sqlite3.Error as error:
-                connection.execute("ROLLBACK")
-                raise translate(error) from error
             except BaseException:
-                connection.execute("ROLLBACK")
+                connection.execute(f"ROLLBACK TO {name}")
+                connection.execute(f"RELEASE {name}")
                 raise
-            try:
-                connection.execute("COMMIT")
-            except sqlite3.Error as error:
-                connection.execute("ROLLBACK")
-                raise translate(error) from error
+            connection.execute(f"RELEASE {name}")
+        except sqlite3.Error as error:
+            raise translate(error) from error
+        finally:
+            self._nesting -= 1
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
