@@ -60,4 +60,7 @@ class _Retrying:
         def call(*args: Any, **kwargs: Any) -> Any:
             return with_store_retries(lambda: attribute(*args, **kwargs), self._clock, self._rng)
 
+        # Kept, so the next call finds it without coming here: building it costs more than a store call's
+        # own Python, and a run makes about ten.
+        self.__dict__[name] = call
         return call
