@@ -14,22 +14,21 @@ from tickwork.adapters.sqlite.db import Database
 from tickwork.domain.slots import Pool, SlotHold, holder_key, lease_ms
 
 
-def _count(connection: sqlite3.Connection, pool: str, live_after: int | None = None) -> int:
-    """The pool's holders, or (with `live_after`) those whose lease ends after that instant (ms)."""
-    if live_after is None:
-        row = connection.execute("SELECT COUNT(*) FROM slot_holds WHERE pool = ?", (pool,)).fetchone()
-    else:
-        row = connection.execute(
-            "SELECT COUNT(*) FROM slot_holds WHERE pool = ? AND lease_ms > ?", (pool, live_after)
-        ).fetchone()
+def _live(connection: sqlite3.Connection, pool: str, after: int) -> int:
+    """The pool's holders whose lease ends after that instant (ms)."""
+    row = connection.execute(
+        "SELECT COUNT(*) FROM slot_holds WHERE pool = ? AND lease_ms > ?", (pool, after)
+    ).fetchone()
     return int(row[0])
 
 
-def _holds(connection: sqlite3.Connection, pool: str, holder: str) -> bool:
+def _holders(connection: sqlite3.Connection, pool: str, holder: str) -> tuple[int, bool]:
+    """The pool's holders, and whether `holder` is one of them: one statement."""
     row = connection.execute(
-        "SELECT 1 FROM slot_holds WHERE pool = ? AND holder = ?", (pool, holder)
+        "SELECT COUNT(*), COUNT(CASE WHEN holder = ? THEN 1 END) FROM slot_holds WHERE pool = ?",
+        (holder, pool),
     ).fetchone()
-    return row is not None
+    return int(row[0]), int(row[1]) > 0
 
 
 class SqliteSlots:
@@ -43,9 +42,10 @@ class SqliteSlots:
             # Per pool, whether it must first drop its holders whose leases ended; no room in one: none.
             take_over: list[bool] = []
             for pool in pools:
-                if _holds(connection, pool.name, holder) or _count(connection, pool.name) < pool.size:
+                holders, holds = _holders(connection, pool.name, holder)
+                if holds or holders < pool.size:
                     take_over.append(False)
-                elif _count(connection, pool.name, live_after=now_ms) < pool.size:
+                elif _live(connection, pool.name, now_ms) < pool.size:
                     take_over.append(True)
                 else:
                     connection.executemany(
@@ -85,4 +85,4 @@ class SqliteSlots:
 
     def in_flight(self, pool: Pool, now: datetime) -> int:
         with self.db.read() as connection:
-            return _count(connection, pool.name, live_after=lease_ms(now))
+            return _live(connection, pool.name, lease_ms(now))
