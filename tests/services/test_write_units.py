@@ -7,11 +7,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.services.test_carrier import Carrier
 from tests.services.test_executing import FIRE, World
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.slots import SqliteSlots
@@ -172,3 +173,45 @@ def test_a_unit_that_cannot_begin_carries_its_write_out_alone(world: UnitWorld) 
     assert outcome is Outcome.SUCCEEDED
     assert world.db.begun - before == 4  # every write on its own
     assert world.in_flight() == 0 and world.run_state() is RunState.SUCCEEDED
+
+
+def test_a_duplicate_delivery_in_a_unit_loses_the_claim_and_gives_back_only_its_own_slot(
+    world: UnitWorld,
+) -> None:
+    """Its slot and its refused claim are one unit (the refusal undoes the claim's savepoint alone), its
+    slot back another, after it watched the winner's lease; the winner's slot stays taken until its run
+    ends."""
+    assert isinstance(world.db, CountingDatabase)
+    message = world.first_message()
+    during: list[tuple[Outcome, int, int]] = []
+
+    def duplicate_delivered_meanwhile() -> None:
+        before = world.db.begun
+        outcome = world.executor_with(SqliteWriteUnits(world.db)).execute(message)
+        during.append((outcome, world.in_flight(), world.db.begun - before))
+
+    world.invoker.during_call = duplicate_delivered_meanwhile
+    assert world.executor_with(SqliteWriteUnits(world.db)).execute(message) is Outcome.SUCCEEDED
+
+    [(outcome, in_flight, transactions)] = during
+    assert outcome is Outcome.WATCHING_LEASE and in_flight == 1
+    assert transactions == 2
+    assert len(world.invoker.calls) == 1
+    assert world.run_state() is RunState.SUCCEEDED and world.in_flight() == 0
+
+
+def test_the_carrier_hears_of_a_claim_only_once_its_unit_committed(world: UnitWorld) -> None:
+    carrier = Carrier(deadline=None)
+    units = FlakyUnits(world.db, failing={1})
+
+    assert world.executor_with(units).execute(world.first_message(), carrier) is Outcome.DEFERRED
+    assert carrier.hidden_until == []  # the claim did not land: its message is not kept hidden for it
+
+    resent = world.dispatcher.messages[-1]
+    world.clock.set(resent.not_before)
+    leases: list[datetime | None] = []
+    world.invoker.during_call = lambda: leases.append(
+        world.store.get_run(world.job.job_id, FIRE).lease_expires_at
+    )  # type: ignore[union-attr]
+    assert world.executor_with(units).execute(resent, carrier) is Outcome.SUCCEEDED
+    assert leases[0] is not None and carrier.hidden_until == leases

@@ -143,26 +143,31 @@ class Executor:
         """Carry out `first` and the write steps the decision asks for right after it in one write unit:
         one commit instead of one each. Each step is decided on what the one before it found, as without a
         unit. If the commit fails, none of them landed: `first` is then known as throttled (its answer
-        lost), which every write already handles, and what the later steps found is dropped."""
+        lost), which every write already handles, and what the later steps found is dropped. (A failed
+        commit is not retried as a lone write's is: the decision's own throttled path takes it.)"""
         assert self._units is not None
         unit = ExitStack()
         try:
             unit.enter_context(self._units.together())
         except TransientStoreError:
             return self._attempt(first, known, carrier)  # busy beyond the engine's wait: alone, retried
-        before, step, later = known, first, []
+        before, step = known, first
+        carried: list[tuple[Step, Known]] = []  # each step, and what was known right after it
         try:
             with unit:
                 while True:
-                    known = self._attempt(step, known, carrier)
+                    known = self._attempt(step, known, None)  # the carrier only hears of landed claims
+                    carried.append((step, known))
                     step = next_step(known)
                     if not isinstance(step, _WRITE_STEPS):
                         break
-                    later.append(step)
         except TransientStoreError as error:
             return before.after(first, self._clock.now(), throttled=error)
-        for landed in later:  # recorded once they landed
-            self._record(landed)
+        for index, (landed, found) in enumerate(carried):
+            if index:  # recorded once they landed (the first was, before it was tried)
+                self._record(landed)
+            if carrier is not None and isinstance(landed, (ClaimRun, TakeSlot)):
+                carrier.keep_hidden_until(claimed_lease(landed, found))
         return known
 
     def _carry_out(self, step: Step, known: Known) -> Known:

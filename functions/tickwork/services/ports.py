@@ -294,8 +294,10 @@ class WriteUnits(Protocol):
     one undoes only its own changes); all that succeeded land when the block ends, or none do."""
 
     def together(self) -> AbstractContextManager[object]:
-        """Enter: TransientStoreError (throttled) before anything was written. Exit: TransientStoreError or
-        StoreError when the commit failed, and then nothing of the block was written."""
+        """Enter: TransientStoreError (throttled) or StoreError, before anything was written. Exit:
+        TransientStoreError or StoreError when the commit failed, and then nothing of the block was
+        written. Code inside must not act on a write as landed (ring a doorbell, call out) before the
+        block ends."""
         ...
 
 

@@ -257,7 +257,9 @@ class Database:
 
         A write opened inside another write of the same thread is a savepoint of it: its block's changes
         are undone alone if it raises, and land with the outer transaction's commit, or not at all. So
-        several writes can be made one commit (adapters/sqlite/units.py) without their code knowing."""
+        several writes can be made one commit (adapters/sqlite/units.py) without their code knowing; code
+        that acts on its write as committed once its block ends (the queue rings its doorbell) must not
+        be run inside another write."""
         if self._write_owner == threading.get_ident():
             with self._nested() as connection:
                 yield connection
