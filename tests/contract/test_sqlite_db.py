@@ -186,6 +186,20 @@ def test_a_write_inside_a_write_undoes_only_its_own_changes_when_it_raises(tmp_p
     assert _shard_ids(db) == ["a", "c"]
 
 
+def test_a_write_two_deep_that_raises_undoes_only_its_own_changes(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    with db.write() as outer:
+        _add_shard(outer, "a")
+        with db.write() as middle:
+            _add_shard(middle, "b")
+            with pytest.raises(ValueError), db.write() as inner:
+                _add_shard(inner, "c")
+                raise ValueError("refused")
+            _add_shard(middle, "d")
+
+    assert _shard_ids(db) == ["a", "b", "d"]
+
+
 def test_a_write_inside_a_write_lands_only_with_the_outer_commit(tmp_path: Path) -> None:
     db = Database(tmp_path / "t.db").open()
     with pytest.raises(RuntimeError), db.write() as outer:

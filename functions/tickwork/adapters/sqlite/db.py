@@ -178,10 +178,9 @@ class Database:
         # This process's writers queue here, woken as soon as the lock is free; only one of them at a time
         # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
         self._write_lock = threading.Lock()
-        # The thread inside `write()` (None: none), and how deep its nested writes go: a write inside a
-        # write of the same thread is a savepoint of the outer transaction (`_nested`).
+        # The thread inside `write()` (None: none): a write inside a write of the same thread is a
+        # savepoint of the outer transaction (`_nested`).
         self._write_owner: int | None = None
-        self._nesting = 0
         self._writer: sqlite3.Connection | None = None
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
@@ -290,23 +289,20 @@ class Database:
 
     @contextmanager
     def _nested(self) -> Iterator[sqlite3.Connection]:
-        """A savepoint of the transaction this thread has open (only called from `write`)."""
+        """A savepoint of the transaction this thread has open (only called from `write`). One name at
+        every depth: ROLLBACK TO and RELEASE act on the latest savepoint of a name, the innermost one."""
         connection = self._writer_connection()
-        self._nesting += 1
-        name = f"nested_write_{self._nesting}"
         try:
-            connection.execute(f"SAVEPOINT {name}")
+            connection.execute("SAVEPOINT nested_write")
             try:
                 yield connection
             except BaseException:
-                connection.execute(f"ROLLBACK TO {name}")
-                connection.execute(f"RELEASE {name}")
+                connection.execute("ROLLBACK TO nested_write")
+                connection.execute("RELEASE nested_write")
                 raise
-            connection.execute(f"RELEASE {name}")
+            connection.execute("RELEASE nested_write")
         except sqlite3.Error as error:
             raise translate(error) from error
-        finally:
-            self._nesting -= 1
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
