@@ -71,6 +71,12 @@ _WRITE_STEPS = (
 )
 
 
+def _keep_hidden(carrier: Carrier | None, step: Step, known: Known) -> None:
+    """A claim just made keeps its delivery's message hidden for its lease."""
+    if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
+        carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorConfig:
     worker_id: str
@@ -135,8 +141,7 @@ class Executor:
             known = self._carry_out(step, known)
         except TransientStoreError as error:
             known = known.after(step, self._clock.now(), throttled=error)
-        if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
-            carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
+        _keep_hidden(carrier, step, known)
         return known
 
     def _together(self, first: Step, known: Known, carrier: Carrier | None) -> Known:
@@ -166,8 +171,7 @@ class Executor:
         for index, (landed, found) in enumerate(carried):
             if index:  # recorded once they landed (the first was, before it was tried)
                 self._record(landed)
-            if carrier is not None and isinstance(landed, (ClaimRun, TakeSlot)):
-                carrier.keep_hidden_until(claimed_lease(landed, found))
+            _keep_hidden(carrier, landed, found)
         return known
 
     def _carry_out(self, step: Step, known: Known) -> Known:
