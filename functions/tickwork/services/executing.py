@@ -122,8 +122,10 @@ class Executor:
             pools=slot_pools(message.owner, self._config.limits, message.concurrency),
             deadline=None if carrier is None else carrier.deadline,
         )
+        decided: Step | None = None  # the next step, when a write unit already decided it
         while True:
-            step = next_step(known)
+            step = next_step(known) if decided is None else decided
+            decided = None
             if isinstance(step, Done):
                 self._record(step)
                 return step.outcome
@@ -131,7 +133,7 @@ class Executor:
                 return self._send(step, known)
             self._record(step)
             if self._units is not None and isinstance(step, _WRITE_STEPS):
-                known = self._together(step, known, carrier)
+                known, decided = self._together(step, known, carrier)
             else:
                 known = self._attempt(step, known, carrier)
 
@@ -144,18 +146,20 @@ class Executor:
         _keep_hidden(carrier, step, known)
         return known
 
-    def _together(self, first: Step, known: Known, carrier: Carrier | None) -> Known:
+    def _together(self, first: Step, known: Known, carrier: Carrier | None) -> tuple[Known, Step | None]:
         """Carry out `first` and the write steps the decision asks for right after it in one write unit:
         one commit instead of one each. Each step is decided on what the one before it found, as without a
         unit. If the commit fails, none of them landed: `first` is then known as throttled (its answer
         lost), which every write already handles, and what the later steps found is dropped. (A failed
-        commit is not retried as a lone write's is: the decision's own throttled path takes it.)"""
+        commit is not retried as a lone write's is: the decision's own throttled path takes it.)
+
+        Also returns the step decided after the unit, when it landed (None: decide again)."""
         assert self._units is not None
         unit = ExitStack()
         try:
             unit.enter_context(self._units.together())
         except TransientStoreError:
-            return self._attempt(first, known, carrier)  # busy beyond the engine's wait: alone, retried
+            return self._attempt(first, known, carrier), None  # busy beyond the engine's wait: alone, retried
         before, step = known, first
         carried: list[tuple[Step, Known]] = []  # each step, and what was known right after it
         try:
@@ -167,12 +171,12 @@ class Executor:
                     if not isinstance(step, _WRITE_STEPS):
                         break
         except TransientStoreError as error:
-            return before.after(first, self._clock.now(), throttled=error)
+            return before.after(first, self._clock.now(), throttled=error), None
         for index, (landed, found) in enumerate(carried):
             if index:  # recorded once they landed (the first was, before it was tried)
                 self._record(landed)
             _keep_hidden(carrier, landed, found)
-        return known
+        return known, step
 
     def _carry_out(self, step: Step, known: Known) -> Known:
         """Do one step's I/O; what it found is what the next decision reads. The clock is read after the
