@@ -114,21 +114,19 @@ class SqliteJobRecords(SqliteBase):
             self._plan(connection, job, runs, next_fire_at)
 
     def commit_plans(self, plans: Sequence[JobPlan]) -> list[Exception | None]:
-        """The round's plans in one transaction, each job's in a savepoint of its own: a job's refusal
-        undoes its writes alone, and the round pays one commit, not one per job."""
+        """The round's plans in one transaction, each job's a write inside it (a savepoint: db.py): a job's
+        refusal undoes its writes alone, and the round pays one commit, not one per job."""
         outcomes: list[Exception | None] = []
-        with self.db.write() as connection:
+        with self.db.write():
             for plan in plans:
-                connection.execute("SAVEPOINT job_plan")
                 try:
-                    self._plan(connection, plan.job, plan.runs, plan.next_fire_at)
+                    with self.db.write() as connection:
+                        self._plan(connection, plan.job, plan.runs, plan.next_fire_at)
                 # A refusal is this job's alone; any other error undoes the whole round (nothing committed).
                 except (PlanConflictError, ValueError) as refused:
-                    connection.execute("ROLLBACK TO job_plan")
                     outcomes.append(refused)
                 else:
                     outcomes.append(None)
-                connection.execute("RELEASE job_plan")
         return outcomes
 
     def _plan(
