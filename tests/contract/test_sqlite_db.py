@@ -18,10 +18,17 @@ import pytest
 from tests.conftest import ANCHOR
 from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqlite.base import put
-from tickwork.adapters.sqlite.db import READERS, SCHEMA_VERSION, Database, SchemaTooNewError, _table_ddl
+from tickwork.adapters.sqlite.db import (
+    _V4_RUN_CHANGES_TRIGGER,
+    READERS,
+    SCHEMA_VERSION,
+    Database,
+    SchemaTooNewError,
+    _table_ddl,
+)
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
-from tickwork.domain.alerts import EventKind, JobEvent
+from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Target, Trigger
 from tickwork.domain.schedule import parse_schedule
@@ -78,7 +85,7 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
         )
         raw.execute("PRAGMA user_version = 1")
     store = SqliteStore(Database(path).open())
-    assert store.db.schema_version() == SCHEMA_VERSION == 4
+    assert store.db.schema_version() == SCHEMA_VERSION == 5
     with sqlite3.connect(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -101,6 +108,78 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
     # The change feed starts with the upgrade: the run written after it is in it, the old one is not.
     changes = SqliteRunChangeFeed(store.db).take_changes(10)
     assert [(c.before, c.after.run_id) for _, c in changes] == [(None, failed.run_id)]
+
+
+def _a_job() -> Job:
+    return Job(
+        job_id="job_feed",
+        owner="alice",
+        name="feed",
+        schedule=parse_schedule("*/5 * * * *"),
+        target=Target("http", {"url": "http://127.0.0.1:9/"}),
+        shard=0,
+        created_at=ANCHOR,
+        updated_at=ANCHOR,
+    )
+
+
+def _write_run(store: SqliteStore, run: Run) -> None:
+    with store.db.write() as connection:
+        put(connection, RUNS, run_to_item(run))
+
+
+def _running(run: Run) -> Run:
+    started = run.due_at + timedelta(seconds=2)
+    return replace(run, state=RunState.RUNNING, attempt=1, started_at=started, start_delay_ms=2000)
+
+
+def test_the_change_feed_notes_only_the_state_and_start_of_the_run_before(tmp_path: Path) -> None:
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    running = _running(planned)
+    ended = replace(running, state=RunState.SUCCEEDED, finished_at=running.started_at)
+    for run in (planned, running, ended):
+        _write_run(store, run)
+    with store.db.read() as connection:
+        befores = [row[0] for row in connection.execute("SELECT before FROM run_changes ORDER BY id")]
+    assert befores[0] is None
+    assert [set(json.loads(b)) for b in befores[1:]] == [{"state", "started_at"}] * 2
+    changes = [c for _, c in SqliteRunChangeFeed(store.db).take_changes(10)]
+    assert [c.before for c in changes] == [
+        None,
+        RunBefore(RunState.PLANNED, None),
+        RunBefore(RunState.RUNNING, running.started_at),
+    ]
+    assert [c.after for c in changes] == [planned, running, ended]
+
+
+def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on(tmp_path: Path) -> None:
+    """Version 4's trigger copied the whole record before into every change: the changes it wrote still
+    read the same after the upgrade, and the new trigger notes only the state and start."""
+    path = tmp_path / "t.db"
+    Database(path).open().close()
+    planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    running = _running(planned)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:  # a version 4 file
+        raw.execute("DROP TRIGGER runs_change_feed")
+        raw.execute(_V4_RUN_CHANGES_TRIGGER)
+        raw.execute("PRAGMA user_version = 4")
+        put(raw, RUNS, run_to_item(planned))
+        put(raw, RUNS, run_to_item(running))
+        [old_note] = [r[0] for r in raw.execute("SELECT before FROM run_changes WHERE before IS NOT NULL")]
+    assert "job_view" in json.loads(old_note)  # the whole record
+    store = SqliteStore(Database(path).open())
+    assert store.db.schema_version() == SCHEMA_VERSION == 5
+    _write_run(store, replace(running, state=RunState.SUCCEEDED, finished_at=running.started_at))
+    changes = [c for _, c in SqliteRunChangeFeed(store.db).take_changes(10)]
+    assert [c.before for c in changes] == [
+        None,
+        RunBefore(RunState.PLANNED, None),
+        RunBefore(RunState.RUNNING, running.started_at),
+    ]
+    with store.db.read() as connection:
+        newest = connection.execute("SELECT before FROM run_changes ORDER BY id DESC LIMIT 1").fetchone()[0]
+    assert set(json.loads(newest)) == {"state", "started_at"}
 
 
 def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tickwork.domain.alerts import AlertRules, EventKind, deadline_missed, events_of_change
+from tickwork.domain.alerts import AlertRules, EventKind, RunBefore, deadline_missed, events_of_change
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Run, RunState, Trigger
 
@@ -66,6 +66,25 @@ def test_a_late_start_past_the_rule_and_not_before() -> None:
     assert event.kind is EventKind.RUN_LATE and event.detail == "started 45.0 s late"
     assert events_of_change(planned, on_time, rules) == ()
     assert events_of_change(late, late, rules) == ()  # seen again
+
+
+def test_a_change_feed_s_note_of_the_run_before_reads_as_the_whole_run() -> None:
+    """What a feed keeps of the run before a change (its state and start) gives the events the whole
+    earlier record gives: the late start once, the failure once."""
+    rules = AlertRules(late_after_seconds=30)
+    late = replace(run(RunState.RUNNING, took=0), start_delay_ms=45_000, finished_at=None)
+    failed = replace(late, state=RunState.FAILED, finished_at=late.started_at, reason="500")
+    for whole, note in [
+        (run(RunState.PLANNED), RunBefore(RunState.PLANNED)),
+        (late, RunBefore(RunState.RUNNING, late.started_at)),
+        (failed, RunBefore(RunState.FAILED, failed.started_at)),
+    ]:
+        for after in (late, failed):
+            assert events_of_change(note, after, rules) == events_of_change(whole, after, rules)
+    assert kinds(events_of_change(RunBefore(RunState.PLANNED), late, rules)) == ["run_late"]
+    assert kinds(events_of_change(RunBefore(RunState.RUNNING, late.started_at), failed, rules)) == [
+        "run_failed"
+    ]
 
 
 def test_the_deadline_passes_for_an_open_run_and_a_late_finish_but_not_an_early_one() -> None:

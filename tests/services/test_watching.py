@@ -38,7 +38,7 @@ from tickwork.domain.notify import MAX_SEND_ATTEMPTS, Message
 from tickwork.domain.schedule import parse_schedule
 from tickwork.domain.targets import TargetResult
 from tickwork.resources import RUNS
-from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.jobs import Author, JobService, JobServiceConfig
 from tickwork.services.ports import EventLog, RunChangeFeed
 from tickwork.services.watching import Watcher
 
@@ -277,6 +277,32 @@ def test_a_storm_of_1000_failing_jobs_is_two_messages_per_channel(world: World) 
     assert len(digests) == 2 and digests[1]["type"] == "tickwork.digest"
     assert digests[1]["count"] == 999
     assert sum(digests[1]["jobs"].values()) == 999
+
+
+def test_a_page_of_changes_reads_its_jobs_in_one_call_and_a_deleted_one_in_it_too(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [world.job(AlertRules(), name=f"j{n}") for n in range(5)]
+    for job in jobs:
+        world.end(world.plan(job, 1), RunState.FAILED, reason="upstream down")
+    # The last job's runs' changes name a job that is gone by the time they are watched.
+    world.jobs.delete("alice", jobs[4].job_id, by=Author("alice", "gone"))
+    reads: list[tuple[str, int]] = []
+    get_job, get_jobs = world.store.get_job, world.store.get_jobs
+
+    def one(job_id: str) -> Job | None:
+        reads.append(("get_job", 1))
+        return get_job(job_id)  # type: ignore[no-any-return]
+
+    def many(job_ids: Any) -> dict[str, Job]:
+        reads.append(("get_jobs", len(job_ids)))
+        return get_jobs(job_ids)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(world.store, "get_job", one)
+    monkeypatch.setattr(world.store, "get_jobs", many)
+    world.watch()
+    assert reads == [("get_jobs", 5)], "15 changes of 5 jobs: one read, no read a change"
+    assert [world.kinds(j.job_id) for j in jobs] == [["run_failed"]] * 4 + [[]]
 
 
 def test_an_edit_of_the_rules_applies_to_the_next_change(world: World) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tickwork.domain.alert_rules import NO_ALERTS, alerts_from_mapping, alerts_to_mapping
+from tickwork.domain.alerts import RunBefore
 from tickwork.domain.bulk import DEFAULT_GROUP
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
@@ -335,6 +336,13 @@ def run_update_base(expected: Run) -> dict[str, Any]:
     for name in ("open_key", "check_at"):
         item.setdefault(name, "")
     return item
+
+
+def run_before_from_item(item: Mapping[str, Any]) -> RunBefore:
+    """What a change tells of the run as it was, from its record (a stream's old image) or from the
+    embedded change feed's note of it (only these two attributes)."""
+    started = item.get("started_at")
+    return RunBefore(RunState(str(item["state"])), None if started is None else parse_instant(str(started)))
 
 
 def run_from_item(item: Mapping[str, Any]) -> Run:

@@ -15,12 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from tickwork.domain.alert_rules import AlertRules
 from tickwork.domain.models import Run, RunState
 from tickwork.domain.timekeys import format_instant, format_instant_ms
 
-__all__ = ["AlertRules", "EventKind", "JobEvent", "RunChange", "deadline_missed", "events_of_change"]
+__all__ = [
+    "AlertRules",
+    "EventKind",
+    "JobEvent",
+    "RunBefore",
+    "RunChange",
+    "deadline_missed",
+    "events_of_change",
+]
 
 DEAD_LETTERED = "dead-lettered"  # how a run failed from the dead-letter queue starts its reason
 BASELINE_RUNS = 5  # succeeded runs a duration baseline needs before a run can be far from it
@@ -41,11 +50,31 @@ class EventKind(StrEnum):
     CHANNEL_UNHEALTHY = "channel_unhealthy"  # a channel failed every retry of a message
 
 
+class Earlier(Protocol):
+    """What the rules read of a run as it was before a change: its state, and when it started (None: not
+    yet). A whole `Run` tells it, and so does `RunBefore`."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def started_at(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunBefore:
+    """A run as it was before a change, as far as the rules read it: a change feed need not carry (nor the
+    watcher decode) the whole earlier record."""
+
+    state: RunState
+    started_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RunChange:
     """One change of a run record: as it was (None: just written) and as it is. Delivered at least once."""
 
-    before: Run | None
+    before: RunBefore | None
     after: Run
 
 
@@ -72,7 +101,7 @@ def duration(run: Run) -> timedelta | None:
 
 
 def events_of_change(
-    before: Run | None, after: Run, rules: AlertRules, recent: Sequence[Run] = ()
+    before: Earlier | None, after: Run, rules: AlertRules, recent: Sequence[Run] = ()
 ) -> tuple[JobEvent, ...]:
     """The events of one change of a run (`before` None: the run was just written). `recent`: the job's
     latest terminal runs before this one, newest first (the failures in a row and the duration baseline
@@ -87,7 +116,7 @@ def events_of_change(
         rules.late_after_seconds is not None
         and after.state is not RunState.EXCLUDED  # its claim only ended it: nothing started late
         and after.start_delay_ms is not None
-        and (before is None or before.start_delay_ms is None)
+        and (before is None or before.started_at is None)
         and after.started_at is not None
         and after.start_delay_ms > rules.late_after_seconds * 1000
     ):

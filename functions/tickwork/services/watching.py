@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -57,6 +57,8 @@ OUTBOX_PAGE = 500
 
 class WatchedRuns(Protocol):
     def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
 
     def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
 
@@ -103,6 +105,8 @@ class WatchReport:
 class JobReader(Protocol):
     def get_job(self, job_id: str) -> Job | None: ...
 
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
+
 
 class EventRecorder:
     """Records an event and what the job's channels are owed for it (a message, or a count in their
@@ -127,6 +131,21 @@ class EventRecorder:
         job = self._jobs.get_job(job_id)
         self._cache[job_id] = (now, job)
         return job
+
+    def read_ahead(self, job_ids: Iterable[str]) -> None:
+        """Read in one call every job among `job_ids` not read within JOB_CACHE_SECONDS: a page of changes
+        names hundreds of jobs (a burst), and one read each would cost a round trip each."""
+        now = self._monotonic()
+        stale = [
+            job_id
+            for job_id in dict.fromkeys(job_ids)
+            if (cached := self._cache.get(job_id)) is None or now - cached[0] >= JOB_CACHE_SECONDS
+        ]
+        if not stale:
+            return
+        found = self._jobs.get_jobs(stale)
+        for job_id in stale:
+            self._cache[job_id] = (now, found.get(job_id))  # not found: deleted, as get_job's None
 
     def forget(self, job_id: str | None = None) -> None:
         """Read the job (every job: None) again next time."""
@@ -197,9 +216,10 @@ class Watcher:
     def observe(self, changes: Sequence[RunChange]) -> WatchReport:
         """Every change once or more (a stream re-delivers): the same change records nothing twice."""
         report = WatchReport()
-        for change in changes:
-            if change.before is not None and change.before.state is change.after.state:
-                continue  # a write that moved no state (a lease, a heartbeat)
+        # A write that moved no state (a lease, a heartbeat) is no change the rules read.
+        moved = [c for c in changes if c.before is None or c.before.state is not c.after.state]
+        self.recorder.read_ahead(c.after.job_id for c in moved)
+        for change in moved:
             report.changes += 1
             for event in self._events_of(change, report):
                 if self.recorder.record(event):
@@ -214,7 +234,7 @@ class Watcher:
         if job is None:
             return []  # deleted: its owner asked for nothing more
         # The job's owner (a run written before runs kept theirs carries none).
-        after = replace(change.after, owner=job.owner)
+        after = change.after if change.after.owner == job.owner else replace(change.after, owner=job.owner)
         rules = job.alerts
         deadline = rules.deadline_seconds
         if change.before is None and deadline is not None and after.state is not RunState.SKIPPED:

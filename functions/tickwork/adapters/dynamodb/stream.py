@@ -9,7 +9,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize
-from tickwork.adapters.records import run_from_item
+from tickwork.adapters.records import run_before_from_item, run_from_item
 from tickwork.domain.alerts import RunChange
 from tickwork.domain.errors import StoreError, TransientStoreError
 
@@ -26,7 +26,7 @@ def run_changes(records: Iterable[Mapping[str, Any]]) -> list[RunChange]:
         if not new:
             continue
         old = images.get("OldImage")
-        before = run_from_item(deserialize(old)) if old else None
+        before = run_before_from_item(deserialize(old)) if old else None
         changes.append(RunChange(before, run_from_item(deserialize(new))))
     return changes
 

@@ -19,7 +19,7 @@ from tickwork.resources import EVENTS, REQUESTS, RUNS, SLOTS, TABLES, IndexDef, 
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
 # (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # How long a write waits for another process's write transaction before it counts as throttled.
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
@@ -98,18 +98,23 @@ _SLOT_HOLDS_DDL = [
     "CREATE INDEX slot_holds_lease ON slot_holds (pool, lease_ms)",
 ]
 # The runs table's change feed (DynamoDB Streams' NEW_AND_OLD_IMAGES, here): a row per change of a run's
-# state, its record before (NULL: a new run) and after, appended in the writing transaction itself, read
-# and deleted by the watcher. A BEFORE trigger, since a record is written with INSERT OR REPLACE (an
-# AFTER trigger would see the replaced row gone); writes that leave the state as it was (a heartbeat, a
-# lease extension) are not changes the watcher needs.
-_RUN_CHANGES_DDL = [
-    "CREATE TABLE run_changes (id INTEGER PRIMARY KEY AUTOINCREMENT, before TEXT, after TEXT NOT NULL)",
+# state, appended in the writing transaction itself, read and deleted by the watcher: the record after,
+# and of the record before (NULL: a new run) only what the watcher reads of it, its state and start
+# (domain/alerts.RunBefore), not a second copy of the whole record into every change. A BEFORE trigger,
+# since a record is written with INSERT OR REPLACE (an AFTER trigger would see the replaced row gone);
+# writes that leave the state as it was (a heartbeat, a lease extension) are not changes the watcher needs.
+_RUN_CHANGES_TABLE = (
+    "CREATE TABLE run_changes (id INTEGER PRIMARY KEY AUTOINCREMENT, before TEXT, after TEXT NOT NULL)"
+)
+_RUN_CHANGES_TRIGGER = (
     "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
     "WHEN (SELECT json_extract(item, '$.state') FROM runs WHERE job_id = NEW.job_id "
     "AND scheduled_for = NEW.scheduled_for) IS NOT json_extract(NEW.item, '$.state') "
-    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT item FROM runs WHERE job_id = NEW.job_id "
-    "AND scheduled_for = NEW.scheduled_for), NEW.item); END",
-]
+    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT json_object('state', "
+    "json_extract(item, '$.state'), 'started_at', json_extract(item, '$.started_at')) FROM runs "
+    "WHERE job_id = NEW.job_id AND scheduled_for = NEW.scheduled_for), NEW.item); END"
+)
+_RUN_CHANGES_DDL = [_RUN_CHANGES_TABLE, _RUN_CHANGES_TRIGGER]
 # The tables of `tickwork.resources` this engine keeps as such (the slots live in `slot_holds`).
 EMBEDDED_TABLES = tuple(table for table in TABLES if table is not SLOTS)
 
@@ -145,12 +150,34 @@ def _v2_to_v3(connection: sqlite3.Connection) -> None:
 def _v3_to_v4(connection: sqlite3.Connection) -> None:
     """What owners are told: the events table and the runs' change feed (from now on: changes made before
     the upgrade were not told, as a stream turned on later does not replay them)."""
-    for statement in [*_table_ddl(EVENTS), *_RUN_CHANGES_DDL]:
+    for statement in [*_table_ddl(EVENTS), _RUN_CHANGES_TABLE, _V4_RUN_CHANGES_TRIGGER]:
         connection.execute(statement)
 
 
+# The change feed's trigger as version 4 wrote it: the whole record before, into every change.
+_V4_RUN_CHANGES_TRIGGER = (
+    "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
+    "WHEN (SELECT json_extract(item, '$.state') FROM runs WHERE job_id = NEW.job_id "
+    "AND scheduled_for = NEW.scheduled_for) IS NOT json_extract(NEW.item, '$.state') "
+    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT item FROM runs WHERE job_id = NEW.job_id "
+    "AND scheduled_for = NEW.scheduled_for), NEW.item); END"
+)
+
+
+def _v4_to_v5(connection: sqlite3.Connection) -> None:
+    """The change feed notes only what the watcher reads of a run's record before a change. Changes
+    already in the feed keep their whole record, which reads the same (domain/alerts.RunBefore)."""
+    connection.execute("DROP TRIGGER runs_change_feed")
+    connection.execute(_RUN_CHANGES_TRIGGER)
+
+
 # MIGRATIONS[v]: from schema version v to v + 1, for a file written at version v >= 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def translate(error: sqlite3.Error) -> Exception:

@@ -39,7 +39,7 @@ from tickwork.adapters.event_records import (
     window_key,
     window_to_item,
 )
-from tickwork.adapters.records import run_from_item
+from tickwork.adapters.records import run_before_from_item, run_from_item
 from tickwork.adapters.sqlite.base import SqliteBase, load, put
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunChange
@@ -213,7 +213,7 @@ class SqliteRunChangeFeed(SqliteBase):
             ).fetchall()
         changes = []
         for position, before, after in rows:
-            was = None if before is None else run_from_item(load(before))
+            was = None if before is None else run_before_from_item(load(before))
             changes.append((int(position), RunChange(was, run_from_item(load(after)))))
         return changes
 
