@@ -50,7 +50,13 @@ from tickwork.services.bulk import BulkService
 from tickwork.services.callbacks import Callbacks
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import JobService, JobServiceConfig
-from tickwork.services.planning import DISPATCH_BATCH, PLAN_COMMIT_THREADS, Planner, PlannerConfig
+from tickwork.services.planning import (
+    DISPATCH_BATCH,
+    PLAN_COMMIT_THREADS,
+    PLAN_SHARD_THREADS,
+    Planner,
+    PlannerConfig,
+)
 from tickwork.services.ports import (
     AlertDefaults,
     BulkStore,
@@ -192,6 +198,7 @@ class Components:
             round_messages=DISPATCH_BATCH * queues if parallel else DISPATCH_BATCH,
             commit_threads=PLAN_COMMIT_THREADS if parallel else 1,
             commit_together=not parallel,
+            shard_threads=PLAN_SHARD_THREADS if parallel else 1,
         )
         return Planner(self.store, self.dispatcher, self.clock, config)
 

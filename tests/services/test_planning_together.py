@@ -3,6 +3,7 @@ runs as one commit per job, each job's refusal handled as its own, and nothing l
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -11,18 +12,23 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FaultyPlanStore, RecordingDispatcher
+from tests.fakes import FaultyPlanStore, RecordingDispatcher, RecordingMetrics
 from tests.services.test_planner_isolation import TICK, one_shard_jobs
-from tests.services.test_planning import at, run_times
+from tests.services.test_planning import HTTP, at, run_times
 from tickwork.adapters.memory.store import MemoryStore
 from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.composition import Components
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import COMMIT_WINDOW
 from tickwork.domain.errors import PlanConflictError, TransientStoreError
+from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.domain.planning import JobPlan
-from tickwork.services.planning import Planner, PlannerConfig
+from tickwork.domain.schedule import parse_schedule
+from tickwork.services.jobs import JobService, JobServiceConfig
+from tickwork.services.planning import PLAN_SHARD_THREADS, Planner, PlannerConfig
+from tickwork.settings import Settings
 
 TOGETHER = PlannerConfig(commit_together=True)
 FOUR_PAST, FIVE_PAST = at("2026-12-02T12:04:00"), at("2026-12-02T12:05:00")
@@ -145,6 +151,36 @@ def test_a_poison_job_fails_its_round_whole_and_is_isolated_when_the_round_goes_
     assert run_times(engine, poison) == [] and not report.complete
     assert planned_once(engine, [job for job in jobs if job is not poison][:12])
     assert all(run_times(engine, job) == [FIVE_PAST] for job in jobs[12:] if job is not poison)
+
+
+def test_the_sqlite_engine_plans_its_shards_in_turn_on_one_thread(tmp_path: Path, clock: FakeClock) -> None:
+    """One writer to the file: shards planned side by side would only contend for it (and for the GIL).
+    The composition root says so in the config, and a tick that does not name its threads follows it."""
+    settings = Settings(engine="sqlite", database_path=str(tmp_path / "t.db"), dispatch_queue_urls=("q",))
+    assert (
+        Components(settings, clock, lambda _: None, RecordingMetrics()).planner()._config.shard_threads == 1
+    )
+    dynamo = Components(replace(settings, engine="dynamodb"), clock, lambda _: None, RecordingMetrics())
+    assert dynamo.planner()._config.shard_threads == PLAN_SHARD_THREADS > 1
+
+    store = SqliteStore(Database(tmp_path / "plans.db").open())
+    service = JobService(store, RecordingDispatcher(), clock, JobServiceConfig(shard_count=4))
+    for n in range(8):
+        service.create("alice", JobSpec(name=f"j{n}", schedule=parse_schedule("5 12 * * *"), target=HTTP))
+    threads: set[int] = set()
+    query_due = store.query_due
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.get_ident())
+        return query_due(*args, **kwargs)
+
+    store.query_due = noted  # type: ignore[method-assign]
+    planner = Planner(store, RecordingDispatcher(), clock, replace(TOGETHER, shard_threads=1))
+    tick = planner.plan_shards(range(4), TICK)
+    assert len(threads) == 1 and len(tick.reports) == 4
+    assert sum(r.runs_planned for r in tick.reports) == 8
+    with pytest.raises(ValueError, match="at least 1"):
+        PlannerConfig(shard_threads=0)
 
 
 def test_commits_go_together_or_on_threads_not_both() -> None:

@@ -33,6 +33,9 @@ MAX_COMMITS_PER_ROUND = 25
 # A shard's commits in flight at once on DynamoDB (the composition root's choice; the SQLite engine commits in
 # order). 16 shards a ticker invocation x 8 = 128 transactions at once, far under a table's limits.
 PLAN_COMMIT_THREADS = 8
+# Shards planned side by side on DynamoDB where the caller does not say (the local ticker on the emulator;
+# the Lambda ticker says, handlers/ticker.MAX_THREADS).
+PLAN_SHARD_THREADS = 8
 # No commit starts later than this after the tick's deadline: a round started just before it may hold a
 # hundred commits, and under throttling they would outlast what the invocation keeps. A step not committed
 # is deferred (its messages went: they find no run and are dropped), its fires behind the watermark.
@@ -66,10 +69,13 @@ class PlannerConfig:
     # A round's commits go to the store together (PlanStore.commit_plans), in order: the SQLite engine
     # writes them in one transaction, so a round pays one commit, not one per job.
     commit_together: bool = False
+    # Shards planned side by side in a tick (plan_shards), where the caller does not say: I/O-bound on
+    # DynamoDB; on one SQLite file every write waits for the one writer, so threads only contend.
+    shard_threads: int = 16
 
     def __post_init__(self) -> None:
-        if self.round_messages < 1 or self.commit_threads < 1:
-            raise ValueError("round_messages and commit_threads must be at least 1")
+        if self.round_messages < 1 or self.commit_threads < 1 or self.shard_threads < 1:
+            raise ValueError("round_messages, commit_threads and shard_threads must be at least 1")
         if self.commit_together and self.commit_threads > 1:
             raise ValueError("commits go together or on threads, not both")
 
@@ -217,11 +223,18 @@ class Planner:
         return planned_through
 
     def plan_shards(
-        self, shards: Sequence[int], now: datetime, max_threads: int = 16, deadline: datetime | None = None
+        self,
+        shards: Sequence[int],
+        now: datetime,
+        max_threads: int | None = None,
+        deadline: datetime | None = None,
     ) -> TickSummary:
-        """Plan several shards in parallel (the work is I/O bound), each isolated from the others: a shard
-        that fails (its watermark unreadable, a bug) is recorded and the others are still planned."""
+        """Plan several shards on up to `max_threads` threads (None: the config's `shard_threads`), each
+        isolated from the others: a shard that fails (its watermark unreadable, a bug) is recorded and the
+        others are still planned."""
         summary = TickSummary(reports=[])
+        if max_threads is None:
+            max_threads = self._config.shard_threads
 
         def one(shard: int) -> TickReport | None:
             try:
