@@ -51,3 +51,20 @@ def test_they_sort_as_time_and_read_back(first: datetime, second: datetime) -> N
 def test_a_naive_time_is_refused() -> None:
     with pytest.raises(ValueError, match="naive"):
         format_instant(datetime(2026, 12, 6, 1, 2, 3))
+
+
+def test_remembered_texts_follow_the_instant_not_the_object_asked_with() -> None:
+    """The conversions are remembered (a burst asks for the same instants thousands of times): an equal
+    instant in another zone gives the UTC text, a naive one is still refused, and a parsed instant is the
+    same value as before it was remembered."""
+    utc = datetime(2026, 12, 6, 10, 0, 0, 250_000, tzinfo=UTC)
+    east = utc.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    assert format_instant(utc) == format_instant(east) == "2026-12-06T10:00:00Z~250000"
+    assert format_instant_ms(east) == format_instant_ms(utc) == "2026-12-06T10:00:00.250Z"
+    assert compact_instant(east) == "20261206T100000Z~250000"
+    for _ in range(2):
+        with pytest.raises(ValueError, match="naive"):
+            format_instant(utc.replace(tzinfo=None))
+    for _ in range(2):
+        parsed = parse_instant("2026-12-06T10:00:00.250Z")
+        assert parsed == utc and parsed.tzinfo is UTC

@@ -769,6 +769,14 @@ def parse_schedule(
 
 def _next_fire(schedule: Schedule, after: datetime) -> tuple[int, DstNote | None] | None:
     bound = _floor_seconds(_require_aware(after, "after")) + 1  # fires are whole seconds, strictly after
+    return _next_fire_from(schedule, bound)
+
+
+# Jobs share schedules and fire times: a burst is thousands of jobs on one expression, planned, audited and
+# run on the same fires, and each search costs microseconds. Pure, so remembered for recent questions.
+@lru_cache(maxsize=8192)
+def _next_fire_from(schedule: Schedule, bound: int) -> tuple[int, DstNote | None] | None:
+    """The first fire at or after epoch second `bound`."""
     if schedule.start_at is not None:
         bound = max(bound, _ceil_seconds(schedule.start_at))
     fire = _first_fire_at_or_after(
@@ -799,7 +807,11 @@ def previous_fire_before(schedule: Schedule, before: datetime) -> datetime | Non
     (before `start_at` or 1970, or within the forward search's horizon). Found with `next_fire_after`
     itself, so it agrees with it through DST gaps and repeats: a window that doubles back from `before`
     until it holds a fire, then a short walk, or a bisection when the window holds many."""
-    before = _require_aware(before, "before").astimezone(UTC)
+    return _previous_fire_before(schedule, _require_aware(before, "before").astimezone(UTC))
+
+
+@lru_cache(maxsize=8192)  # as _next_fire_from: a burst's runs all ask for the same previous slot
+def _previous_fire_before(schedule: Schedule, before: datetime) -> datetime | None:
     floor = _EARLIEST_SLOT if schedule.start_at is None else max(_EARLIEST_SLOT, schedule.start_at)
     window = timedelta(seconds=2 * shortest_interval_seconds(schedule))
     while True:

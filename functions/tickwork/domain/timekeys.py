@@ -8,6 +8,7 @@ form, so the order stays the time order, and the two forms can never name the sa
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 _MINUTE = "%Y-%m-%dT%H:%M"
 _COMPACT = "%Y%m%dT%H%M%SZ"
@@ -29,8 +30,13 @@ def _date_time(utc: datetime, between: str = "-", colon: str = ":") -> str:
 
 
 _SUB_SECOND = "~"
+# Instants written and read are few and repeat (a burst's runs share their fire, due and planning times;
+# a run's every write carries the instants it had), and a record holds a dozen: the conversions below are
+# pure, so each is remembered for the last _MEMO instants it was asked for.
+_MEMO = 4096
 
 
+@lru_cache(maxsize=_MEMO)
 def format_instant(instant: datetime) -> str:
     """'2026-12-02T12:05:00Z' for a whole second (every fire time); '2026-12-02T12:05:00Z~123456' for an
     instant with microseconds (see the module's note)."""
@@ -39,6 +45,7 @@ def format_instant(instant: datetime) -> str:
     return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
 
+@lru_cache(maxsize=_MEMO)
 def format_instant_ms(instant: datetime) -> str:
     """'2026-12-02T12:05:00.123Z' for observed times (planned, started, ...)."""
     utc = _utc(instant)
@@ -54,6 +61,7 @@ def _split_sub_second(text: str) -> tuple[str, int]:
     return head, int(micros)
 
 
+@lru_cache(maxsize=_MEMO)
 def parse_instant(text: str) -> datetime:
     """Inverse of format_instant / format_instant_ms."""
     text, micros = _split_sub_second(text)
@@ -88,6 +96,7 @@ def due_key(shard: int, instant: datetime) -> str:
     return f"{shard:04d}#{minute_bucket(instant)}"
 
 
+@lru_cache(maxsize=_MEMO)
 def compact_instant(instant: datetime) -> str:
     """'20261202T120500Z', or '20261202T120500Z~123456' for an instant with microseconds."""
     utc = _utc(instant)
