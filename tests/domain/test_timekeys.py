@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -68,3 +69,18 @@ def test_remembered_texts_follow_the_instant_not_the_object_asked_with() -> None
     for _ in range(2):
         parsed = parse_instant("2026-12-06T10:00:00.250Z")
         assert parsed == utc and parsed.tzinfo is UTC
+
+
+def test_the_two_times_of_a_repeated_hour_are_remembered_apart() -> None:
+    """01:30 on New York's fall-back night happens twice, an hour apart: equal as local times (only `fold`
+    differs), so the texts are remembered by the UTC instant, not by the local time asked with."""
+    zone = ZoneInfo("America/New_York")
+    second, first = (
+        datetime(2026, 11, 1, 1, 30, tzinfo=zone, fold=1),
+        datetime(2026, 11, 1, 1, 30, tzinfo=zone),
+    )
+    assert format_instant(second) == "2026-11-01T06:30:00Z"
+    assert format_instant(first) == "2026-11-01T05:30:00Z"
+    assert format_instant_ms(second) == "2026-11-01T06:30:00.000Z"
+    assert format_instant_ms(first) == "2026-11-01T05:30:00.000Z"
+    assert compact_instant(second) == "20261101T063000Z" and compact_instant(first) == "20261101T053000Z"

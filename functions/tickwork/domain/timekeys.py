@@ -36,19 +36,27 @@ _SUB_SECOND = "~"
 _MEMO = 4096
 
 
-@lru_cache(maxsize=_MEMO)
 def format_instant(instant: datetime) -> str:
     """'2026-12-02T12:05:00Z' for a whole second (every fire time); '2026-12-02T12:05:00Z~123456' for an
     instant with microseconds (see the module's note)."""
-    utc = _utc(instant)
+    return _format_instant(_utc(instant))
+
+
+# Remembered by the UTC instant: two local times an hour apart in a repeated hour are equal as keys (the
+# same wall time, only `fold` differs), their UTC instants are not.
+@lru_cache(maxsize=_MEMO)
+def _format_instant(utc: datetime) -> str:
     text = f"{_date_time(utc)}Z"
     return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
 
-@lru_cache(maxsize=_MEMO)
 def format_instant_ms(instant: datetime) -> str:
     """'2026-12-02T12:05:00.123Z' for observed times (planned, started, ...)."""
-    utc = _utc(instant)
+    return _format_instant_ms(_utc(instant))
+
+
+@lru_cache(maxsize=_MEMO)
+def _format_instant_ms(utc: datetime) -> str:
     return f"{_date_time(utc)}.{utc.microsecond // 1000:03d}Z"
 
 
@@ -96,10 +104,13 @@ def due_key(shard: int, instant: datetime) -> str:
     return f"{shard:04d}#{minute_bucket(instant)}"
 
 
-@lru_cache(maxsize=_MEMO)
 def compact_instant(instant: datetime) -> str:
     """'20261202T120500Z', or '20261202T120500Z~123456' for an instant with microseconds."""
-    utc = _utc(instant)
+    return _compact_instant(_utc(instant))
+
+
+@lru_cache(maxsize=_MEMO)
+def _compact_instant(utc: datetime) -> str:
     text = f"{_date_time(utc, between='', colon='')}Z"
     return text if utc.microsecond == 0 else f"{text}{_SUB_SECOND}{utc.microsecond:06d}"
 
