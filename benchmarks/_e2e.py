@@ -259,6 +259,8 @@ class LocalTickwork:
                 raise RuntimeError(f"the SQLite engine has no {service} client")
 
             env = dict(self.env)
+            if self.source is not None:
+                _refuse_other_schema(Path(env["TICKWORK_DATABASE"]), self.source)
             if role is not None:
                 from tickwork.local.runtime import SQLITE_SYNCHRONOUS
 
@@ -295,6 +297,24 @@ def http_job_spec(name: str, expression: str, url: str) -> Any:
         target=JobTarget("http", {"url": url, "method": "POST"}),
         timeout_seconds=60,
     )
+
+
+def _refuse_other_schema(database: Path, source: Path) -> None:
+    """This harness's code opening an older checkout's database would migrate it under that runtime's
+    running processes (a schema change breaks them: version 5's change feed stopped the older watcher), and
+    its row would not compare: refused, with what to do instead."""
+    import sqlite3
+
+    from tickwork.adapters.sqlite.db import SCHEMA_VERSION
+
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as raw:
+        version = int(raw.execute("PRAGMA user_version").fetchone()[0])
+    if version != SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the checkout at {source} writes SQLite schema version {version}, this harness "
+            f"{SCHEMA_VERSION}: opening its file would migrate it under its running processes. Compare "
+            "the two with one invocation from each checkout instead."
+        )
 
 
 def seed_jobs(parts: Any, count: int, expression: str, url: str, threads: int = 8) -> tuple[list[str], float]:
