@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ANCHOR
+from tests.contract.test_store_contract import a_job
 from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import (
@@ -30,11 +31,14 @@ from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import TransientStoreError
-from tickwork.domain.models import Job, Run, RunState, Target, Trigger
-from tickwork.domain.schedule import parse_schedule
+from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.resources import JOBS, RUNS, SHARDS
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _a_job(job_id: str = "job_feed", name: str = "feed", retention_days: int = 30) -> Job:
+    return a_job(job_id, name=name, shard=0, next_fire_at=None, retention_days=retention_days)
 
 
 def test_a_new_file_gets_the_current_schema_and_a_second_open_changes_nothing(tmp_path: Path) -> None:
@@ -55,16 +59,7 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
     """Version 1 had no requests table and no failed-runs index: opening it adds both, in place."""
     path = tmp_path / "t.db"
     version_1_runs = replace(RUNS, indexes=tuple(i for i in RUNS.indexes if i.name != "failed_runs"))
-    job = Job(
-        job_id="job_v1",
-        owner="alice",
-        name="v1",
-        schedule=parse_schedule("*/5 * * * *"),
-        target=Target("http", {"url": "http://127.0.0.1:9/"}),
-        shard=0,
-        created_at=ANCHOR,
-        updated_at=ANCHOR,
-    )
+    job = _a_job("job_v1", "v1")
     old_run = Run.for_fire(job, ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
     with sqlite3.connect(path) as raw:
         for table in (JOBS, version_1_runs, SHARDS):
@@ -108,19 +103,6 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
     # The change feed starts with the upgrade: the run written after it is in it, the old one is not.
     changes = SqliteRunChangeFeed(store.db).take_changes(10)
     assert [(c.before, c.after.run_id) for _, c in changes] == [(None, failed.run_id)]
-
-
-def _a_job() -> Job:
-    return Job(
-        job_id="job_feed",
-        owner="alice",
-        name="feed",
-        schedule=parse_schedule("*/5 * * * *"),
-        target=Target("http", {"url": "http://127.0.0.1:9/"}),
-        shard=0,
-        created_at=ANCHOR,
-        updated_at=ANCHOR,
-    )
 
 
 def _write_run(store: SqliteStore, run: Run) -> None:
@@ -350,17 +332,7 @@ def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
 def test_runs_past_their_retention_are_deleted_and_the_rest_kept(tmp_path: Path) -> None:
     """DynamoDB's TTL, done by the SQLite engine's sweeper: `delete_expired` at each sweep."""
     store = SqliteStore(Database(tmp_path / "t.db").open())
-    job = Job(
-        job_id="job_ttl",
-        owner="alice",
-        name="ttl",
-        schedule=parse_schedule("*/5 * * * *"),
-        target=Target("http", {"url": "http://127.0.0.1:9/"}),
-        shard=0,
-        created_at=ANCHOR,
-        updated_at=ANCHOR,
-        retention_days=1,
-    )
+    job = _a_job("job_ttl", "ttl", retention_days=1)
     fires = [ANCHOR + timedelta(minutes=5 * i) for i in range(3)]
     store.create_job(
         job,
