@@ -404,6 +404,9 @@ def test_a_calendar_marks_the_next_fires_and_its_runs_are_recorded_excluded(
         (now + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M"),
     )
     holiday = (now + timedelta(days=3)).date().isoformat()
+    # The daily job fires half a day from the window, whatever the time of day the test runs at: only the
+    # holiday marks one of its fires.
+    every_day = f"0 {(now + timedelta(hours=12)).hour} * * *"
     sign_in(browser, instance, TOKEN)
     browser.find_element(By.LINK_TEXT, "Calendars").click()
     until("the calendars page", lambda: find(browser, "h1").text == "Exclusion calendars")
@@ -426,7 +429,7 @@ def test_a_calendar_marks_the_next_fires_and_its_runs_are_recorded_excluded(
     status, daily = instance.call(
         "POST",
         "/jobs",
-        {"name": "daily report", "schedule": {"expression": "0 12 * * *"}, "calendars": ["blackout"],
+        {"name": "daily report", "schedule": {"expression": every_day}, "calendars": ["blackout"],
          "target": {"kind": "http", "config": {"url": "http://127.0.0.1:9/"}}},
     )  # fmt: skip
     assert status == 201, daily

@@ -58,6 +58,7 @@ from tickwork.handlers import executor, runtime, sweeper, ticker, watcher
 from tickwork.resources import RUNS
 from tickwork.services.executing import Executor, ExecutorConfig
 from tickwork.services.jobs import Author
+from tickwork.services.planning import Planner
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -419,11 +420,14 @@ def create_job(parts: Components, kind: str, config: Mapping[str, Any], **spec: 
 
 
 def plan(parts: Components) -> None:
-    """The ticker's planning of FIRE, as setup (not recorded)."""
+    """The ticker's planning of FIRE, as setup (not recorded): on one thread (the planner's defaults),
+    since moto is not safe for threads (the composition's planner commits on eight: a transaction's copy
+    of a table met another's write)."""
     assert isinstance(parts.clock, FakeClock)
     parts.clock.set(PLAN_AT)
+    planner = Planner(parts.store, parts.dispatcher, parts.clock)
     for shard in range(parts.settings.shard_count):
-        parts.planner().plan(shard, PLAN_AT)
+        planner.plan(shard, PLAN_AT)
 
 
 def planned_run(parts: Components, job_id: str) -> Run:
