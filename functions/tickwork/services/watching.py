@@ -55,11 +55,13 @@ SEND_TIMEOUT_SECONDS = 10.0
 OUTBOX_PAGE = 500
 
 
-class WatchedRuns(Protocol):
+class JobReader(Protocol):
     def get_job(self, job_id: str) -> Job | None: ...
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
 
+
+class WatchedRuns(JobReader, Protocol):
     def get_run(self, job_id: str, scheduled_for: datetime) -> Run | None: ...
 
     def list_runs(self, job_id: str, *, newest_first: bool = True, limit: int = 1000) -> list[Run]: ...
@@ -102,12 +104,6 @@ class WatchReport:
         self.kinds[str(event.kind)] = self.kinds.get(str(event.kind), 0) + 1
 
 
-class JobReader(Protocol):
-    def get_job(self, job_id: str) -> Job | None: ...
-
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
-
-
 class EventRecorder:
     """Records an event and what the job's channels are owed for it (a message, or a count in their
     window's digest): what the watcher does with what it notices, and the API with a resume that clears an
@@ -125,8 +121,7 @@ class EventRecorder:
     def job(self, job_id: str) -> Job | None:
         """The job, read at most every JOB_CACHE_SECONDS per process (its rules apply from then)."""
         now = self._monotonic()
-        cached = self._cache.get(job_id)
-        if cached is not None and now - cached[0] < JOB_CACHE_SECONDS:
+        if (cached := self._fresh(job_id, now)) is not None:
             return cached[1]
         job = self._jobs.get_job(job_id)
         self._cache[job_id] = (now, job)
@@ -136,16 +131,17 @@ class EventRecorder:
         """Read in one call every job among `job_ids` not read within JOB_CACHE_SECONDS: a page of changes
         names hundreds of jobs (a burst), and one read each would cost a round trip each."""
         now = self._monotonic()
-        stale = [
-            job_id
-            for job_id in dict.fromkeys(job_ids)
-            if (cached := self._cache.get(job_id)) is None or now - cached[0] >= JOB_CACHE_SECONDS
-        ]
+        stale = [job_id for job_id in dict.fromkeys(job_ids) if self._fresh(job_id, now) is None]
         if not stale:
             return
         found = self._jobs.get_jobs(stale)
         for job_id in stale:
             self._cache[job_id] = (now, found.get(job_id))  # not found: deleted, as get_job's None
+
+    def _fresh(self, job_id: str, now: float) -> tuple[float, Job | None] | None:
+        """The job as read within JOB_CACHE_SECONDS (when, and the job or None: deleted); None if not."""
+        cached = self._cache.get(job_id)
+        return cached if cached is not None and now - cached[0] < JOB_CACHE_SECONDS else None
 
     def forget(self, job_id: str | None = None) -> None:
         """Read the job (every job: None) again next time."""

@@ -106,13 +106,20 @@ _SLOT_HOLDS_DDL = [
 _RUN_CHANGES_TABLE = (
     "CREATE TABLE run_changes (id INTEGER PRIMARY KEY AUTOINCREMENT, before TEXT, after TEXT NOT NULL)"
 )
-_RUN_CHANGES_TRIGGER = (
-    "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
-    "WHEN (SELECT json_extract(item, '$.state') FROM runs WHERE job_id = NEW.job_id "
-    "AND scheduled_for = NEW.scheduled_for) IS NOT json_extract(NEW.item, '$.state') "
-    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT json_object('state', "
-    "json_extract(item, '$.state'), 'started_at', json_extract(item, '$.started_at')) FROM runs "
-    "WHERE job_id = NEW.job_id AND scheduled_for = NEW.scheduled_for), NEW.item); END"
+
+
+def _run_changes_trigger(before: str) -> str:
+    """The change feed's trigger, noting `before` (an expression over the stored row's `item`)."""
+    this_run = "FROM runs WHERE job_id = NEW.job_id AND scheduled_for = NEW.scheduled_for"
+    return (
+        "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
+        f"WHEN (SELECT json_extract(item, '$.state') {this_run}) IS NOT json_extract(NEW.item, '$.state') "
+        f"BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT {before} {this_run}), NEW.item); END"
+    )
+
+
+_RUN_CHANGES_TRIGGER = _run_changes_trigger(
+    "json_object('state', json_extract(item, '$.state'), 'started_at', json_extract(item, '$.started_at'))"
 )
 _RUN_CHANGES_DDL = [_RUN_CHANGES_TABLE, _RUN_CHANGES_TRIGGER]
 # The tables of `tickwork.resources` this engine keeps as such (the slots live in `slot_holds`).
@@ -155,13 +162,7 @@ def _v3_to_v4(connection: sqlite3.Connection) -> None:
 
 
 # The change feed's trigger as version 4 wrote it: the whole record before, into every change.
-_V4_RUN_CHANGES_TRIGGER = (
-    "CREATE TRIGGER runs_change_feed BEFORE INSERT ON runs "
-    "WHEN (SELECT json_extract(item, '$.state') FROM runs WHERE job_id = NEW.job_id "
-    "AND scheduled_for = NEW.scheduled_for) IS NOT json_extract(NEW.item, '$.state') "
-    "BEGIN INSERT INTO run_changes (before, after) VALUES ((SELECT item FROM runs WHERE job_id = NEW.job_id "
-    "AND scheduled_for = NEW.scheduled_for), NEW.item); END"
-)
+_V4_RUN_CHANGES_TRIGGER = _run_changes_trigger("item")
 
 
 def _v4_to_v5(connection: sqlite3.Connection) -> None:
