@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +21,7 @@ import pytest
 from tests.conftest import ANCHOR
 from tests.contract.test_store_contract import a_job
 from tickwork.adapters.records import run_to_item
+from tickwork.adapters.sqlite import turns
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import (
     _V4_RUN_CHANGES_TRIGGER,
@@ -30,11 +34,12 @@ from tickwork.adapters.sqlite.db import (
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
-from tickwork.domain.errors import TransientStoreError
+from tickwork.domain.errors import StoreError, TransientStoreError
 from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.resources import JOBS, RUNS, SHARDS
 
 REPO = Path(__file__).resolve().parents[2]
+GENEROUS_SECONDS = 30.0  # a bound only reached when the behaviour under test is missing
 
 
 def _a_job(job_id: str = "job_feed", name: str = "feed", retention_days: int = 30) -> Job:
@@ -207,6 +212,145 @@ def test_a_write_lock_held_by_another_process_is_transient(tmp_path: Path) -> No
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def _turn_is_free(path: Path) -> bool:
+    """Whether a writer of another process could take the writers' turn now (a fresh open file)."""
+    fd = os.open(f"{path}.writers", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing lets go of a lock it took
+    return True
+
+
+def test_the_writers_turn_is_held_exactly_while_a_write_transaction_is_open(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    db = Database(path).open()
+    assert _turn_is_free(path)
+    with db.write() as connection:
+        _add_shard(connection, "a")
+        assert not _turn_is_free(path)
+        with db.write() as inner:  # a nested write is the outer transaction's: it takes no turn of its own
+            _add_shard(inner, "b")
+        assert not _turn_is_free(path)
+    assert _turn_is_free(path)
+    with pytest.raises(RuntimeError), db.write() as connection:  # let go when the block raises, too
+        _add_shard(connection, "c")
+        raise RuntimeError("undo")
+    assert _turn_is_free(path) and _shard_ids(db) == ["a", "b"]
+    db.close()
+    assert _turn_is_free(path)
+
+
+def test_a_writer_of_another_process_waits_for_the_turn_and_goes_in_when_it_is_let_go(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    holder, waiter = Database(path).open(), Database(path).open()  # two files open: as two processes
+    entered, done = threading.Event(), threading.Event()
+
+    def write_after() -> None:
+        entered.set()
+        with waiter.write() as connection:
+            _add_shard(connection, "second")
+        done.set()
+
+    with holder.write() as connection:
+        _add_shard(connection, "first")
+        thread = threading.Thread(target=write_after)
+        thread.start()
+        entered.wait(GENEROUS_SECONDS)
+        assert not done.wait(0.2)
+        # It waits for the turn, not in SQLite's busy handler: its writer has no transaction open.
+        assert waiter._writer is not None and not waiter._writer.in_transaction
+    thread.join(GENEROUS_SECONDS)
+    assert done.is_set() and _shard_ids(waiter) == ["first", "second"]
+
+
+def test_a_write_through_a_second_database_inside_a_write_is_refused_not_left_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    first, second = Database(path).open(), Database(path).open()
+    with first.write() as connection:
+        _add_shard(connection, "outer")
+        with pytest.raises(StoreError, match="wait for itself"), second.write() as inner:
+            _add_shard(inner, "inner")
+    assert _shard_ids(first) == ["outer"]
+    with second.write() as connection:  # after the outer write: its turn is free again
+        _add_shard(connection, "later")
+    assert _shard_ids(first) == ["later", "outer"]
+
+
+def _holding_process(path: Path) -> subprocess.Popen[str]:
+    """A process that opens a write transaction on the database (taking the turn) and keeps it."""
+    script = (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from tickwork.adapters.sqlite.db import Database; db = Database(Path(sys.argv[1])).open(); "
+        "w = db.write(); c = w.__enter__(); print('holding', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(path), str(REPO / "functions")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_a_writer_waits_for_a_stopped_holder_says_so_and_goes_in_once_it_is_gone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(turns, "WATCH_SECONDS", 0.1)
+    path = tmp_path / "t.db"
+    Database(path).open()
+    holder = _holding_process(path)
+    waiter = Database(path)
+    done = threading.Event()
+
+    def write() -> None:
+        with waiter.write() as connection:
+            _add_shard(connection, "after")
+        done.set()
+
+    thread = threading.Thread(target=write)
+    try:
+        holder.send_signal(signal.SIGSTOP)
+        with caplog.at_level(logging.WARNING):
+            thread.start()
+            assert not done.wait(0.5)  # no timeout: it waits as long as the holder holds the turn
+        assert any("waited" in r.getMessage() and "writers' turn" in r.getMessage() for r in caplog.records)
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait(GENEROUS_SECONDS)
+    thread.join(GENEROUS_SECONDS)
+    assert done.is_set() and _shard_ids(waiter) == ["after"]
+
+
+def test_without_a_turn_file_sqlite_alone_orders_the_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t.db"
+    (tmp_path / "t.db.writers").mkdir()  # cannot be opened as the turn's file
+    with caplog.at_level(logging.WARNING):
+        db = Database(path).open()
+        with db.write() as connection:
+            _add_shard(connection, "a")
+    assert _shard_ids(db) == ["a"]
+    assert any("no writers' turn" in r.getMessage() for r in caplog.records)
+
+
+def test_a_process_killed_holding_the_turn_lets_it_go(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    Database(path).open()
+    holder = _holding_process(path)
+    try:
+        assert not _turn_is_free(path)
+    finally:
+        holder.kill()
+        holder.wait(GENEROUS_SECONDS)
+    db = Database(path)
+    with db.write() as connection:
+        _add_shard(connection, "after")
+    assert _shard_ids(db) == ["after"]
 
 
 class _short_busy_timeout:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tickwork.adapters.sqlite.turns import WritersTurn
 from tickwork.domain.errors import StoreError, TransientStoreError
 from tickwork.resources import EVENTS, REQUESTS, RUNS, SLOTS, TABLES, IndexDef, TableDef
 
@@ -181,6 +182,13 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
 }
 
 
+def _roll_back(connection: sqlite3.Connection) -> None:
+    """Roll back the open transaction, unless SQLite already did (it does after some errors, such as a
+    full disk): a ROLLBACK then would raise over the error that ended it."""
+    if connection.in_transaction:
+        connection.execute("ROLLBACK")
+
+
 def translate(error: sqlite3.Error) -> Exception:
     """A locked or busy database is throttling (retried by the caller); anything else is a StoreError."""
     message = str(error)
@@ -198,14 +206,23 @@ class Database:
     `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
     every other writer, in this process or another."""
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "FULL",
+        readers: int = READERS,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.path = path
         self._synchronous = synchronous
         # This process's writers queue here, woken as soon as the lock is free; only one of them at a time
-        # meets the other processes in SQLite's busy handler, which sleeps in steps of up to 100 ms.
+        # then takes the installation's writers' turn (`_writers_turn`), across processes.
         self._write_lock = threading.Lock()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._turn = WritersTurn(f"{path.resolve()}.writers")
         # The thread inside `write()` (None: none): a write inside a write of the same thread is a
         # savepoint of the outer transaction (`_nested`).
         self._write_owner: int | None = None
@@ -224,7 +241,8 @@ class Database:
             if self._opened:
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._write_lock:
+            self._turn.refuse_reentry()
+            with self._write_lock, self._writers_turn():
                 connection = self._writer_connection()
                 try:
                     connection.execute("BEGIN IMMEDIATE")
@@ -246,7 +264,7 @@ class Database:
                             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                         connection.execute("COMMIT")
                     except BaseException:
-                        connection.execute("ROLLBACK")
+                        _roll_back(connection)
                         raise
                 except sqlite3.Error as error:
                     raise translate(error) from error
@@ -262,9 +280,12 @@ class Database:
             # check_same_thread off: a connection moves between threads, never used by two at once (the
             # write lock, the reader pool and the watch lock see to that).
             connection = sqlite3.connect(
-                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+                self.path,
+                isolation_level=None,
+                timeout=self._busy_timeout_ms / 1000,
+                check_same_thread=False,
             )
-            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         except sqlite3.Error as error:
@@ -291,7 +312,8 @@ class Database:
             with self._nested() as connection:
                 yield connection
             return
-        with self._write_lock:
+        self._turn.refuse_reentry()
+        with self._write_lock, self._writers_turn():
             connection = self._writer_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
@@ -302,18 +324,29 @@ class Database:
                 try:
                     yield connection
                 except sqlite3.Error as error:
-                    connection.execute("ROLLBACK")
+                    _roll_back(connection)
                     raise translate(error) from error
                 except BaseException:
-                    connection.execute("ROLLBACK")
+                    _roll_back(connection)
                     raise
                 try:
                     connection.execute("COMMIT")
                 except sqlite3.Error as error:
-                    connection.execute("ROLLBACK")
+                    _roll_back(connection)
                     raise translate(error) from error
             finally:
                 self._write_owner = None
+
+    @contextmanager
+    def _writers_turn(self) -> Iterator[None]:
+        """The installation's writers' turn (adapters/sqlite/turns.py), before SQLite's write lock; only
+        called under this process's write lock."""
+        taken = self._turn.take()
+        try:
+            yield
+        finally:
+            if taken:
+                self._turn.give_back()
 
     @contextmanager
     def _nested(self) -> Iterator[sqlite3.Connection]:
@@ -325,8 +358,9 @@ class Database:
             try:
                 yield connection
             except BaseException:
-                connection.execute("ROLLBACK TO nested_write")
-                connection.execute("RELEASE nested_write")
+                if connection.in_transaction:  # else SQLite ended the whole transaction (a full disk)
+                    connection.execute("ROLLBACK TO nested_write")
+                    connection.execute("RELEASE nested_write")
                 raise
             connection.execute("RELEASE nested_write")
         except sqlite3.Error as error:
@@ -371,3 +405,4 @@ class Database:
                 if connection is not None:
                     connection.close()
             self._writer, self._watcher, self._idle_readers = None, None, []
+            self._turn.close()
