@@ -16,7 +16,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from tickwork.domain.dispatch import RunMessage
 from tickwork.local.executor_pool import ExecutorPool
-from tickwork.services.executing import Outcome
+from tickwork.services.executing import Begun, Outcome
 
 # A deadline for what takes milliseconds: only reached when the behaviour under test is missing.
 GENEROUS_SECONDS = 30.0
@@ -42,6 +42,7 @@ class FakeSqs:
         self.beats: list[list[str]] = []
         self.delete_batches: list[tuple[str, list[str]]] = []  # (queue url, receipts) per call
         self.deleted: list[str] = []
+        self.handed_back: list[str] = []  # receipts made visible again after their processing raised
         self.queue_of: dict[str, str] = {}  # receipt -> queue url
         self.lock = threading.Lock()
         self._next = 0
@@ -71,6 +72,10 @@ class FakeSqs:
         if not messages:
             time.sleep(0.01)  # a long poll's stand-in: an empty queue does not answer at once
         return {"Messages": messages}
+
+    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> None:
+        with self.lock:
+            self.handed_back.append(ReceiptHandle)
 
     def change_message_visibility_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> None:
         with self.lock:
@@ -119,6 +124,39 @@ class SlowExecutor:
         with self.lock:
             self.running -= 1
         return Outcome.SUCCEEDED
+
+    def begin_together(self, messages: list[RunMessage]) -> None:
+        return None  # no write units: each message is executed alone
+
+
+class BatchingExecutor(SlowExecutor):
+    """Begins the messages of a receive together (as the SQLite engine's executor does) and records each
+    batch; resuming a begun delivery executes it. With `failing`, a batch with that job in it raises."""
+
+    def __init__(self, failing: str | None = None) -> None:
+        super().__init__(0.0)
+        self.failing = failing
+        self.batches: list[list[str]] = []
+        self.resumed: list[str] = []
+        self.alone: list[str] = []
+
+    def begin_together(self, messages: list[RunMessage]) -> list[Begun]:
+        with self.lock:
+            self.batches.append([m.job_id for m in messages])
+        if any(m.job_id == self.failing for m in messages):
+            raise RuntimeError("injected: a delivery's writes broke")
+        # The pool hands these back to `resume` untouched: only the message is read here.
+        return [Begun(m, None, None) for m in messages]  # type: ignore[arg-type]
+
+    def resume(self, begun: Begun) -> Outcome:
+        with self.lock:
+            self.resumed.append(begun.message.job_id)
+        return super().execute(begun.message)
+
+    def execute(self, message: RunMessage) -> Outcome:
+        with self.lock:
+            self.alone.append(message.job_id)
+        return super().execute(message)
 
 
 def make_pool(sqs: FakeSqs, executor: SlowExecutor, cap: int, **options: Any) -> ExecutorPool:
@@ -341,3 +379,36 @@ def test_a_pool_long_polling_sqlite_queues_stops_at_once(tmp_path: Any) -> None:
     assert time.monotonic() - stopped_at < 5  # not the 10-20 s a long poll would hold it
     queues.close()
     db.close()
+
+
+def test_the_messages_of_one_receive_are_begun_together_and_each_is_resumed_once() -> None:
+    sqs = FakeSqs({"q": [*bodies(24), "not a run message"]})
+    executor = BatchingExecutor()
+    pool = make_pool(sqs, executor, cap=10)
+
+    run_pool_until(pool, lambda: pool.stats.processed == 25)
+
+    begun = [job for batch in executor.batches for job in batch]
+    assert sorted(begun) == sorted(executor.resumed)  # every delivery begun was carried on, once
+    # A receive of one message (the first, after an empty queue) is executed alone: nothing to batch.
+    assert sorted(executor.resumed + executor.alone) == sorted(f"job_{i}" for i in range(24))
+    assert max(len(batch) for batch in executor.batches) > 1  # several in one batch, not one by one
+    # The body that is no run message is not begun: its worker meets the error and hands it back.
+    assert pool.stats.errors == 1
+    assert sqs.handed_back == ["r24"] and len(sqs.deleted) == 24
+
+
+def test_a_batch_that_raised_is_executed_message_by_message(caplog: pytest.LogCaptureFixture) -> None:
+    sqs = FakeSqs({"q": bodies(10)})
+    executor = BatchingExecutor(failing="job_3")
+    pool = make_pool(sqs, executor, cap=10)
+
+    with caplog.at_level(logging.ERROR):
+        run_pool_until(pool, lambda: pool.stats.processed == 10)
+
+    assert any("each is executed alone" in r.getMessage() for r in caplog.records)
+    batched = {job for batch in executor.batches for job in batch}
+    # The batch holding job_3 went message by message; any other batch was resumed.
+    assert sorted(executor.alone + executor.resumed) == sorted(f"job_{i}" for i in range(10))
+    assert "job_3" in executor.alone and "job_3" in batched
+    assert pool.stats.errors == 0 and len(sqs.deleted) == 10

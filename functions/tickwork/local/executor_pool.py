@@ -24,7 +24,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tickwork.domain.dispatch import RunMessage
-from tickwork.services.executing import Executor, Outcome
+from tickwork.domain.errors import ValidationError
+from tickwork.services.executing import Begun, Executor, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,8 @@ class ExecutorPool:
                 with self._lock:
                     self._held[message["ReceiptHandle"]] = url
                     self._holding.set()
-                pool.submit(self._process, executor, url, message)
+            for message, begun in zip(messages, _begin(executor, messages), strict=True):
+                pool.submit(self._process, executor, url, message, begun)
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """Keep every message being handled invisible for another LOCAL_VISIBILITY_SECONDS, until done."""
@@ -326,12 +328,12 @@ class ExecutorPool:
             self.stats.in_flight += 1
             self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
 
-    def _process(self, executor: Executor, url: str, message: dict[str, Any]) -> None:
+    def _process(self, executor: Executor, url: str, message: dict[str, Any], begun: Begun | None) -> None:
         receipt = message["ReceiptHandle"]
         try:
-            received = RunMessage.from_json(message["Body"])
-            sent_at = message.get("Attributes", {}).get("SentTimestamp")
-            outcome: Outcome = executor.execute(received.with_sent_at_ms(sent_at))
+            outcome: Outcome = (
+                executor.execute(_run_message(message)) if begun is None else executor.resume(begun)
+            )
         except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
             # Left on the queue: it comes back, and after max_receive_count goes to the DLQ (sweeper).
             logger.exception("run message failed, will be redelivered")
@@ -364,6 +366,34 @@ class ExecutorPool:
             self._held.pop(receipt, None)
             if not self._held:
                 self._holding.clear()
+
+
+def _run_message(message: dict[str, Any]) -> RunMessage:
+    """The run message a received message carries, stamped with its SentTimestamp."""
+    sent_at = message.get("Attributes", {}).get("SentTimestamp")
+    return RunMessage.from_json(message["Body"]).with_sent_at_ms(sent_at)
+
+
+def _begin(executor: Executor, messages: list[dict[str, Any]]) -> list[Begun | None]:
+    """The received messages' first writes (their slots and claims) in one commit instead of one each
+    (Executor.begin_together). None for a message to be executed alone by its worker: one whose body is
+    not a run message (its worker meets that error), or every one when the batch did not land (the engine
+    was busy, or one of them raised: that one then fails alone, and its message is handed back)."""
+    runs: dict[int, RunMessage] = {}
+    for index, message in enumerate(messages):
+        try:
+            runs[index] = _run_message(message)
+        except (ValidationError, ValueError):
+            continue  # its worker parses it again, fails, and hands it back
+    try:
+        begun = executor.begin_together(list(runs.values())) if len(runs) > 1 else None
+    except Exception:  # nothing of the batch landed: each is executed alone, and the one at fault fails alone
+        logger.exception("beginning %d deliveries together failed; each is executed alone", len(runs))
+        begun = None
+    if begun is None:
+        return [None] * len(messages)
+    by_index = dict(zip(runs, begun, strict=True))
+    return [by_index.get(index) for index in range(len(messages))]
 
 
 def _pass_on(stop: threading.Event, halt: threading.Event) -> None:

@@ -4,6 +4,7 @@ the attempt: claim a run, call its target, record the outcome."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -39,7 +40,7 @@ from tickwork.domain.delivery import (
     slot_pools,
 )
 from tickwork.domain.dispatch import RunMessage
-from tickwork.domain.errors import DispatchError, StaleRunError, TransientStoreError
+from tickwork.domain.errors import DispatchError, StaleRunError, StoreError, TransientStoreError
 from tickwork.domain.execution import LEASE_MARGIN
 from tickwork.domain.slots import SlotLimits
 from tickwork.domain.targets import TargetInvoker, TargetTracker
@@ -54,7 +55,7 @@ from tickwork.services.ports import (
 )
 from tickwork.services.sweeping import watched_lease
 
-__all__ = ["Executor", "ExecutorConfig", "Outcome"]
+__all__ = ["Begun", "Executor", "ExecutorConfig", "Outcome"]
 logger = logging.getLogger(__name__)
 
 # The steps that only write the store or the slots. Where the engine has write units, a run of them in a
@@ -75,6 +76,16 @@ def _keep_hidden(carrier: Carrier | None, step: Step, known: Known) -> None:
     """A claim just made keeps its delivery's message hidden for its lease."""
     if carrier is not None and isinstance(step, (ClaimRun, TakeSlot)):
         carrier.keep_hidden_until(claimed_lease(step, known))  # None: no claim was made
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """A delivery begun by `Executor.begin_together`: its first write steps landed in the batch's commit
+    (nothing, when its first step was no write). `Executor.resume` carries it on from there."""
+
+    message: RunMessage
+    known: Known  # what is known once they landed
+    next: Step  # the step decided after them
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +122,48 @@ class Executor:
     def execute(self, message: RunMessage, carrier: Carrier | None = None) -> Outcome:
         """Handle one delivery; safe to repeat: only the delivery whose claim wins calls the target, once per
         attempt. The hot path: the slot, the claim, the call, the finish, the slot back."""
-        known = Known(
+        return self._drive(self._known(message, carrier), None, carrier)
+
+    def begin_together(self, messages: Sequence[RunMessage]) -> list[Begun] | None:
+        """Begin several deliveries with one commit: each one's first write steps (its slot and its claim)
+        are carried out inside one write unit, decided as `execute` would decide them; `resume` carries each
+        on once this returned. A delivery that begins with no write (it holds for its fire time) is only
+        decided here. For callers that keep their messages hidden themselves (no carrier).
+
+        None when the engine has no write units, or when the unit could not begin or commit (busy beyond
+        the engine's wait): then nothing of it landed, and each delivery is to be `execute`d alone. What a
+        delivery's writes raised otherwise is raised, and nothing of the batch landed either."""
+        if self._units is None:
+            return None
+        starts = [(known, next_step(known)) for known in (self._known(m, None) for m in messages)]
+        if not any(isinstance(first, _WRITE_STEPS) for _, first in starts):
+            return [Begun(known.message, known, first) for known, first in starts]
+        begun: list[Begun] = []
+        landed: list[Step] = []
+        try:
+            with self._units.together():
+                for known, first in starts:
+                    if not isinstance(first, _WRITE_STEPS):
+                        begun.append(Begun(known.message, known, first))
+                        continue
+                    after, step, carried = self._carry_writes(first, known)
+                    begun.append(Begun(known.message, after, step))
+                    landed.extend(done for done, _ in carried)
+        except (TransientStoreError, StoreError):
+            return None
+        try:
+            for step in landed:  # recorded once they landed, as `execute` records its own
+                self._record(step)
+        except Exception:  # they landed: the deliveries go on, only these records are missing
+            logger.exception("recording the first steps of %d deliveries begun together failed", len(begun))
+        return begun
+
+    def resume(self, begun: Begun) -> Outcome:
+        """Carry on a delivery `begin_together` began."""
+        return self._drive(begun.known, begun.next, None)
+
+    def _known(self, message: RunMessage, carrier: Carrier | None) -> Known:
+        return Known(
             message=message,
             now=self._clock.now(),
             # One lease owner per delivery: two deliveries of one run in one worker never share a claim.
@@ -122,7 +174,10 @@ class Executor:
             pools=slot_pools(message.owner, self._config.limits, message.concurrency),
             deadline=None if carrier is None else carrier.deadline,
         )
-        decided: Step | None = None  # the next step, when a write unit already decided it
+
+    def _drive(self, known: Known, decided: Step | None, carrier: Carrier | None) -> Outcome:
+        """The delivery's steps from `known` (`decided`: the next step, when it is already decided) until
+        it is done."""
         while True:
             step = next_step(known) if decided is None else decided
             decided = None
@@ -160,16 +215,10 @@ class Executor:
             unit.enter_context(self._units.together())
         except TransientStoreError:
             return self._attempt(first, known, carrier), None  # busy beyond the engine's wait: alone, retried
-        before, step = known, first
-        carried: list[tuple[Step, Known]] = []  # each step, and what was known right after it
+        before = known
         try:
             with unit:
-                while True:
-                    known = self._attempt(step, known, None)  # the carrier only hears of landed claims
-                    carried.append((step, known))
-                    step = next_step(known)
-                    if not isinstance(step, _WRITE_STEPS):
-                        break
+                known, step, carried = self._carry_writes(first, known)
         except TransientStoreError as error:
             return before.after(first, self._clock.now(), throttled=error), None
         for index, (landed, found) in enumerate(carried):
@@ -177,6 +226,19 @@ class Executor:
                 self._record(landed)
             _keep_hidden(carrier, landed, found)
         return known, step
+
+    def _carry_writes(self, first: Step, known: Known) -> tuple[Known, Step, list[tuple[Step, Known]]]:
+        """Inside an open unit: `first` and the write steps decided right after it. Returns what is known
+        after the last, the step decided next (not a write), and each step with what was known right after
+        it."""
+        step = first
+        carried: list[tuple[Step, Known]] = []
+        while True:
+            known = self._attempt(step, known, None)  # the carrier only hears of landed claims
+            carried.append((step, known))
+            step = next_step(known)
+            if not isinstance(step, _WRITE_STEPS):
+                return known, step, carried
 
     def _carry_out(self, step: Step, known: Known) -> Known:
         """Do one step's I/O; what it found is what the next decision reads. The clock is read after the
