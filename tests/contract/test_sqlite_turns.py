@@ -97,3 +97,35 @@ def test_a_turn_dropped_without_closing_closes_its_file(tmp_path: Path) -> None:
     with pytest.raises(OSError) as raised:
         os.fstat(fd)
     assert raised.value.errno == errno.EBADF
+
+
+class _NoThreads:
+    """A threading module for turns.py that has no thread to spare."""
+
+    get_ident = staticmethod(threading.get_ident)
+
+    class Thread(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+
+def test_a_contended_turn_without_a_thread_to_watch_it_still_waits_and_gets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "t.writers")
+    holder, waiter = WritersTurn(path), WritersTurn(path)
+    assert holder.take()
+    got = threading.Event()
+
+    def wait_for_it() -> None:
+        assert waiter.take()
+        got.set()
+
+    monkeypatch.setattr(turns, "threading", _NoThreads)
+    thread = threading.Thread(target=wait_for_it)  # the test's own threading, untouched
+    thread.start()
+    assert not got.wait(0.2)
+    holder.give_back()
+    thread.join(GENEROUS_SECONDS)
+    assert got.is_set() and waiter._watch is None
+    waiter.give_back()

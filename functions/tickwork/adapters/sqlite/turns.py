@@ -85,8 +85,12 @@ class WritersTurn:
                 "no writers' turn (%s): %s; SQLite's own lock orders the writes", self._path, error
             )
             return False
-        with _HELD_LOCK:
-            _HELD.add((self._path, threading.get_ident()))
+        try:
+            with _HELD_LOCK:
+                _HELD.add((self._path, threading.get_ident()))
+        except BaseException:  # interrupted once it was ours: nobody would give it back
+            self.give_back()
+            raise
         return True
 
     def give_back(self) -> None:
@@ -114,17 +118,24 @@ class WritersTurn:
                     "no writers' turn (%s): %s; SQLite's own lock orders the writes", self._path, error
                 )
             else:
-                self._closer = weakref.finalize(self, os.close, self._file)  # a Database dropped unclosed
+                closer = weakref.finalize(self, os.close, self._file)  # a Database dropped unclosed
+                closer.atexit = False  # not under a daemon thread still writing at exit
+                self._closer = closer
         return self._file
 
     def _start_watch(self) -> None:
         """The first contended wait starts a thread that logs a writer waiting longer than WATCH_SECONDS
         (off the writers' path: it only reads when the wait began)."""
         if self._watch is None:
-            self._watch = threading.Thread(
+            watch = threading.Thread(
                 target=_watch, args=(weakref.ref(self),), name="tickwork-writers-turn", daemon=True
             )
-            self._watch.start()
+            try:
+                watch.start()
+            except RuntimeError as error:  # no thread to spare: the wait goes on, unwatched
+                logger.warning("no watch on the writers' turn (%s): %s", self._path, error)
+                return
+            self._watch = watch
 
 
 def _watch(turn: weakref.ref[WritersTurn]) -> None:
