@@ -24,6 +24,14 @@ GENEROUS_SECONDS = 30.0  # a bound only reached when the behaviour under test is
 def test_a_waiting_writer_gets_the_turn_when_the_holder_gives_it_back(tmp_path: Path) -> None:
     path = str(tmp_path / "t.writers")
     holder, waiter = WritersTurn(path), WritersTurn(path)
+    _waits_until_given_back(holder, waiter)
+    holder.close()
+    waiter.close()
+
+
+def _waits_until_given_back(holder: WritersTurn, waiter: WritersTurn) -> None:
+    """`holder` takes the turn; `waiter`, on a thread of the test's own, waits for it until `holder` gives
+    it back, then takes it and gives it back."""
     assert holder.take()
     got = threading.Event()
 
@@ -38,8 +46,6 @@ def test_a_waiting_writer_gets_the_turn_when_the_holder_gives_it_back(tmp_path: 
     thread.join(GENEROUS_SECONDS)
     assert got.is_set()
     waiter.give_back()
-    holder.close()
-    waiter.close()
 
 
 def test_a_thread_holding_the_turn_is_refused_another_handle_on_it(tmp_path: Path) -> None:
@@ -114,18 +120,6 @@ def test_a_contended_turn_without_a_thread_to_watch_it_still_waits_and_gets_it(
 ) -> None:
     path = str(tmp_path / "t.writers")
     holder, waiter = WritersTurn(path), WritersTurn(path)
-    assert holder.take()
-    got = threading.Event()
-
-    def wait_for_it() -> None:
-        assert waiter.take()
-        got.set()
-
     monkeypatch.setattr(turns, "threading", _NoThreads)
-    thread = threading.Thread(target=wait_for_it)  # the test's own threading, untouched
-    thread.start()
-    assert not got.wait(0.2)
-    holder.give_back()
-    thread.join(GENEROUS_SECONDS)
-    assert got.is_set() and waiter._watch is None
-    waiter.give_back()
+    _waits_until_given_back(holder, waiter)  # its thread is the test's own threading, untouched
+    assert waiter._watch is None

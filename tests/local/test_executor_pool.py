@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from tickwork.domain.dispatch import RunMessage
 from tickwork.local.executor_pool import ExecutorPool
-from tickwork.services.executing import Begun, Outcome
+from tickwork.services.executing import Outcome
 
 # A deadline for what takes milliseconds: only reached when the behaviour under test is missing.
 GENEROUS_SECONDS = 30.0
@@ -129,6 +130,13 @@ class SlowExecutor:
         return None  # no write units: each message is executed alone
 
 
+@dataclass(frozen=True)
+class FakeBegun:
+    """What the pool hands back to `resume` untouched (a real Begun carries what is known of it)."""
+
+    message: RunMessage
+
+
 class BatchingExecutor(SlowExecutor):
     """Begins the messages of a receive together (as the SQLite engine's executor does) and records each
     batch; resuming a begun delivery executes it. With `failing`, a batch with that job in it raises."""
@@ -140,15 +148,14 @@ class BatchingExecutor(SlowExecutor):
         self.resumed: list[str] = []
         self.alone: list[str] = []
 
-    def begin_together(self, messages: list[RunMessage]) -> list[Begun]:
+    def begin_together(self, messages: list[RunMessage]) -> list[FakeBegun]:
         with self.lock:
             self.batches.append([m.job_id for m in messages])
         if any(m.job_id == self.failing for m in messages):
             raise RuntimeError("injected: a delivery's writes broke")
-        # The pool hands these back to `resume` untouched: only the message is read here.
-        return [Begun(m, None, None) for m in messages]  # type: ignore[arg-type]
+        return [FakeBegun(m) for m in messages]
 
-    def resume(self, begun: Begun) -> Outcome:
+    def resume(self, begun: FakeBegun) -> Outcome:
         with self.lock:
             self.resumed.append(begun.message.job_id)
         return super().execute(begun.message)

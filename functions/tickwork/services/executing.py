@@ -83,8 +83,7 @@ class Begun:
     """A delivery begun by `Executor.begin_together`: its first write steps landed in the batch's commit
     (nothing, when its first step was no write). `Executor.resume` carries it on from there."""
 
-    message: RunMessage
-    known: Known  # what is known once they landed
+    known: Known  # what is known once they landed (its message among it)
     next: Step  # the step decided after them
 
 
@@ -135,20 +134,17 @@ class Executor:
         delivery's writes raised otherwise is raised, and nothing of the batch landed either."""
         if self._units is None:
             return None
-        starts = [(known, next_step(known)) for known in (self._known(m, None) for m in messages)]
-        if not any(isinstance(first, _WRITE_STEPS) for _, first in starts):
-            return [Begun(known.message, known, first) for known, first in starts]
-        begun: list[Begun] = []
+        begun = [Begun(known, next_step(known)) for known in (self._known(m, None) for m in messages)]
+        if not any(isinstance(one.next, _WRITE_STEPS) for one in begun):
+            return begun  # only decided: nothing to write
         landed: list[Step] = []
         try:
             with self._units.together():
-                for known, first in starts:
-                    if not isinstance(first, _WRITE_STEPS):
-                        begun.append(Begun(known.message, known, first))
-                        continue
-                    after, step, carried = self._carry_writes(first, known)
-                    begun.append(Begun(known.message, after, step))
-                    landed.extend(done for done, _ in carried)
+                for index, one in enumerate(begun):
+                    if isinstance(one.next, _WRITE_STEPS):
+                        after, step, carried = self._carry_writes(one.next, one.known)
+                        begun[index] = Begun(after, step)
+                        landed.extend(done for done, _ in carried)
         except (TransientStoreError, StoreError):
             return None
         try:

@@ -206,22 +206,14 @@ class Database:
     `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
     every other writer, in this process or another."""
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        synchronous: str = "FULL",
-        readers: int = READERS,
-        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-    ) -> None:
+    def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.path = path
         self._synchronous = synchronous
         # This process's writers queue here, woken as soon as the lock is free; only one of them at a time
-        # then takes the installation's writers' turn (`_writers_turn`), across processes.
+        # then takes the installation's writers' turn (`_writing`), across processes.
         self._write_lock = threading.Lock()
-        self._busy_timeout_ms = busy_timeout_ms
         self._turn = WritersTurn(f"{path.resolve()}.writers")
         # The thread inside `write()` (None: none): a write inside a write of the same thread is a
         # savepoint of the outer transaction (`_nested`).
@@ -241,8 +233,7 @@ class Database:
             if self._opened:
                 return self
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._turn.refuse_reentry()
-            with self._write_lock, self._writers_turn():
+            with self._writing():
                 connection = self._writer_connection()
                 try:
                     connection.execute("BEGIN IMMEDIATE")
@@ -280,12 +271,9 @@ class Database:
             # check_same_thread off: a connection moves between threads, never used by two at once (the
             # write lock, the reader pool and the watch lock see to that).
             connection = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                timeout=self._busy_timeout_ms / 1000,
-                check_same_thread=False,
+                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
             )
-            connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         except sqlite3.Error as error:
@@ -312,8 +300,7 @@ class Database:
             with self._nested() as connection:
                 yield connection
             return
-        self._turn.refuse_reentry()
-        with self._write_lock, self._writers_turn():
+        with self._writing():
             connection = self._writer_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
@@ -338,15 +325,18 @@ class Database:
                 self._write_owner = None
 
     @contextmanager
-    def _writers_turn(self) -> Iterator[None]:
-        """The installation's writers' turn (adapters/sqlite/turns.py), before SQLite's write lock; only
-        called under this process's write lock."""
-        taken = self._turn.take()
-        try:
-            yield
-        finally:
-            if taken:
-                self._turn.give_back()
+    def _writing(self) -> Iterator[None]:
+        """This process's write lock, then the installation's writers' turn (adapters/sqlite/turns.py),
+        before SQLite's write lock. A thread that holds the turn through another handle on the file is
+        refused first, before the write lock: its wait would never end."""
+        self._turn.refuse_reentry()
+        with self._write_lock:
+            taken = self._turn.take()
+            try:
+                yield
+            finally:
+                if taken:
+                    self._turn.give_back()
 
     @contextmanager
     def _nested(self) -> Iterator[sqlite3.Connection]:

@@ -66,7 +66,7 @@ class WritersTurn:
     def take(self) -> bool:
         """Wait for the turn: True once this process holds it, False when there is no turn to take (its
         file cannot be opened or locked: SQLite's own lock orders the writes)."""
-        fd = None if self._unavailable else self._open()
+        fd = self._open()
         if fd is None:
             return False
         try:
@@ -80,10 +80,7 @@ class WritersTurn:
                 finally:
                     self._waiting_since = None
         except OSError as error:  # no locks on this file system (ENOLCK): SQLite's alone
-            self._unavailable = True
-            logger.warning(
-                "no writers' turn (%s): %s; SQLite's own lock orders the writes", self._path, error
-            )
+            self._without_turn(error, for_good=True)
             return False
         try:
             with _HELD_LOCK:
@@ -106,22 +103,26 @@ class WritersTurn:
         self._file = self._closer = None
 
     def _open(self) -> int | None:
-        if self._file is None and not self._unavailable:
+        """The turn's file (None: there is no turn to take)."""
+        if self._unavailable:
+            return None
+        if self._file is None:
             try:
                 # Like SQLite's own -wal and -shm files: readable and writable by whoever may write the
                 # database (the umask decides), so a second user of the installation can take turns too.
                 self._file = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o666)
             except OSError as error:
                 # Out of descriptors passes; a file that cannot be opened (a directory, no permission) stays.
-                self._unavailable = error.errno not in (errno.EMFILE, errno.ENFILE)
-                logger.warning(
-                    "no writers' turn (%s): %s; SQLite's own lock orders the writes", self._path, error
-                )
+                self._without_turn(error, for_good=error.errno not in (errno.EMFILE, errno.ENFILE))
             else:
                 closer = weakref.finalize(self, os.close, self._file)  # a Database dropped unclosed
                 closer.atexit = False  # not under a daemon thread still writing at exit
                 self._closer = closer
         return self._file
+
+    def _without_turn(self, error: OSError, *, for_good: bool) -> None:
+        self._unavailable = for_good
+        logger.warning("no writers' turn (%s): %s; SQLite's own lock orders the writes", self._path, error)
 
     def _start_watch(self) -> None:
         """The first contended wait starts a thread that logs a writer waiting longer than WATCH_SECONDS
