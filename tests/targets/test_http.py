@@ -175,6 +175,17 @@ def test_invalid_stored_target_fails_without_a_call(server: RecordingServer) -> 
     assert server.connections == 0
 
 
+def test_a_header_no_http_byte_can_carry_fails_for_good_without_a_call(server: RecordingServer) -> None:
+    # Valid as a job's header (no CR, LF or NUL), but outside latin-1: before, the call raised instead.
+    target = http_target(server.url(), headers={"X-Price": "10 \u20ac"})
+
+    result = local_invoker().invoke(target, invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, False, "InvalidTarget")
+    assert "not sendable" in result.detail
+    assert server.connections == 0
+
+
 def test_empty_signing_secret_is_refused_at_construction() -> None:
     with pytest.raises(ValueError, match="secret"):
         HttpInvoker(b"", clock_epoch=lambda: 0.0, allow_loopback=True)

@@ -1,9 +1,10 @@
-"""HTTP(S) targets over the standard library, with an SSRF guard on the address actually connected to.
+"""HTTP(S) targets over the standard library's sockets, with an SSRF guard on the address actually connected
+to.
 
 The call resolves the host once, checks every resolved address, and connects the socket to a checked address
-itself; http.client then only speaks HTTP over that socket. So a DNS answer that changes between check and
-connect (rebinding) cannot redirect the call. TLS verifies the certificate against the URL's hostname (SNI
-too), not the IP. Redirects are never followed.
+itself; the request is written and the answer read over that socket (http_wire.py). So a DNS answer that
+changes between check and connect (rebinding) cannot redirect the call. TLS verifies the certificate against
+the URL's hostname (SNI too), not the IP. Redirects are never followed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from tickwork import signing
-from tickwork.adapters.targets._common import Stopwatch, checked_target
+from tickwork.adapters.targets._common import Stopwatch, checked_target, invalid_target
+from tickwork.adapters.targets.http_wire import AnswerReader, UnsendableRequest, request_bytes
 from tickwork.adapters.targets.ssrf import IPAddress, blocked_reason, parse_networks
 from tickwork.domain.models import Target
 from tickwork.domain.secrets import (
@@ -37,7 +39,7 @@ from tickwork.domain.secrets import (
 from tickwork.domain.targets import Invocation, TargetResult, http_status_retryable, invocation_headers
 
 MAX_RESPONSE_BYTES = 64 * 1024  # read at most this much of a response; the result keeps 1 KiB of it
-_READ_CHUNK = 8 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}  # the Host header names a port only when it is not these
 USER_AGENT = "Tickwork/1 (+https://github.com/tickwork)"
 SSRF_BLOCKED = "SSRFBlocked"
 NAME_RESOLUTION_ERROR = "NameResolutionError"
@@ -117,10 +119,11 @@ _ALARMS = _Alarms()
 class _Watchdog:
     """Shuts the connection down when the call's timeout passes, whatever the call is blocked in.
 
-    Socket timeouts bound one socket operation, and `http.client` reads a status line, a header or a body
-    of known length with as many operations as the server cares to trickle bytes: a server sending a byte
-    every few seconds would hold the call for minutes under any socket timeout. At the deadline the shared
-    alarm thread shuts the socket down, the blocked read returns, and the call reports a timeout (`fired`).
+    Socket timeouts bound one socket operation, and a TLS handshake or a send takes as many operations as
+    the server cares to trickle bytes: a server taking a byte every few seconds would hold the call for
+    minutes under any socket timeout. At the deadline the shared alarm thread shuts the socket down, the
+    blocked operation returns, and the call reports a timeout (`fired`). (Each read of the answer is also
+    bounded by the time left.)
     """
 
     def __init__(self, seconds: float) -> None:
@@ -272,13 +275,18 @@ class HttpInvoker:
                 body=body,
             ),
         }
+        try:
+            request = request_bytes(
+                method, destination.host, destination.port, _DEFAULT_PORTS[destination.scheme],
+                destination.path, headers, body,
+            )  # fmt: skip
+        except UnsendableRequest as error:
+            return invalid_target(str(error))
         watch = Stopwatch(self._monotonic)
         deadline = _Deadline(invocation.timeout_seconds, self._monotonic)
         watchdog = _Watchdog(invocation.timeout_seconds)
         try:
-            code, reason, response_body = self._exchange(
-                destination, method, headers, body, deadline, watchdog
-            )
+            code, reason, response_body = self._exchange(destination, request, deadline, watchdog)
         except _Blocked as blocked:
             return TargetResult(False, False, SSRF_BLOCKED, watch.elapsed_ms(), str(blocked))
         except socket.gaierror as error:
@@ -324,16 +332,10 @@ class HttpInvoker:
         return {**values, **{name: store.get(owner, reference) for name, reference in refs.items()}}
 
     def _exchange(
-        self,
-        destination: _Destination,
-        method: str,
-        headers: dict[str, str],
-        body: bytes,
-        deadline: _Deadline,
-        watchdog: _Watchdog,
+        self, destination: _Destination, request: bytes, deadline: _Deadline, watchdog: _Watchdog
     ) -> tuple[int, str, bytes]:
         try:
-            answer = self._talk(destination, method, headers, body, deadline, watchdog)
+            answer = self._talk(destination, request, deadline, watchdog)
         except (OSError, http.client.HTTPException) as error:
             if watchdog.fired:  # the read ended because the watchdog cut the connection
                 raise TimeoutError("the target's timeout elapsed") from error
@@ -343,46 +345,16 @@ class HttpInvoker:
         return answer
 
     def _talk(
-        self,
-        destination: _Destination,
-        method: str,
-        headers: dict[str, str],
-        body: bytes,
-        deadline: _Deadline,
-        watchdog: _Watchdog,
+        self, destination: _Destination, request: bytes, deadline: _Deadline, watchdog: _Watchdog
     ) -> tuple[int, str, bytes]:
         sock = self._open(destination, deadline, watchdog)
-        # http.client only speaks HTTP over the socket we hand it: it never resolves or connects itself.
-        connection: http.client.HTTPConnection
-        if destination.scheme == "https":
-            # The socket is already TLS-wrapped; HTTPSConnection is used for its Host header (no ":443").
-            connection = http.client.HTTPSConnection(
-                destination.host, destination.port, timeout=deadline.remaining(), context=self._tls
-            )
-        else:
-            connection = http.client.HTTPConnection(
-                destination.host, destination.port, timeout=deadline.remaining()
-            )
-        connection.sock = sock
         try:
-            connection.request(method, destination.path, body=body, headers=headers)
             sock.settimeout(deadline.remaining())
-            response = connection.getresponse()
-            chunks: list[bytes] = []
-            received = 0
-            while received < MAX_RESPONSE_BYTES and not response.isclosed():
-                # A response with a Content-Length closes itself (and, when the server said
-                # "Connection: close", the socket) once its body is read: stop before touching the socket.
-                sock.settimeout(deadline.remaining())
-                chunk = response.read(min(_READ_CHUNK, MAX_RESPONSE_BYTES - received))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                received += len(chunk)
-            return response.status, response.reason, b"".join(chunks)
+            sock.sendall(request)
+            return AnswerReader(sock, deadline.remaining).read(limit=MAX_RESPONSE_BYTES)
         finally:
             # Closing without draining an oversized body is deliberate: connections are never reused.
-            connection.close()
+            sock.close()
 
     def _open(self, destination: _Destination, deadline: _Deadline, watchdog: _Watchdog) -> socket.socket:
         # getaddrinfo cannot be given a timeout; the system resolver's own (a few seconds) bounds it.
