@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import ssl
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,6 +189,20 @@ def test_a_header_no_http_byte_can_carry_fails_for_good_without_a_call(server: R
     assert server.connections == 0
 
 
+def test_a_host_idna_cannot_encode_fails_for_good_without_a_call(server: RecordingServer) -> None:
+    resolved: list[str] = []
+
+    def resolver(host: str, port: int) -> list[tuple[int, IPAddress]]:
+        resolved.append(host)
+        return [(socket.AF_INET, ipaddress.IPv4Address("127.0.0.1"))]
+
+    host = "\u00e9" * 70 + ".example"  # a label longer than IDNA's 63
+    result = local_invoker(resolver).invoke(http_target(f"http://{host}:{server.port}/x"), invocation())
+
+    assert (result.ok, result.retryable, result.status) == (False, False, "InvalidTarget")
+    assert (resolved, server.connections) == ([], 0)
+
+
 def test_empty_signing_secret_is_refused_at_construction() -> None:
     with pytest.raises(ValueError, match="secret"):
         HttpInvoker(b"", clock_epoch=lambda: 0.0, allow_loopback=True)
@@ -292,3 +309,90 @@ def test_a_trickling_server_cannot_hold_the_call_past_its_timeout(stage: str) ->
 
     assert (result.ok, result.retryable, result.status) == (False, True, "TimeoutError")
     assert elapsed < 1.0, f"{stage}: {elapsed:.2f} s for a 0.5 s timeout"
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for "localhost" and its key, signed by itself (the client is told to trust it)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize(
+    ("answer", "body"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nover tls!", "over tls!"),
+        (b"HTTP/1.0 200 OK\r\n\r\nuntil the close", "until the close"),  # its end: TLS close_notify
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nok, \r\n6\r\nchunks\r\n0\r\n\r\n",
+            "ok, chunks",
+        ),
+    ],
+    ids=["length", "until-close", "chunked"],
+)
+def test_an_https_exchange_reads_the_answer_over_tls(tmp_path: Path, answer: bytes, body: str) -> None:
+    import threading
+
+    cert, key = _self_signed(tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    received: list[bytes] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with server_tls.wrap_socket(connection, server_side=True) as tls:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += tls.recv(4096)
+            received.append(request)
+            tls.sendall(answer)
+            # close_notify first (the end of a body read until the close); the client may be gone already
+            # (it closes without a close_notify of its own once its answer is read): a reset, not a failure.
+            with contextlib.suppress(OSError):
+                tls.unwrap()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client_tls = ssl.create_default_context(cafile=str(cert))
+    invoker = HttpInvoker(
+        SECRET,
+        clock_epoch=lambda: float(EPOCH),
+        allow_loopback=True,
+        resolver=lambda host, port: [(socket.AF_INET, ipaddress.IPv4Address("127.0.0.1"))],
+        tls_context=client_tls,
+    )
+    try:
+        result = invoker.invoke(http_target(f"https://localhost:{port}/hook"), invocation())
+    finally:
+        server.join(timeout=5)
+        listener.close()
+
+    assert (result.ok, result.status, result.detail) == (True, "200", body)
+    assert received[0].startswith(f"POST /hook HTTP/1.1\r\nHost: localhost:{port}\r\n".encode())

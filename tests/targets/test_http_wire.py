@@ -97,6 +97,20 @@ def test_a_status_line_without_a_reason_and_a_folded_header() -> None:
     assert answer(sent) == (404, "", b"no")
 
 
+def test_a_tab_separated_status_line_reads_and_http_2_is_an_unknown_protocol() -> None:
+    assert answer(b"HTTP/1.1\t200\tFine\r\nContent-Length: 0\r\n\r\n") == (200, "Fine", b"")
+    with pytest.raises(http.client.UnknownProtocol):
+        answer(b"HTTP/2.0 200 OK\r\n\r\n")
+
+
+def test_switching_protocols_is_final_and_nothing_after_it_is_read() -> None:
+    assert answer(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n\x00\x01binary") == (
+        101,
+        "Switching Protocols",
+        b"",
+    )
+
+
 def test_a_server_that_closes_without_answering() -> None:
     with pytest.raises(http.client.RemoteDisconnected):
         answer()
@@ -122,6 +136,47 @@ def test_lines_and_headers_beyond_http_clients_limits_fail() -> None:
             answer(sent)
 
 
+def test_http_clients_limits_themselves_pass() -> None:
+    longest = b"X: " + b"y" * (MAX_LINE - 5) + b"\r\n"  # MAX_LINE bytes with its end
+    headers = b"X: y\r\n" * (MAX_HEADERS - 2)  # with the longest and Content-Length: MAX_HEADERS
+    assert answer(b"HTTP/1.1 200 OK\r\n", longest, headers, b"Content-Length: 1\r\n\r\nz") == (
+        200,
+        "OK",
+        b"z",
+    )
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n",
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+    ],
+    ids=["length", "chunked", "no body"],
+)
+def test_a_delimited_answer_is_read_without_waiting_for_the_close(sent: bytes) -> None:
+    # The server keeps its side open: one more receive would wait, and the deadline would end it.
+    with connected() as (ours, theirs):
+        theirs.sendall(sent)
+        status, _, body = AnswerReader(ours, lambda: 0.5).read(limit=100)
+    assert (status, body) == ((204, b"") if status == 204 else (200, b"ok"))
+
+
+def test_interim_answers_without_end_are_cut_by_the_deadline() -> None:
+    with connected() as (ours, theirs):
+        theirs.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 200)
+        left = iter([0.5] * 50)
+
+        def remaining() -> float:
+            for seconds in left:
+                return seconds
+            raise TimeoutError("the target's timeout elapsed")
+
+        with pytest.raises(TimeoutError):
+            AnswerReader(ours, remaining).read(limit=100)
+
+
 def test_every_receive_is_bounded_by_the_deadline() -> None:
     def elapsed() -> float:
         raise TimeoutError("the target's timeout elapsed")
@@ -136,7 +191,7 @@ def test_the_request_as_http_client_wrote_it() -> None:
     )
     assert sent == (
         b"POST /hook?a=1 HTTP/1.1\r\nHost: example.com:8080\r\nAccept-Encoding: identity\r\n"
-        b"X-One: 1\r\nUser-Agent: t\r\nContent-Length: 2\r\n\r\n{}"
+        b"Content-Length: 2\r\nX-One: 1\r\nUser-Agent: t\r\n\r\n{}"
     )
     assert request_bytes("GET", "::1", 443, 443, "/", {}, b"").startswith(
         b"GET / HTTP/1.1\r\nHost: [::1]\r\n"
@@ -147,6 +202,11 @@ def test_the_request_as_http_client_wrote_it() -> None:
     assert b"X-Name: caf\xe9\r\n" in request_bytes("PUT", "h", 80, 80, "/", {"X-Name": "caf\u00e9"}, b"")
 
 
+def test_a_jobs_own_accept_encoding_replaces_the_default() -> None:
+    sent = request_bytes("GET", "h", 80, 80, "/", {"accept-encoding": "gzip"}, b"")
+    assert sent.lower().count(b"accept-encoding") == 1 and b"accept-encoding: gzip\r\n" in sent
+
+
 @pytest.mark.parametrize(
     ("path", "headers"),
     [
@@ -154,9 +214,20 @@ def test_the_request_as_http_client_wrote_it() -> None:
         ("/", {"X-A": "nul\x00"}),
         ("/", {"X-A": "euro \u20ac"}),  # not latin-1: no byte on the wire means it
         ("/a b", {}),
+        ("/a\tb", {}),
         ("/caf\u00e9", {}),  # a request line is ASCII
+        ("/", {"Transfer-Encoding": "chunked"}),  # framing is ours: refused when written, and here too
+        ("/", {"content-length": "0"}),
+        ("/", {"Host": "elsewhere"}),
+        ("/", {"X-A\n": "1"}),
+        ("/", {"X A": "1"}),
     ],
 )
 def test_a_request_that_cannot_be_written_is_refused(path: str, headers: dict[str, str]) -> None:
     with pytest.raises(UnsendableRequest):
         request_bytes("POST", "example.com", 80, 80, path, headers, b"")
+
+
+def test_a_host_idna_cannot_encode_is_refused() -> None:
+    with pytest.raises(UnsendableRequest, match="cannot be encoded"):
+        request_bytes("GET", "\u00e9" * 70 + ".example", 80, 80, "/", {}, b"")

@@ -164,6 +164,13 @@ BAD: list[Any] = [
     ),
     pytest.param(
         "http",
+        {"url": "https://h/", "headers": {"X-A\n": "v"}},
+        "target.config.headers.X-A\n",
+        "header name",
+        id="header-name-final-newline",  # a "$" anchor passes a final newline
+    ),
+    pytest.param(
+        "http",
         {"url": "https://h/", "headers": {"X-A": "v\r\nInjected: 1"}},
         "target.config.headers.X-A",
         "CR, LF",
@@ -411,3 +418,12 @@ def test_json_values_are_copied_not_shared() -> None:
     payload["nested"]["n"] = 2
 
     assert target.config["payload"] == {"nested": {"n": 1}}
+
+
+@pytest.mark.parametrize("name", ["Transfer-Encoding", "X-Tickwork-Run-Id", "Bad Name"])
+def test_a_stored_secret_ref_must_name_a_header_a_job_may_set(name: str) -> None:
+    # Tickwork writes the refs from checked names: one that is not was written around the API.
+    config = {"url": "https://h/", "secret_refs": {name: "ref-1"}}
+    with pytest.raises(ValidationError) as refused:
+        validate_target("http", config, stored=True)
+    assert refused.value.field == f"target.config.secret_refs.{name}"

@@ -587,7 +587,15 @@ def _secret_refs(cfg: _Config) -> dict[str, str]:
         isinstance(name, str) and isinstance(ref, str) and ref for name, ref in raw.items()
     ):
         raise ValidationError(_field(SECRET_REFS), "must map header names to references")
+    for name in raw:  # written by Tickwork from checked names: one that is not was written around it
+        if not _TOKEN.fullmatch(name) or _reserved(name.lower()):
+            raise ValidationError(_field(f"{SECRET_REFS}.{name}"), "is not a header a job may set")
     return dict(raw)
+
+
+def _reserved(lowered: str) -> bool:
+    """A header name (lower-cased) Tickwork or the connection sets: no job may."""
+    return lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX)
 
 
 def _check_header_set(*groups: Mapping[str, str]) -> None:
@@ -636,10 +644,10 @@ def _http_headers(raw: Any, key: str) -> dict[str, str]:
     seen: set[str] = set()
     for name, value in raw.items():
         field = _field(f"{key}.{name}")
-        if not isinstance(name, str) or not _TOKEN.match(name):
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):  # match: "$" passes a final newline
             raise ValidationError(field, "is not a valid header name (RFC 9110 token characters only)")
         lowered = name.lower()
-        if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
+        if _reserved(lowered):
             raise ValidationError(field, "is set by Tickwork or the connection and cannot be overridden")
         if lowered in seen:
             raise ValidationError(field, "appears twice (header names are case-insensitive)")

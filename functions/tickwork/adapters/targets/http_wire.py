@@ -20,7 +20,12 @@ MAX_LINE = 65536  # http.client's: a status line, a header line or a chunk size 
 MAX_HEADERS = 100  # http.client's: an answer with more header lines fails
 _RECV = 8 * 1024
 _NO_BODY = (204, 304)
-_UNSENDABLE = re.compile(r"[\r\n\x00]")
+_SWITCHING = 101  # final, not interim: what follows is another protocol, never read as HTTP
+_STATUS = re.compile(r"[1-9][0-9][0-9]")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field name
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
+_BREAK = re.compile(r"[\r\n\x00]")
+_BAD_PATH = re.compile(r"[\x00-\x20\x7f]")  # http.client's: no control character or space on the request line
 
 
 class UnsendableRequest(ValueError):
@@ -31,27 +36,38 @@ class UnsendableRequest(ValueError):
 def request_bytes(
     method: str, host: str, port: int, default_port: int, path: str, headers: Mapping[str, str], body: bytes
 ) -> bytes:
-    """The whole request: the request line, Host, Accept-Encoding and Content-Length as http.client writes
-    them, then `headers` (validated names; reserved ones, such as Host, are refused when a job is written)."""
-    name = host.encode("ascii") if host.isascii() else host.encode("idna")
-    if ":" in host:
-        name = b"[" + name + b"]"  # an IPv6 literal
-    authority = name if port == default_port else name + f":{port}".encode("ascii")
-    lines = [f"{name}: {value}" for name, value in headers.items()]
-    if _UNSENDABLE.search("".join(lines)) or _UNSENDABLE.search(path) or " " in path:
-        raise UnsendableRequest("a header or the path holds a line break, a NUL or a space")
+    """The whole request, as http.client writes it: the request line, Host, Accept-Encoding (unless the
+    job gives its own) and Content-Length, then `headers`. A header that would change how the request is
+    framed (Host, Content-Length, Transfer-Encoding, Connection: refused when a job is written) is refused
+    here too, with any name that is not a field name."""
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name) or name.lower() in _FRAMING:
+            raise UnsendableRequest(f"header {name!r} is not one a request may carry")
+        if _BREAK.search(value):
+            raise UnsendableRequest(f"header {name} holds a line break or a NUL")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise UnsendableRequest(f"header {name} is not sendable as HTTP/1.1 text (latin-1)") from None
+    if _BAD_PATH.search(path) or not path.isascii():
+        raise UnsendableRequest("the URL's path holds a space, a control or a non-ASCII character")
     try:
-        head = (
-            f"{method} {path} HTTP/1.1\r\n".encode("ascii")
-            + b"Host: "
-            + authority
-            + b"\r\nAccept-Encoding: identity\r\n"
-            + "".join(f"{line}\r\n" for line in lines).encode("latin-1")
-            + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
-        )
-    except UnicodeEncodeError as error:
-        raise UnsendableRequest(f"not sendable as HTTP/1.1 text: {error.reason} at {error.start}") from None
-    return head + body
+        host_bytes = host.encode("ascii") if host.isascii() else host.encode("idna")
+    except UnicodeError as error:  # a label IDNA cannot encode (too long, empty)
+        raise UnsendableRequest(f"host {host!r} cannot be encoded: {error}") from None
+    if ":" in host:
+        host_bytes = b"[" + host_bytes + b"]"  # an IPv6 literal
+    authority = host_bytes if port == default_port else host_bytes + f":{port}".encode("ascii")
+    own_encoding = any(name.lower() == "accept-encoding" for name in headers)
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: ".encode("ascii")
+        + authority
+        + (b"" if own_encoding else b"\r\nAccept-Encoding: identity")
+        + f"\r\nContent-Length: {len(body)}\r\n".encode("ascii")
+        + "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode("latin-1")
+        + b"\r\n"
+        + body
+    )
 
 
 class AnswerReader:
@@ -71,9 +87,9 @@ class AnswerReader:
         while True:
             status, reason = self._status_line()
             headers = self._headers()
-            if not 100 <= status < 200:
+            if status == _SWITCHING or not 100 <= status < 200:
                 break
-        if status in _NO_BODY:
+        if status in _NO_BODY or status == _SWITCHING:
             return status, reason, b""
         if headers.get("transfer-encoding", "").strip().lower() == "chunked":
             return status, reason, self._chunked(limit)
@@ -118,10 +134,11 @@ class AnswerReader:
         if not raw:
             raise http.client.RemoteDisconnected("Remote end closed connection without response")
         line = raw.decode("iso-8859-1")
-        version, _, rest = line.strip().partition(" ")
-        code, _, reason = rest.strip().partition(" ")
-        if not version.startswith("HTTP/") or len(code) != 3 or not code.isdigit() or code[0] == "0":
+        version, code, reason = [*line.split(None, 2), "", "", ""][:3]
+        if not version.startswith("HTTP/") or not _STATUS.fullmatch(code):
             raise http.client.BadStatusLine(line)
+        if not version.startswith("HTTP/1.") and version != "HTTP/0.9":
+            raise http.client.UnknownProtocol(version)
         return int(code), reason.strip()
 
     def _headers(self) -> dict[str, str]:
@@ -133,7 +150,7 @@ class AnswerReader:
                 return fields
             name, colon, value = line.decode("iso-8859-1").partition(":")
             if colon and name and not name[0].isspace():  # a folded line continues the one before it
-                fields.setdefault(name.strip().lower(), value.strip())
+                fields.setdefault(name.lower(), value.strip())
         raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
 
     def _exactly(self, count: int, *, short_ok: bool) -> bytes:
