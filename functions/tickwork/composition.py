@@ -188,14 +188,14 @@ class Components:
 
     def planner(self) -> Planner:
         settings = self.settings
-        # DynamoDB: a round fills one SQS batch per queue, and its transactions go out together. The SQLite
+        # A round fills one SQS batch per queue. DynamoDB: its transactions go out together. The SQLite
         # engine has one writer: a round's commits go in order, in one transaction.
         queues = max(1, len(settings.dispatch_queue_urls))
         parallel = settings.engine != "sqlite"
         config = PlannerConfig(
             lookahead=settings.lookahead,
             reread=settings.reread,
-            round_messages=DISPATCH_BATCH * queues if parallel else DISPATCH_BATCH,
+            round_messages=DISPATCH_BATCH * queues,
             commit_threads=PLAN_COMMIT_THREADS if parallel else 1,
             commit_together=not parallel,
             shard_threads=PLAN_SHARD_THREADS if parallel else 1,

@@ -237,6 +237,8 @@ def test_a_ticker_down_for_three_hours_catches_up_every_missed_fire_per_policy(
     assert sum(r.state is RunState.PLANNED for r in late) == expected_planned
     assert sum(r.state is RunState.MISSED for r in late) == expected_missed
     assert all(r.trigger is Trigger.CATCH_UP for r in late)
+    # Only a planned run's message goes before its commit; a missed fire's record has no message.
+    assert all(r.queue_carried is (r.state is RunState.PLANNED) for r in late)
     assert report.runs_missed == expected_missed
     assert len(dispatcher.sent) == on_time + expected_planned + 2  # + 15:03 and 15:04 on time
     if policy is MissedFirePolicy.COALESCE:

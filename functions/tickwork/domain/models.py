@@ -194,9 +194,14 @@ class Job:
         a pause or an edit of a job that was behind): a bucket older than the ticker's re-read window would
         never be read again.
         """
-        if self.state is not JobState.ACTIVE or self.next_fire_at is None:
+        return self.due_key_at(self.next_fire_at)
+
+    def due_key_at(self, next_fire_at: datetime | None) -> str | None:
+        """The `due` key the job has once its next fire is `next_fire_at` (a plan's commit writes it without
+        building the advanced job)."""
+        if self.state is not JobState.ACTIVE or next_fire_at is None:
             return None
-        filed_at = self.next_fire_at
+        filed_at = next_fire_at
         if self.due_floor is not None and self.due_floor > filed_at:
             filed_at = self.due_floor
         return due_key(self.shard, filed_at)
@@ -330,9 +335,10 @@ class Run:
         state: RunState,
         reason: str | None = None,
         due_at: datetime | None = None,
+        queue_carried: bool = False,
     ) -> Run:
         """A run of one fire of the job (`due_at`: when it should start, by default the fire plus the job's
-        jitter)."""
+        jitter; `queue_carried`: its message goes out before its commit)."""
         if due_at is None:
             due_at = scheduled_for + jitter_offset(job.schedule, job.job_id, scheduled_for)
         # A run on request is keyed below the second (a rerun of a fire at the fire plus microseconds): its
@@ -354,4 +360,5 @@ class Run:
             owner=job.owner,
             previous_slot=previous_fire_before(job.schedule, second),
             next_slot=next_fire_after(job.schedule, second),
+            queue_carried=queue_carried,
         )

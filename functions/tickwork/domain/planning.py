@@ -49,8 +49,11 @@ def classify_fire(job: Job, scheduled_for: datetime, following: datetime | None,
     return RunState.PLANNED if latest_missed else RunState.MISSED
 
 
-def plan_batch(job: Job, *, now: datetime, horizon: datetime, max_runs: int) -> PlanBatch:
-    """The next at most `max_runs` fires of `job` at or before `horizon`, from its stored next fire."""
+def plan_batch(
+    job: Job, *, now: datetime, horizon: datetime, max_runs: int, queue_carried: bool = False
+) -> PlanBatch:
+    """The next at most `max_runs` fires of `job` at or before `horizon`, from its stored next fire
+    (`queue_carried`: the messages of its planned runs go out before their commit)."""
     runs: list[Run] = []
     fire = job.next_fire_at
     while fire is not None and fire <= horizon and len(runs) < max_runs:
@@ -62,7 +65,12 @@ def plan_batch(job: Job, *, now: datetime, horizon: datetime, max_runs: int) -> 
             if (state is RunState.MISSED)
             else None
         )
-        runs.append(Run.for_fire(job, fire, now=now, trigger=trigger, state=state, reason=reason))
+        carried = queue_carried and state is RunState.PLANNED
+        runs.append(
+            Run.for_fire(
+                job, fire, now=now, trigger=trigger, state=state, reason=reason, queue_carried=carried
+            )
+        )
         fire = following
     return PlanBatch(runs=tuple(runs), next_fire_at=fire)
 

@@ -6,7 +6,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
@@ -265,10 +265,11 @@ class Planner:
             progress.done()
             return None
         progress.at(job)
-        batch = plan_batch(job, now=now, horizon=horizon, max_runs=self._config.max_runs_per_commit)
         # Their messages go out before the commit: the queue, not the sweeper, carries them from here on.
-        runs = tuple(replace(r, queue_carried=True) if r.state is RunState.PLANNED else r for r in batch.runs)
-        return _Step(progress, job, runs, batch.next_fire_at, conflicts)
+        batch = plan_batch(
+            job, now=now, horizon=horizon, max_runs=self._config.max_runs_per_commit, queue_carried=True
+        )
+        return _Step(progress, job, batch.runs, batch.next_fire_at, conflicts)
 
     def _send(self, steps: Sequence[_Step], report: TickReport) -> tuple[datetime, set[str]]:
         """Send the messages of every step's runs, in SQS batches of 10 across jobs. Returns the instant

@@ -114,7 +114,6 @@ class JobRecords(StoreBase):
     def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
         if job.next_fire_at is None:
             raise ValueError("a job without a next fire has nothing to plan")
-        advanced = job.advanced_to(next_fire_at)
         names: dict[str, str] = {"#s": "state", "#v": "version", "#n": "next_fire_at"}
         values: dict[str, Any] = {
             ":v": job.version,
@@ -126,7 +125,7 @@ class JobRecords(StoreBase):
         else:
             update = "SET #n = :next, due_key = :due"
             values[":next"] = format_instant(next_fire_at)
-            values[":due"] = advanced.due_key
+            values[":due"] = job.due_key_at(next_fire_at)
         items: list[dict[str, Any]] = [self._put_new_run(run) for run in runs]
         items.append(
             {

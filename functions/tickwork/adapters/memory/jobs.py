@@ -91,7 +91,6 @@ class MemoryJobRecords(MemoryBase):
     def commit_plan(self, job: Job, runs: Sequence[Run], next_fire_at: datetime | None) -> None:
         if job.next_fire_at is None:
             raise ValueError("a job without a next fire has nothing to plan")
-        advanced = job.advanced_to(next_fire_at)
         with self.tables.lock:
             run_exists = any(self._run_exists(run) for run in runs)
             item = plannable(self._job_item(job.job_id), job, run_exists)
@@ -99,7 +98,7 @@ class MemoryJobRecords(MemoryBase):
             item.pop("due_key", None)
             if next_fire_at is not None:
                 item["next_fire_at"] = format_instant(next_fire_at)
-                item["due_key"] = advanced.due_key
+                item["due_key"] = job.due_key_at(next_fire_at)
             self._put_runs(runs)
             self._put_job(item)
 

@@ -134,7 +134,6 @@ class SqliteJobRecords(SqliteBase):
     ) -> None:
         if job.next_fire_at is None:
             raise ValueError("a job without a next fire has nothing to plan")
-        advanced = job.advanced_to(next_fire_at)
         run_exists = any(self._exists(connection, run) for run in runs)
         item = plannable(self._job_item(connection, job.job_id), job, run_exists)
         self._insert_runs(connection, runs)
@@ -142,7 +141,7 @@ class SqliteJobRecords(SqliteBase):
         item.pop("due_key", None)
         if next_fire_at is not None:
             item["next_fire_at"] = format_instant(next_fire_at)
-            item["due_key"] = advanced.due_key
+            item["due_key"] = job.due_key_at(next_fire_at)
         put(connection, JOBS, item)
 
     def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
