@@ -27,7 +27,7 @@ from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.domain.planning import JobPlan
 from tickwork.domain.schedule import parse_schedule
 from tickwork.services.jobs import JobService, JobServiceConfig
-from tickwork.services.planning import PLAN_SHARD_THREADS, Planner, PlannerConfig
+from tickwork.services.planning import DISPATCH_BATCH, PLAN_SHARD_THREADS, Planner, PlannerConfig
 from tickwork.settings import Settings
 
 TOGETHER = PlannerConfig(commit_together=True)
@@ -151,6 +151,21 @@ def test_a_poison_job_fails_its_round_whole_and_is_isolated_when_the_round_goes_
     assert run_times(engine, poison) == [] and not report.complete
     assert planned_once(engine, [job for job in jobs if job is not poison][:12])
     assert all(run_times(engine, job) == [FIVE_PAST] for job in jobs[12:] if job is not poison)
+
+
+def test_a_round_fills_one_batch_per_queue_on_either_engine(tmp_path: Path, clock: FakeClock) -> None:
+    """The SQLite engine's round was one batch (10 messages) whatever its queues: four sends and four commits
+    for what one round of each now carries."""
+    queues = ("q1", "q2", "q3", "q4")
+    settings = Settings(engine="sqlite", database_path=str(tmp_path / "t.db"), dispatch_queue_urls=queues)
+    for engine in ("sqlite", "dynamodb"):
+        config = (
+            Components(replace(settings, engine=engine), clock, lambda _: None, RecordingMetrics())
+            .planner()
+            ._config
+        )
+        assert config.round_messages == DISPATCH_BATCH * len(queues)
+        assert config.commit_together is (engine == "sqlite")
 
 
 def test_the_sqlite_engine_plans_its_shards_in_turn_on_one_thread(tmp_path: Path, clock: FakeClock) -> None:

@@ -28,7 +28,8 @@ DEFAULT_REREAD = timedelta(seconds=120)
 DEFAULT_MAX_RUNS_PER_COMMIT = 25
 # SQS sends up to 10 messages per request.
 DISPATCH_BATCH = 10
-# A round's commits, at most: with its one SQS batch of messages, it starts them all well inside the window.
+# A round's commits, at most, when its messages are fewer (jobs with several fires each): with its SQS batches
+# it starts them all well inside the window. A round of one fire per job holds `round_messages` commits.
 MAX_COMMITS_PER_ROUND = 25
 # A shard's commits in flight at once on DynamoDB (the composition root's choice; the SQLite engine commits in
 # order). 16 shards a ticker invocation x 8 = 128 transactions at once, far under a table's limits.
