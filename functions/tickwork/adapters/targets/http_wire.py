@@ -1,12 +1,13 @@
 """One HTTP/1.1 exchange on a connected socket: the request written in one send, the answer read off the
 socket as far as the invoker keeps it (its status, reason and the first `limit` bytes of its body).
 
-Why not http.client: an executor makes one call per run, and http.client spends about as much CPU on a
-call as the connection itself costs (a profile of the floor, benchmarks/bench_floor.py): it checks every
-header again as it writes it, and it parses the answer's headers into an email message of which the invoker
-reads two fields. This module reads only what a connection that is never reused needs (the status line,
-Content-Length and Transfer-Encoding) and keeps http.client's limits and exceptions, so a server's fault
-reads the same in a run's result (RemoteDisconnected, BadStatusLine, LineTooLong, IncompleteRead).
+Why not http.client: an executor makes one call per run, and in a profile of the floor's loop
+(benchmarks/bench_floor.py --cprofile) http.client cost more CPU per call than the exchange on a bare socket:
+it checks every header again as it writes it, and it parses the answer's headers into an email message of
+which the invoker reads two fields (docs/benchmarks.md, thirteenth session, has the floor before and after).
+This module reads only what a connection that is never reused needs (the status line, Content-Length and
+Transfer-Encoding) and keeps http.client's limits and exceptions, so a server's fault reads the same in a
+run's result (RemoteDisconnected, BadStatusLine, LineTooLong, IncompleteRead).
 """
 
 from __future__ import annotations
