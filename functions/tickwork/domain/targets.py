@@ -71,8 +71,9 @@ RESERVED_HEADER_PREFIX = "x-tickwork-"
 # input).
 CONTEXT_KEY = "tickwork"
 
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 header field name
-_BAD_HEADER_VALUE = re.compile(r"[\r\n\x00]")
+# What a header may be: checked when a job is written, and again as a call writes it (adapters/targets).
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110; fullmatch ($ lets "\n" by)
+HEADER_VALUE_BREAK = re.compile(r"[\r\n\x00]")
 _PARTITION = r"aws(?:-[a-z]+)*"
 _REGION = r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}"
 _ACCOUNT = r"\d{12}"
@@ -588,7 +589,7 @@ def _secret_refs(cfg: _Config) -> dict[str, str]:
     ):
         raise ValidationError(_field(SECRET_REFS), "must map header names to references")
     for name in raw:  # written by Tickwork from checked names: one that is not was written around it
-        if not _TOKEN.fullmatch(name) or _reserved(name.lower()):
+        if not HEADER_NAME.fullmatch(name) or _reserved(name.lower()):
             raise ValidationError(_field(f"{SECRET_REFS}.{name}"), "is not a header a job may set")
     return dict(raw)
 
@@ -644,7 +645,7 @@ def _http_headers(raw: Any, key: str) -> dict[str, str]:
     seen: set[str] = set()
     for name, value in raw.items():
         field = _field(f"{key}.{name}")
-        if not isinstance(name, str) or not _TOKEN.fullmatch(name):  # match: "$" passes a final newline
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
             raise ValidationError(field, "is not a valid header name (RFC 9110 token characters only)")
         lowered = name.lower()
         if _reserved(lowered):
@@ -654,7 +655,7 @@ def _http_headers(raw: Any, key: str) -> dict[str, str]:
         seen.add(lowered)
         if not isinstance(value, str):
             raise ValidationError(field, f"value must be a string, got {type(value).__name__}")
-        if _BAD_HEADER_VALUE.search(value):
+        if HEADER_VALUE_BREAK.search(value):
             raise ValidationError(field, "value must not contain CR, LF or NUL")
         if len(value.encode()) > MAX_HEADER_VALUE_BYTES:
             raise ValidationError(field, f"value larger than {MAX_HEADER_VALUE_BYTES} bytes")
@@ -971,7 +972,7 @@ def config_json_schemas() -> dict[str, dict[str, Any]]:
     fifo_group = {"type": "string", "pattern": _FIFO_ID.pattern}
     reserved = "|".join(_either_case(name) for name in sorted(RESERVED_HEADERS))
     header_names = {
-        "pattern": _TOKEN.pattern,
+        "pattern": HEADER_NAME.pattern,
         "not": {"pattern": rf"^(?:{reserved})$|^{_either_case(RESERVED_HEADER_PREFIX)}"},
     }
     headers = {

@@ -405,7 +405,7 @@ def _destination(url: str) -> _Destination:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = parts.hostname or ""  # validate_target guarantees a host; urlsplit strips IPv6 brackets
-    port = parts.port or (443 if scheme == "https" else 80)
+    port = parts.port or _DEFAULT_PORTS[scheme]
     path = parts.path or "/"
     if parts.query:
         path = f"{path}?{parts.query}"

@@ -17,15 +17,15 @@ import re
 import socket
 from collections.abc import Callable, Mapping
 
+from tickwork.domain.targets import HEADER_NAME, HEADER_VALUE_BREAK
+
 MAX_LINE = 65536  # http.client's: a status line, a header line or a chunk size line longer than this fails
 MAX_HEADERS = 100  # http.client's: an answer with more header lines fails
 _RECV = 8 * 1024
 _NO_BODY = (204, 304)
 _SWITCHING = 101  # final, not interim: what follows is another protocol, never read as HTTP
 _STATUS = re.compile(r"[1-9][0-9][0-9]")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field name
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
-_BREAK = re.compile(r"[\r\n\x00]")
 _BAD_PATH = re.compile(r"[\x00-\x20\x7f]")  # http.client's: no control character or space on the request line
 
 
@@ -41,15 +41,19 @@ def request_bytes(
     job gives its own) and Content-Length, then `headers`. A header that would change how the request is
     framed (Host, Content-Length, Transfer-Encoding, Connection: refused when a job is written) is refused
     here too, with any name that is not a field name."""
+    lines: list[bytes] = []
+    own_encoding = False
     for name, value in headers.items():
-        if not _TOKEN.fullmatch(name) or name.lower() in _FRAMING:
+        lowered = name.lower()
+        if not HEADER_NAME.fullmatch(name) or lowered in _FRAMING:
             raise UnsendableRequest(f"header {name!r} is not one a request may carry")
-        if _BREAK.search(value):
+        if HEADER_VALUE_BREAK.search(value):
             raise UnsendableRequest(f"header {name} holds a line break or a NUL")
         try:
-            value.encode("latin-1")
+            lines.append(f"{name}: {value}\r\n".encode("latin-1"))  # the name is ASCII: checked above
         except UnicodeEncodeError:
             raise UnsendableRequest(f"header {name} is not sendable as HTTP/1.1 text (latin-1)") from None
+        own_encoding = own_encoding or lowered == "accept-encoding"
     if _BAD_PATH.search(path) or not path.isascii():
         raise UnsendableRequest("the URL's path holds a space, a control or a non-ASCII character")
     try:
@@ -59,13 +63,12 @@ def request_bytes(
     if ":" in host:
         host_bytes = b"[" + host_bytes + b"]"  # an IPv6 literal
     authority = host_bytes if port == default_port else host_bytes + f":{port}".encode("ascii")
-    own_encoding = any(name.lower() == "accept-encoding" for name in headers)
     return (
         f"{method} {path} HTTP/1.1\r\nHost: ".encode("ascii")
         + authority
         + (b"" if own_encoding else b"\r\nAccept-Encoding: identity")
         + f"\r\nContent-Length: {len(body)}\r\n".encode("ascii")
-        + "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode("latin-1")
+        + b"".join(lines)
         + b"\r\n"
         + body
     )
@@ -95,9 +98,8 @@ class AnswerReader:
         if headers.get("transfer-encoding", "").strip().lower() == "chunked":
             return status, reason, self._chunked(limit)
         length = _length(headers.get("content-length"))
-        if length is None:
-            return status, reason, self._until_end(limit)
-        return status, reason, self._exactly(min(length, limit), short_ok=True)
+        # No length: the body runs to the connection's end; either way, what arrived of it.
+        return status, reason, self._exactly(limit if length is None else min(length, limit), short_ok=True)
 
     def _fill(self) -> bool:
         """Receive more into the buffer; False once the server closed its side."""
@@ -162,11 +164,6 @@ class AnswerReader:
         if len(data) < count and not short_ok:
             raise http.client.IncompleteRead(data, count - len(data))
         return data
-
-    def _until_end(self, limit: int) -> bytes:
-        while len(self._buffer) < limit and self._fill():
-            pass
-        return bytes(self._buffer[:limit])
 
     def _chunked(self, limit: int) -> bytes:
         body = bytearray()
