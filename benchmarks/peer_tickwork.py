@@ -11,12 +11,20 @@ Tickwork plans ahead: the tick that plans the burst runs up to 120 s before the 
 role process, over that tick) is added to the burst's, as the group `planning (tick)`, so the CPU per fire
 counts planning as the peers' figures count their scheduler deciding at the due second.
 
+On SQLite every write of every process takes one lock, one transaction at a time, so the lock can bound a
+burst before the cores do. Each role process publishes how long it held it after each of its commits (the
+gauges WriteTransactions and WriteLockHeldSeconds in its metric snapshot, written at most once a second);
+the notes give how long it was held from one second before the due second until the snapshots read
+SNAPSHOT_LAG after the last run was done (the burst's last deletes and changes), and that as a share of the
+burst (until the last run was done).
+
     python benchmarks/peer_tickwork.py 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -28,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _e2e import LocalSettings, LocalTickwork, Target, fixed_second, seed_jobs, sleep_until, wait_for
 from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 from bench_burst import ticker_ticks
+
+WriteLock = dict[str, tuple[float, float]]  # snapshot file -> (commits, seconds the write lock was held)
 
 SEED_THREADS = 8
 ROLES = "api,executor,ticker,sweeper,watcher"  # `tickwork local`'s default roles
@@ -80,15 +90,18 @@ def run_tickwork(
                 sleep_until(planning_at - 2)
                 spies = _spy(runtime.pids(), profile / f"{n}", services)
             sleep_until(result.due - 1)
+            lock_before = _write_lock(state / "run")
             wait_for(lambda: _arrived(target, keys) >= n, timeout=settings.drain_timeout, every=0.2)
             wait_for(lambda: _succeeded(parts) >= n, timeout=60, every=0.5)
             done_at = time.time()
             if profile is not None:
                 _stop_spies(spies, services)
-            time.sleep(meter.every * 2)
+            time.sleep(SNAPSHOT_LAG)  # the role processes' snapshots of the burst's end (and the meter's)
+            lock_after = _write_lock(state / "run")
             result.fires_done = _succeeded(parts)
             result.burst_cpu_s = meter.cpu_between(result.due - 1, done_at)
             result.burst_seconds = done_at - (result.due - 1)
+            result.notes.append(_write_lock_note(lock_before, lock_after, result.burst_seconds, n))
             planning = _planning_tick(state / "run" / "ticker.log", result.due)
             if planning is not None:
                 tick_cpu = meter.cpu_between(*planning)
@@ -105,6 +118,41 @@ def run_tickwork(
         finally:
             meter.stop()
     return result
+
+
+SNAPSHOT_LAG = 1.5  # s: a role process writes its snapshot at most once a second (local/roles.py)
+
+
+def _write_lock(run_dir: Path) -> WriteLock:
+    """Each role process's SQLite write lock figures, as its latest snapshot says (none from a checkout
+    from before they were published)."""
+    found: WriteLock = {}
+    for path in sorted(run_dir.glob("metrics-*.json")):
+        gauges = json.loads(path.read_text()).get("gauges", {})  # written whole, by a rename
+        if "WriteLockHeldSeconds" in gauges:
+            found[path.name] = (
+                float(gauges.get("WriteTransactions", 0)),
+                float(gauges["WriteLockHeldSeconds"]),
+            )
+    return found
+
+
+def _write_lock_note(before: WriteLock, after: WriteLock, seconds: float, n: int) -> str:
+    """The lock's share of the window: each process's figures after, less before (0 for a process that had
+    not written before the window)."""
+    if not after:
+        return "the SQLite write lock's hold time: not published by this checkout's role processes"
+    commits = held = 0.0
+    for name, (commits_after, held_after) in after.items():
+        commits_before, held_before = before.get(name, (0.0, 0.0))
+        if commits_after < commits_before:
+            return f"the SQLite write lock's hold time: {name} restarted in the window, not comparable"
+        commits, held = commits + commits_after - commits_before, held + held_after - held_before
+    return (
+        f"the SQLite write lock was held {held:.2f} s ({held / seconds:.0%} of the burst's {seconds:.1f} s; "
+        f"its writes until {SNAPSHOT_LAG} s after the last run included), by {commits:.0f} commits: "
+        f"{held / n * 1000:.2f} ms per run"
+    )
 
 
 def _next_tick(due: float, local: LocalSettings) -> float:

@@ -100,13 +100,17 @@ class Components:
         self._secrets: tuple[bytes, ...] | None = None
         self._secrets_read_at = datetime.min.replace(tzinfo=UTC)
         self._secrets_lock = threading.Lock()
+        # Told the process's SQLite write lock figures after each commit (Database's `on_commit`); set
+        # before the database is first used. `tickwork local`'s roles publish them in their snapshots.
+        self.on_write_commit: Callable[[int, float], None] | None = None
 
     @cached_property
     def database(self) -> Database:
         """The embedded engine's database file, opened (and migrated) once per process."""
         self.settings.require("database_path")
         path = Path(self.settings.database_path)
-        return Database(path, synchronous=self.settings.sqlite_synchronous).open()
+        synchronous = self.settings.sqlite_synchronous
+        return Database(path, synchronous=synchronous, on_commit=self.on_write_commit).open()
 
     @cached_property
     def store(self) -> EngineStore:

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import ANCHOR
 from tests.contract.test_store_contract import a_job
 from tickwork.adapters.records import run_to_item
+from tickwork.adapters.sqlite import db as db_module
 from tickwork.adapters.sqlite import turns
 from tickwork.adapters.sqlite.base import put
 from tickwork.adapters.sqlite.db import (
@@ -443,7 +444,7 @@ def test_a_write_of_another_thread_waits_for_the_outer_commit_and_is_not_nested_
 
 def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
     """An executor has a thread per run in flight: each holding its own connection would be thousands of
-    open files. The database holds one writer, one watcher and at most READERS readers."""
+    open files. The database holds one writer, one watcher, one checkpointer and at most READERS readers."""
     path = tmp_path / "t.db"
     db = Database(path).open()
     barrier = threading.Barrier(200)
@@ -469,7 +470,190 @@ def test_hundreds_of_threads_share_a_few_connections(tmp_path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):  # the directory listing's own descriptor, closed
             open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
     main_file = [name for name in open_files if name == str(path)]
-    assert 1 <= len(main_file) <= READERS + 2, len(main_file)
+    assert 1 <= len(main_file) <= READERS + 3, len(main_file)
+    db.close()
+
+
+def _checkpointed_shards(path: Path) -> int:
+    """The shards in the database file itself, not counting what is still only in its WAL (none while the
+    schema itself is only there)."""
+    connection = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        tables = connection.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'shards'").fetchone()[0]
+        if not tables:
+            return 0
+        return int(connection.execute("SELECT COUNT(*) FROM shards").fetchone()[0])
+    finally:
+        connection.close()
+
+
+def test_a_commit_never_checkpoints_and_every_nth_commit_checkpoints_after_letting_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's own checkpoint would run inside a commit, with the writers' turn still held; here a process
+    checkpoints after every CHECKPOINT_EVERY_COMMITS of its commits, once it let go of the lock and turn."""
+    monkeypatch.setattr(db_module, "CHECKPOINT_EVERY_COMMITS", 3)
+    path = tmp_path / "t.db"
+    db = Database(path).open()
+    seen: list[tuple[bool, bool]] = []
+    checkpoint = db._checkpoint
+
+    def noted() -> None:
+        seen.append((db._write_lock.locked(), _turn_is_free(path)))
+        checkpoint()
+
+    monkeypatch.setattr(db, "_checkpoint", noted)
+    for shard in ("a", "b"):
+        with db.write() as connection:
+            _add_shard(connection, shard)
+    assert seen == [] and _checkpointed_shards(path) == 0  # two commits, none checkpointed: all in the WAL
+    with db.write() as connection:  # a nested write is not a commit of its own
+        _add_shard(connection, "c")
+        with db.write() as inner:
+            _add_shard(inner, "d")
+    assert seen == [(False, True)]  # after the third commit, the lock and the turn let go
+    assert _checkpointed_shards(path) == 4
+    with pytest.raises(RuntimeError), db.write() as connection:  # rolled back: not a commit
+        _add_shard(connection, "e")
+        raise RuntimeError("undo")
+    for shard in ("f", "g"):
+        with db.write() as connection:
+            _add_shard(connection, shard)
+    assert len(seen) == 1 and _checkpointed_shards(path) == 4
+    with db.write() as connection:
+        assert connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # SQLite's own: off
+        _add_shard(connection, "h")
+    assert len(seen) == 2 and _checkpointed_shards(path) == 7
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param("execute", id="the checkpoint fails"),
+        pytest.param("connect", id="its connection cannot be made: busy"),
+    ],
+)
+def test_a_checkpoint_that_fails_is_logged_and_the_write_it_follows_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failure: str
+) -> None:
+    """The write before the checkpoint landed: were the failure raised, the store's retries would make the
+    write again (a second message, a second event)."""
+    monkeypatch.setattr(db_module, "CHECKPOINT_EVERY_COMMITS", 1)
+    db = Database(tmp_path / "t.db").open()
+    closed: list[bool] = []
+
+    class FailingConnection:
+        def execute(self, sql: str) -> sqlite3.Cursor:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def close(self) -> None:
+            closed.append(True)
+
+    if failure == "execute":
+        db._checkpointer = FailingConnection()  # type: ignore[assignment]
+    else:
+        connect = db._connect
+
+        def busy_checkpointer(busy_timeout_ms: int = db_module.BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+            if busy_timeout_ms == 0:  # the checkpointer's
+                raise TransientStoreError("database is locked: busy")
+            return connect(busy_timeout_ms)
+
+        monkeypatch.setattr(db, "_connect", busy_checkpointer)
+    with caplog.at_level(logging.WARNING), db.write() as connection:
+        _add_shard(connection, "a")
+    assert _shard_ids(db) == ["a"]
+    assert "checkpoint of" in caplog.text and ("disk I/O error" in caplog.text or "busy" in caplog.text)
+    assert db._checkpointer is None and closed == ([True] if failure == "execute" else [])  # made anew next
+    db.close()
+
+
+def test_a_commit_of_more_pages_than_sqlites_mark_does_not_checkpoint_inside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's own mark (1,000 pages) is off for the writer: one commit of 1,500 pages stays in the WAL."""
+    monkeypatch.setattr(db_module, "CHECKPOINT_EVERY_COMMITS", 5)
+    path = tmp_path / "t.db"
+    db = Database(path).open()
+    with db.write() as connection:
+        connection.executemany(
+            "INSERT INTO shards (shard_id, item) VALUES (?, ?)",
+            [(f"{i:05d}", "x" * 4000) for i in range(1500)],
+        )
+    assert _checkpointed_shards(path) == 0 and len(_shard_ids(db)) == 1500
+    db.close()  # the last connection's close checkpoints
+    assert _checkpointed_shards(path) == 1500
+
+
+def test_a_checkpoint_a_reader_holds_back_is_tried_again_sooner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "CHECKPOINT_EVERY_COMMITS", 4)
+    monkeypatch.setattr(db_module, "CHECKPOINT_AGAIN_COMMITS", 2)
+    path = tmp_path / "t.db"
+    db = Database(path).open()
+    checkpoints: list[int] = []
+    checkpoint = db._checkpoint
+
+    def noted() -> None:
+        checkpoints.append(db.write_lock_held()[0])
+        checkpoint()
+
+    monkeypatch.setattr(db, "_checkpoint", noted)
+    with db.write() as connection:
+        _add_shard(connection, "a")
+    reader = sqlite3.connect(path)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT COUNT(*) FROM shards").fetchone()[0] == 1  # a snapshot at one shard
+    for shard in "bcdefg":
+        with db.write() as connection:
+            _add_shard(connection, shard)
+    # At the 4th commit the reader held back the pages after its snapshot: tried again 2 commits later.
+    assert checkpoints == [4, 6]
+    reader.execute("COMMIT")
+    reader.close()
+    for shard in "hijk":
+        with db.write() as connection:
+            _add_shard(connection, shard)
+    # At the 8th, nothing held it back: all 8 shards copied, and the next one is a whole period later.
+    assert checkpoints == [4, 6, 8] and _checkpointed_shards(path) == 8
+    with db.write() as connection:
+        _add_shard(connection, "l")
+    assert checkpoints == [4, 6, 8, 12] and _checkpointed_shards(path) == 12
+    db.close()
+
+
+def test_the_write_lock_counts_its_commits_and_the_time_it_was_held(tmp_path: Path) -> None:
+    told: list[tuple[int, float]] = []
+    db = Database(tmp_path / "t.db", on_commit=lambda commits, held: told.append((commits, held))).open()
+    committed, held_to_open = db.write_lock_held()  # the schema's transaction: held, not a write's commit
+    assert committed == 0 and held_to_open > 0 and told == []
+    with db.write() as connection:
+        _add_shard(connection, "a")
+        with db.write() as inner:
+            _add_shard(inner, "b")
+    committed, held = db.write_lock_held()
+    assert committed == 1 and held > held_to_open
+    assert told == [(1, held)]  # once, after the outer commit
+    with pytest.raises(RuntimeError), db.write() as connection:
+        _add_shard(connection, "c")
+        raise RuntimeError("undo")
+    assert db.write_lock_held()[0] == 1 and db.write_lock_held()[1] > held  # held, not committed
+    assert len(told) == 1
+    db.close()
+
+
+def test_a_commit_listener_that_raises_is_logged_and_the_write_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(commits: int, held: float) -> None:
+        raise RuntimeError("listener bug")
+
+    db = Database(tmp_path / "t.db", on_commit=broken).open()
+    with caplog.at_level(logging.ERROR), db.write() as connection:
+        _add_shard(connection, "a")
+    assert _shard_ids(db) == ["a"] and "listener bug" in caplog.text
     db.close()
 
 

@@ -7,14 +7,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tickwork.composition import Components
+from tickwork.domain.clock import SystemClock
 from tickwork.local import lifeline, status
 from tickwork.local.lifeline import watch_parent
-from tickwork.local.roles import _snapshots
+from tickwork.local.roles import _gauge_write_lock, _snapshots
 from tickwork.local.status import SnapshotMetrics
+from tickwork.settings import Settings
 
 
 def _read(path: Path) -> dict:
@@ -120,3 +124,20 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_roles_database_tells_its_snapshot_how_long_it_held_the_write_lock(tmp_path: Path) -> None:
+    """As `python -m tickwork.local.roles` wires it: each commit of the role's database sets the gauges a
+    benchmark adds up (a burst on SQLite can be bound by that one lock)."""
+    settings = Settings.from_env({"TICKWORK_ENGINE": "sqlite", "TICKWORK_DATABASE": str(tmp_path / "t.db")})
+    metrics = SnapshotMetrics(tmp_path / "metrics-x.json")
+    parts = Components(settings, SystemClock(), lambda service: None, metrics)
+    parts.on_write_commit = partial(_gauge_write_lock, metrics)
+    for shard in ("a", "b"):
+        with parts.database.write() as connection:
+            connection.execute("INSERT INTO shards (shard_id, item) VALUES (?, ?)", (shard, "{}"))
+    metrics.write()
+    gauges = _read(tmp_path / "metrics-x.json")["gauges"]
+    commits, held = parts.database.write_lock_held()
+    assert commits == 2 and gauges == {"WriteTransactions": 2, "WriteLockHeldSeconds": round(held, 6)}
+    parts.database.close()

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -79,6 +80,13 @@ def _snapshots(metrics: SnapshotMetrics, stop: threading.Event) -> None:
 
 
 SNAPSHOT_SECONDS = 1.0  # a busy role's snapshot is this fresh
+
+
+def _gauge_write_lock(metrics: SnapshotMetrics, commits: int, held_seconds: float) -> None:
+    """The process's SQLite write lock after a commit, in its snapshot: on SQLite every process's writes take
+    that one lock in turn, and a burst can be bound by it (benchmarks/peer_tickwork.py adds them up)."""
+    metrics.gauge("WriteTransactions", commits)
+    metrics.gauge("WriteLockHeldSeconds", round(held_seconds, 6))
 
 
 def run_ticker(parts: Components, stop: threading.Event) -> None:
@@ -333,6 +341,7 @@ def main(argv: list[str]) -> int:
     pool = max(DEFAULT_POOL_CONNECTIONS, _share(settings.concurrency_cap) if role == "executor" else 0)
     clients = boto3_client_factory(region_name=settings.region, unsigned=unsigned, max_pool_connections=pool)
     parts = Components(settings, SystemClock(), clients, metrics)
+    parts.on_write_commit = partial(_gauge_write_lock, metrics)
     writer = threading.Thread(target=_snapshots, args=(metrics, stop), daemon=True)
     writer.start()
     RUNNERS[role](parts, stop)

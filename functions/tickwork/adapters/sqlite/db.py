@@ -8,14 +8,16 @@ sparse (a partial index over the rows whose index key is set)."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tickwork.adapters.sqlite.turns import WritersTurn
-from tickwork.domain.errors import StoreError, TransientStoreError
+from tickwork.domain.errors import StoreError, TickworkError, TransientStoreError
 from tickwork.resources import EVENTS, REQUESTS, RUNS, SLOTS, TABLES, IndexDef, TableDef
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
@@ -25,11 +27,25 @@ SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
 # NORMAL: a commit survives any crash of the processes, and a power cut loses at most the last commits, in
-# order (the WAL is synced at checkpoints): a prefix of the history survives.
+# order (the WAL is synced at checkpoints, CHECKPOINT_EVERY_COMMITS apart): a prefix of the history survives.
 SYNCHRONOUS = ("FULL", "NORMAL")
 # Reader connections a process keeps at most (reads beyond wait for one): WAL readers never block each
 # other or the writer, so a few are enough for the API's threads.
 READERS = 8
+# A process copies the WAL back into the database (a checkpoint) after this many of its commits, outside the
+# writers' turn (`Database._checkpoint`). SQLite's own checkpoint (at 1,000 pages of WAL, about as many
+# commits of the executors') runs inside the commit that crossed the mark, while the committing process
+# still holds the turn: every writer of the installation then waits for it to copy the pages and sync.
+CHECKPOINT_EVERY_COMMITS = 100
+# A checkpoint that could not copy every page (a reader still needs the older ones) is tried again this
+# many commits later, as SQLite's own is tried at every commit past its mark, so a long burst with readers
+# keeps the WAL from growing for as long as it lasts.
+CHECKPOINT_AGAIN_COMMITS = 10
+# The WAL file is cut back to this size when it restarts from its beginning (SQLite leaves it at its
+# largest otherwise).
+WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 class SchemaTooNewError(StoreError):
@@ -206,7 +222,16 @@ class Database:
     `BEGIN IMMEDIATE` transactions, so the read-check-write each adapter does inside one is atomic against
     every other writer, in this process or another."""
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL", readers: int = READERS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "FULL",
+        readers: int = READERS,
+        on_commit: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """`on_commit(commits, held_seconds)`, if given, is told the process's write lock figures
+        (`write_lock_held`) after each commit, outside the lock: a role process publishes them."""
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.path = path
@@ -226,6 +251,14 @@ class Database:
         self._watcher: sqlite3.Connection | None = None
         self._opened = False
         self._open_lock = threading.Lock()
+        # (commits, seconds the write lock was held): replaced whole under the write lock, read without it.
+        self._held: tuple[int, float] = (0, 0.0)
+        self._on_commit = on_commit
+        # The checkpoints' own connection: one thread checkpoints at a time, the others go on. The next
+        # checkpoint is due at this commit count of the process (counted under the write lock).
+        self._checkpoint_lock = threading.Lock()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_at = CHECKPOINT_EVERY_COMMITS
 
     def open(self) -> Database:
         """Create or migrate the schema (once per process). SchemaTooNewError for a newer database."""
@@ -266,14 +299,14 @@ class Database:
         with self.read() as connection:
             return int(connection.execute("PRAGMA user_version").fetchone()[0])
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
         try:
             # check_same_thread off: a connection moves between threads, never used by two at once (the
             # write lock, the reader pool and the watch lock see to that).
             connection = sqlite3.connect(
-                self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+                self.path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
             )
-            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         except sqlite3.Error as error:
@@ -281,9 +314,17 @@ class Database:
         return connection
 
     def _writer_connection(self) -> sqlite3.Connection:
-        """The one writer connection; only called under the write lock."""
+        """The one writer connection; only called under the write lock. Its commits never checkpoint:
+        `write` does, outside the lock."""
         if self._writer is None:
-            self._writer = self._connect()
+            connection = self._connect()
+            try:
+                connection.execute("PRAGMA wal_autocheckpoint = 0")
+                connection.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
+            except sqlite3.Error as error:
+                connection.close()
+                raise translate(error) from error
+            self._writer = connection
         return self._writer
 
     @contextmanager
@@ -300,6 +341,7 @@ class Database:
             with self._nested() as connection:
                 yield connection
             return
+        checkpoint = False
         with self._writing():
             connection = self._writer_connection()
             try:
@@ -321,8 +363,54 @@ class Database:
                 except sqlite3.Error as error:
                     _roll_back(connection)
                     raise translate(error) from error
+                commits = self._held[0] + 1
+                self._held = (commits, self._held[1])
+                checkpoint = commits >= self._checkpoint_at
+                if checkpoint:  # taken by this commit: another thread's commit meanwhile does not start one
+                    self._checkpoint_at = commits + CHECKPOINT_EVERY_COMMITS
             finally:
                 self._write_owner = None
+        if checkpoint:
+            self._checkpoint()
+        if self._on_commit is not None:
+            self._tell_commit(self._on_commit, self._held)
+
+    def _tell_commit(self, listener: Callable[[int, float], None], held: tuple[int, float]) -> None:
+        try:
+            listener(*held)
+        except Exception:  # the write landed: it must not look failed (its caller would make it again)
+            logger.exception("telling a commit of %s to its listener failed", self.path)
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL's committed pages back into the database, on the checkpoints' own connection, after
+        this thread let go of the write lock and the turn. PASSIVE: it waits for no reader and no writer
+        (what they still use is copied by a later checkpoint). Called after a commit landed: a checkpoint
+        that fails does not make the write fail; the next one copies what this one did not."""
+        if not self._checkpoint_lock.acquire(blocking=False):
+            return  # another thread of this process is checkpointing: that one will do
+        try:
+            if self._checkpointer is None:
+                # Waits for no lock: a PASSIVE checkpoint copies what it can now, the next one the rest.
+                self._checkpointer = self._connect(busy_timeout_ms=0)
+                self._checkpointer.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
+            _, wal_pages, copied = self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if 0 <= copied < wal_pages:  # a reader still needs some: again soon, not a whole period later
+                with self._write_lock:
+                    self._checkpoint_at = min(self._checkpoint_at, self._held[0] + CHECKPOINT_AGAIN_COMMITS)
+        except (sqlite3.Error, TickworkError) as error:
+            # Not the write's failure: it landed. The connection is made again for the next checkpoint.
+            logger.warning("checkpoint of %s failed, the next one copies its pages: %s", self.path, error)
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+        finally:
+            self._checkpoint_lock.release()
+
+    def write_lock_held(self) -> tuple[int, float]:
+        """This process's committed writes, and the seconds it held the write lock (once it had both its
+        own and the installation's turn) for every transaction, committed or not, the open's included. Read
+        without the lock: a writer stuck waiting for the turn does not hold this up."""
+        return self._held
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -332,9 +420,12 @@ class Database:
         self._turn.refuse_reentry()
         with self._write_lock:
             taken = self._turn.take()
+            started = time.perf_counter()
             try:
                 yield
             finally:
+                commits, seconds = self._held
+                self._held = (commits, seconds + time.perf_counter() - started)
                 if taken:
                     self._turn.give_back()
 
@@ -390,9 +481,9 @@ class Database:
 
     def close(self) -> None:
         """Close every connection this process holds (none may be in use)."""
-        with self._write_lock, self._pool_lock, self._watch_lock:
-            for connection in [self._writer, self._watcher, *self._idle_readers]:
+        with self._write_lock, self._pool_lock, self._watch_lock, self._checkpoint_lock:
+            for connection in [self._writer, self._watcher, self._checkpointer, *self._idle_readers]:
                 if connection is not None:
                     connection.close()
-            self._writer, self._watcher, self._idle_readers = None, None, []
+            self._writer, self._watcher, self._checkpointer, self._idle_readers = None, None, None, []
             self._turn.close()
