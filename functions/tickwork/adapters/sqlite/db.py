@@ -395,8 +395,9 @@ class Database:
                 self._checkpointer.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
             _, wal_pages, copied = self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if 0 <= copied < wal_pages:  # a reader still needs some: again soon, not a whole period later
-                with self._write_lock:
-                    self._checkpoint_at = min(self._checkpoint_at, self._held[0] + CHECKPOINT_AGAIN_COMMITS)
+                # Not under the write lock (close() takes it, then this one's): a commit that moves the
+                # mark meanwhile moves it by a period at most.
+                self._checkpoint_at = min(self._checkpoint_at, self._held[0] + CHECKPOINT_AGAIN_COMMITS)
         except (sqlite3.Error, TickworkError) as error:
             # Not the write's failure: it landed. The connection is made again for the next checkpoint.
             logger.warning("checkpoint of %s failed, the next one copies its pages: %s", self.path, error)
