@@ -24,7 +24,6 @@ burst (until the last run was done).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _e2e import LocalSettings, LocalTickwork, Target, fixed_second, seed_jobs, sleep_until, wait_for
 from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
 from bench_burst import ticker_ticks
+from tickwork.local.status import snapshots_by_file
 
 WriteLock = dict[str, tuple[float, float]]  # snapshot file -> (commits, seconds the write lock was held)
 
@@ -127,13 +127,10 @@ def _write_lock(run_dir: Path) -> WriteLock:
     """Each role process's SQLite write lock figures, as its latest snapshot says (none from a checkout
     from before they were published)."""
     found: WriteLock = {}
-    for path in sorted(run_dir.glob("metrics-*.json")):
-        gauges = json.loads(path.read_text()).get("gauges", {})  # written whole, by a rename
+    for name, snapshot in snapshots_by_file(run_dir).items():
+        gauges = snapshot.get("gauges", {})
         if "WriteLockHeldSeconds" in gauges:
-            found[path.name] = (
-                float(gauges.get("WriteTransactions", 0)),
-                float(gauges["WriteLockHeldSeconds"]),
-            )
+            found[name] = (float(gauges.get("WriteTransactions", 0)), float(gauges["WriteLockHeldSeconds"]))
     return found
 
 

@@ -109,10 +109,15 @@ def write_json_atomically(path: Path, value: Any) -> None:
 
 
 def read_snapshots(directory: Path) -> list[dict[str, Any]]:
-    snapshots = []
+    return list(snapshots_by_file(directory).values())
+
+
+def snapshots_by_file(directory: Path) -> dict[str, dict[str, Any]]:
+    """Each role process's latest snapshot, by its file's name (`metrics-executor-2.json`)."""
+    snapshots = {}
     for path in sorted(directory.glob("metrics-*.json")):
         try:
-            snapshots.append(json.loads(path.read_text()))
+            snapshots[path.name] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue  # being replaced right now: the next status line reads it
     return snapshots
