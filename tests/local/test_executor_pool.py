@@ -8,15 +8,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from tickwork.domain.dispatch import RunMessage
-from tickwork.local.executor_pool import ExecutorPool
+from tickwork.local.executor_pool import WRITE_BATCH, ExecutorPool
 from tickwork.services.executing import Outcome
 
 # A deadline for what takes milliseconds: only reached when the behaviour under test is missing.
@@ -129,12 +129,26 @@ class SlowExecutor:
     def begin_together(self, messages: list[RunMessage]) -> None:
         return None  # no write units: each message is executed alone
 
+    def start(self, message: RunMessage) -> FakeBegun:
+        return FakeBegun(message)
+
+    def advance(self, begun: FakeBegun) -> Outcome:
+        """No write units: a delivery is carried to its end, as a real executor without them does."""
+        return self.execute(begun.message)
+
 
 @dataclass(frozen=True)
 class FakeBegun:
-    """What the pool hands back to `resume` untouched (a real Begun carries what is known of it)."""
+    """What the pool hands back to `advance` or `resume` untouched (a real Begun carries what is known of
+    it). `begun_together`: its first writes were in a receive's batch; `at`: the step it is at."""
 
     message: RunMessage
+    begun_together: bool = False
+    at: str = "start"
+
+    @property
+    def done(self) -> bool:
+        return self.at == "done"
 
 
 class BatchingExecutor(SlowExecutor):
@@ -153,9 +167,11 @@ class BatchingExecutor(SlowExecutor):
             self.batches.append([m.job_id for m in messages])
         if any(m.job_id == self.failing for m in messages):
             raise RuntimeError("injected: a delivery's writes broke")
-        return [FakeBegun(m) for m in messages]
+        return [FakeBegun(m, begun_together=True) for m in messages]
 
-    def resume(self, begun: FakeBegun) -> Outcome:
+    def advance(self, begun: FakeBegun) -> Outcome:
+        if not begun.begun_together:
+            return self.execute(begun.message)
         with self.lock:
             self.resumed.append(begun.message.job_id)
         return super().execute(begun.message)
@@ -164,6 +180,64 @@ class BatchingExecutor(SlowExecutor):
         with self.lock:
             self.alone.append(message.job_id)
         return super().execute(message)
+
+
+class WritingExecutor(SlowExecutor):
+    """Each delivery stops at two writes (its claim, its finish) for the pool's shared commits, each commit
+    taking `commit_seconds`. Records every commit's deliveries. With `failing`, a commit holding that job
+    raises and so does its resume alone; with `refusing`, no commit lands (busy)."""
+
+    NEXT: ClassVar[dict[str, str]] = {"claim": "called", "finish": "done"}
+
+    def __init__(
+        self,
+        commit_seconds: float = 0.0,
+        failing: str | None = None,
+        failing_at: str = "claim",
+        refusing: bool = False,
+        ending_fails: str | None = None,
+    ) -> None:
+        super().__init__(0.0)
+        self.commit_seconds, self.refusing = commit_seconds, refusing
+        self.failing, self.failing_at, self.ending_fails = failing, failing_at, ending_fails
+        self.commits: list[list[tuple[str, str]]] = []
+        self.alone: list[str] = []
+
+    def advance(self, begun: FakeBegun) -> FakeBegun | Outcome:
+        if begun.at == "start":
+            return replace(begun, at="claim")
+        if begun.at == "called":
+            self.execute(begun.message)  # the target's call
+            return replace(begun, at="finish")
+        assert begun.at == "done", begun
+        return Outcome.SUCCEEDED
+
+    def carry_together(self, begun: list[FakeBegun]) -> list[FakeBegun] | None:
+        assert all(b.at in self.NEXT for b in begun), begun
+        with self.lock:
+            self.commits.append([(b.message.job_id, b.at) for b in begun])
+        time.sleep(self.commit_seconds)
+        if any(b.message.job_id == self.failing and b.at == self.failing_at for b in begun):
+            raise RuntimeError("injected: a delivery's writes broke")
+        if self.refusing:
+            return None
+        return [replace(b, at=self.NEXT[b.at]) for b in begun]
+
+    def resume(self, begun: FakeBegun) -> Outcome:
+        if begun.done:  # its commit landed: only its end is recorded
+            if begun.message.job_id == self.ending_fails:
+                raise RuntimeError("injected: recording its end broke")
+            return Outcome.SUCCEEDED
+        with self.lock:
+            self.alone.append(begun.message.job_id)
+        if begun.message.job_id == self.failing:
+            raise RuntimeError("injected: its writes broke alone too")
+        if begun.at == "claim":
+            self.execute(begun.message)
+        return Outcome.SUCCEEDED
+
+    def carried(self) -> list[tuple[str, str]]:
+        return sorted(one for commit in self.commits for one in commit)
 
 
 def make_pool(sqs: FakeSqs, executor: SlowExecutor, cap: int, **options: Any) -> ExecutorPool:
@@ -419,3 +493,95 @@ def test_a_batch_that_raised_is_executed_message_by_message(caplog: pytest.LogCa
     assert sorted(executor.alone + executor.resumed) == sorted(f"job_{i}" for i in range(10))
     assert "job_3" in executor.alone and "job_3" in batched
     assert pool.stats.errors == 0 and len(sqs.deleted) == 10
+
+
+def test_deliveries_at_a_write_at_the_same_time_share_a_commit() -> None:
+    """Nobody waits for a commit: while one is made, the deliveries reaching a write gather for the next."""
+    jobs = 40
+    sqs = FakeSqs({"q": bodies(jobs)})
+    executor = WritingExecutor(commit_seconds=0.02)
+    pool = make_pool(sqs, executor, cap=20)
+
+    run_pool_until(pool, lambda: pool.stats.processed == jobs)
+
+    names = [f"job_{i}" for i in range(jobs)]
+    assert executor.carried() == sorted([(n, "claim") for n in names] + [(n, "finish") for n in names])
+    assert max(len(commit) for commit in executor.commits) > 1  # several in one commit, not one by one
+    assert max(len(commit) for commit in executor.commits) <= WRITE_BATCH
+    assert executor.alone == [] and pool.stats.errors == 0
+    assert executor.started == jobs  # each target called once
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(jobs))
+
+
+@pytest.mark.parametrize("failing_at", ["claim", "finish"])
+def test_a_shared_commit_that_raised_leaves_each_delivery_to_go_alone(
+    caplog: pytest.LogCaptureFixture, failing_at: str
+) -> None:
+    jobs = 12
+    sqs = FakeSqs({"q": bodies(jobs)})
+    executor = WritingExecutor(commit_seconds=0.01, failing="job_3", failing_at=failing_at)
+    pool = make_pool(sqs, executor, cap=6)
+
+    with caplog.at_level(logging.ERROR):
+        run_pool_until(pool, lambda: pool.stats.processed == jobs)
+
+    assert any("carrying out the writes of" in r.getMessage() for r in caplog.records)
+    # Every delivery of the commit that held job_3's failing write went alone, once; job_3 failed alone
+    # and was handed back.
+    [failed] = [commit for commit in executor.commits if ("job_3", failing_at) in commit]
+    assert sorted(executor.alone) == sorted(job for job, _ in failed)
+    assert pool.stats.errors == 1 and sqs.handed_back == ["r3"]
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(jobs) if i != 3)
+    # A target is called once per delivery: the claims that went alone call it alone, the finishes not again.
+    assert executor.started == (jobs - 1 if failing_at == "claim" else jobs)
+
+
+def test_a_delivery_whose_end_fails_after_its_commit_is_handed_back_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs = 6
+    sqs = FakeSqs({"q": bodies(jobs)})
+    executor = WritingExecutor(ending_fails="job_2")
+    pool = make_pool(sqs, executor, cap=3)
+
+    with caplog.at_level(logging.ERROR):
+        run_pool_until(pool, lambda: pool.stats.processed == jobs)
+
+    assert any("handing on a delivery after its writes" in r.getMessage() for r in caplog.records)
+    assert pool.stats.errors == 1 and sqs.handed_back == ["r2"] and pool.stats.in_flight == 0
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(jobs) if i != 2)
+    assert executor.alone == []
+
+
+def test_a_shared_commit_that_did_not_land_leaves_each_delivery_to_go_alone() -> None:
+    jobs = 8
+    sqs = FakeSqs({"q": bodies(jobs)})
+    executor = WritingExecutor(refusing=True)
+    pool = make_pool(sqs, executor, cap=4)
+
+    run_pool_until(pool, lambda: pool.stats.processed == jobs)
+
+    assert sorted(executor.alone) == sorted(f"job_{i}" for i in range(jobs))
+    assert executor.started == jobs and pool.stats.errors == 0
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(jobs))
+
+
+def test_a_pool_stopped_while_writes_wait_for_their_commit_ends_every_delivery_first() -> None:
+    jobs = 10
+    sqs = FakeSqs({"q": bodies(jobs)})
+    executor = WritingExecutor(commit_seconds=0.15)
+    pool = make_pool(sqs, executor, cap=jobs)
+    stop = threading.Event()
+    worker = threading.Thread(target=pool.run, args=(stop,))
+    worker.start()
+    deadline = time.monotonic() + GENEROUS_SECONDS
+    while pool.stats.in_flight < jobs and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+    stop.set()  # the claims are being committed or waiting to be: the pool ends each delivery first
+    worker.join(GENEROUS_SECONDS)
+
+    assert not worker.is_alive(), "the pool did not stop"
+    assert pool.stats.processed == jobs and pool.stats.in_flight == 0
+    assert executor.started == jobs
+    assert sorted(sqs.deleted) == sorted(f"r{i}" for i in range(jobs))

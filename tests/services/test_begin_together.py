@@ -19,7 +19,7 @@ from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.jobs import JobSpec
 from tickwork.domain.models import RunState
 from tickwork.domain.schedule import parse_schedule
-from tickwork.services.executing import Executor, Outcome
+from tickwork.services.executing import Begun, Executor, Outcome
 from tickwork.services.planning import Planner
 
 JOBS = 3
@@ -159,3 +159,57 @@ def test_a_duplicate_delivery_in_the_same_batch_loses_the_claim_and_the_target_i
     outcomes = [executor.resume(b) for b in begun]
     assert outcomes == [Outcome.SUCCEEDED, Outcome.WATCHING_LEASE]
     assert len(batch.invoker.calls) == 1 and batch.in_flight() == 0
+
+
+def test_the_finishes_of_several_deliveries_are_one_commit_too(batch: Batch) -> None:
+    """The executor pool's path: each delivery is advanced to its next write, and the deliveries at a write
+    at the same time are carried out together: one commit for the claims, one for the finishes."""
+    executor = batch.batching()
+    before = batch.db.begun
+
+    at_claim = [executor.advance(executor.start(m)) for m in batch.messages()]
+
+    assert all(isinstance(b, Begun) and not b.done for b in at_claim)
+    assert batch.db.begun == before and batch.invoker.calls == []  # stopped at the write, nothing written
+    claimed = executor.carry_together([b for b in at_claim if isinstance(b, Begun)])
+    assert claimed is not None and batch.db.begun - before == 1
+    assert batch.states() == [RunState.RUNNING] * JOBS and batch.in_flight() == JOBS
+    at_finish = [executor.advance(b) for b in claimed]  # each calls its target, then stops at its finish
+    assert len(batch.invoker.calls) == JOBS and batch.db.begun - before == 1
+    assert batch.states() == [RunState.RUNNING] * JOBS
+    finished = executor.carry_together([b for b in at_finish if isinstance(b, Begun)])
+
+    assert finished is not None and all(b.done for b in finished)
+    assert batch.db.begun - before == 2  # against 1 + JOBS when each finish commits alone
+    assert batch.states() == [RunState.SUCCEEDED] * JOBS and batch.in_flight() == 0
+    assert [executor.advance(b) for b in finished] == [Outcome.SUCCEEDED] * JOBS
+    assert batch.metrics.timings["StartDelay"] == [100] * JOBS
+    assert batch.metrics.counts.get("RunsSucceeded") == JOBS
+
+
+def test_finishes_whose_commit_failed_left_nothing_and_each_finishes_alone(batch: Batch) -> None:
+    units = FlakyUnits(batch.db, failing={2})  # the second unit: the finishes
+    executor = batch.batching(units)
+    claimed = executor.carry_together([executor.start(m) for m in batch.messages()])
+    assert claimed is not None
+    at_finish = [executor.advance(b) for b in claimed]
+
+    assert executor.carry_together([b for b in at_finish if isinstance(b, Begun)]) is None
+
+    assert batch.states() == [RunState.RUNNING] * JOBS and batch.in_flight() == JOBS
+    assert [executor.resume(b) for b in at_finish if isinstance(b, Begun)] == [Outcome.SUCCEEDED] * JOBS
+    assert batch.states() == [RunState.SUCCEEDED] * JOBS and batch.in_flight() == 0
+    assert len(batch.invoker.calls) == JOBS  # the failed commit called nothing again
+    # Each end recorded once: nothing of the failed commit was recorded.
+    assert batch.metrics.counts.get("RunsSucceeded") == JOBS
+    assert batch.metrics.timings["StartDelay"] == [100] * JOBS
+
+
+def test_without_write_units_advance_carries_a_delivery_to_its_end(batch: Batch) -> None:
+    executor = batch.executor_with(None)
+
+    outcomes = [executor.advance(executor.start(m)) for m in batch.messages()]
+
+    assert outcomes == [Outcome.SUCCEEDED] * JOBS
+    assert batch.states() == [RunState.SUCCEEDED] * JOBS and batch.in_flight() == 0
+    assert len(batch.invoker.calls) == JOBS

@@ -8,7 +8,9 @@ LOCAL_VISIBILITY_SECONDS and a heartbeat extends every message still being handl
 time, or its run executing). So a message held by an executor that dies, even by SIGKILL, is visible again
 within seconds, instead of after the queue's 960 s visibility timeout (sized for the Lambda's 900 s).
 
-A handled message is deleted in a batch with the others handled around the same time (see _BatchDeleter)."""
+A delivery's writes (its slot and claim, its finish and slot back) go in one commit with those of the other
+deliveries at a write step at the same time (see _SharedCommits); nobody waits for that commit. A handled
+message is deleted in a batch with the others handled around the same time (see _BatchDeleter)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ RECEIVE_BACKOFF_MAX_SECONDS = 8.0
 SQS_BATCH = 10
 # A handled message waits at most this long for others to fill its delete batch.
 DELETE_LINGER_SECONDS = 0.05
+# At most this many deliveries' write steps go in one commit (SQS's batch: about what a receive begins).
+WRITE_BATCH = 10
 # On stop, how long the last deletes may take before the pool gives up on them (they then come back).
 DELETE_CLOSE_TIMEOUT_SECONDS = 10.0
 
@@ -154,6 +158,84 @@ class _BatchDeleter:
             )
 
 
+@dataclass
+class _Delivery:
+    """A received message on its way: where it came from and how far it got."""
+
+    url: str
+    message: dict[str, Any]
+    begun: Begun | None = None  # None: not yet decided (Executor.start)
+
+
+class _SharedCommits:
+    """The write steps of deliveries that reach one at the same time, carried out in one commit
+    (Executor.carry_together) by whichever worker finds no commit under way; the others hand theirs over
+    and return to the pool. Nobody waits for a commit: a worker that waited for another's commit cost more
+    in wake-ups than the commit saved. While one commit is being made, the next batch gathers.
+
+    What a commit leaves is handed on: a delivery that is done is finished at once, one with more to do
+    (a retry, a callback) goes back to a worker. When the commit does not land, each delivery is resumed
+    alone by a worker, as it would have been without a batch."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        submit: Callable[..., object],
+        advance: Callable[[_Delivery], None],
+        alone: Callable[[_Delivery], None],
+        done: Callable[[_Delivery, Outcome | None], None],
+    ) -> None:
+        self._executor = executor
+        self._submit = submit  # runs a callable on a worker
+        self._advance, self._alone, self._done = advance, alone, done
+        self._lock = threading.Lock()
+        self._pending: list[tuple[_Delivery, Begun]] = []
+        self._committing = False
+
+    def add(self, delivery: _Delivery, at: Begun) -> None:
+        """Hand a delivery at a write step over; the calling worker makes the commits if none is under way."""
+        with self._lock:
+            self._pending.append((delivery, at))
+            if self._committing:
+                return
+            self._committing = True
+        try:
+            while True:
+                with self._lock:
+                    batch = self._pending[:WRITE_BATCH]
+                    del self._pending[:WRITE_BATCH]
+                    if not batch:
+                        self._committing = False
+                        return
+                self._commit(batch)
+        except BaseException:  # the next delivery handed over makes the commits (this one is raised on)
+            with self._lock:
+                self._committing = False
+            raise
+
+    def _commit(self, batch: list[tuple[_Delivery, Begun]]) -> None:
+        """One commit for the batch's writes; then each delivery is handed on exactly once."""
+        try:
+            carried = self._executor.carry_together([at for _, at in batch])
+        except Exception:  # nothing of the batch landed: each is resumed alone, the one at fault fails alone
+            logger.exception("carrying out the writes of %d deliveries together failed", len(batch))
+            carried = None
+        if carried is None:  # busy beyond the engine's wait, or raised: nothing landed
+            logger.warning("the writes of %d deliveries did not land together; each goes alone", len(batch))
+        for index, (delivery, at) in enumerate(batch):
+            after = at if carried is None else carried[index]
+            delivery.begun = after
+            try:
+                if carried is None or not after.done:  # resumed alone, or carried on: by a worker
+                    self._submit(self._alone if carried is None else self._advance, delivery)
+                    continue
+                outcome: Outcome | None = self._executor.resume(after)  # done: it only records its end
+            except Exception:  # its message is handed back like any that raised (what landed stands)
+                logger.exception("handing on a delivery after its writes failed; it will be redelivered")
+                outcome = None
+            self._done(delivery, outcome)
+
+
 class _Turns:
     """A lock granted in the order it was asked for. The receive loops take their slots in turn: with the
     semaphore alone, a loop that just gave its slots back (after an empty receive) takes them straight back,
@@ -208,6 +290,8 @@ class ExecutorPool:
         self._turns = _Turns()
         self._deleter = _BatchDeleter(sqs, delete_linger_seconds)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # told when no delivery is left in flight
+        self._running: tuple[Executor, _SharedCommits] | None = None  # while run() runs
         self.stats = PoolStats()
 
     def run(self, stop: threading.Event) -> None:
@@ -219,13 +303,33 @@ class ExecutorPool:
         heartbeat.start()
         self._deleter.start()
         try:
-            with ThreadPoolExecutor(max_workers=self._cap, thread_name_prefix="tickwork-run") as pool:
+            # One worker more than the cap: the worker making the shared commits goes on with them after
+            # its own delivery was handed on to another.
+            with ThreadPoolExecutor(max_workers=self._cap + 1, thread_name_prefix="tickwork-run") as pool:
+                commits = _SharedCommits(executor, pool.submit, self._advance, self._alone, self._done)
+                self._running = (executor, commits)
                 self._receive_all(stop, executor, pool)
+                # Every delivery ends before the pool does: a shared commit may hand one on to a worker.
+                # (After a crashed loop the pool ends at once: a delivery it can no longer take is handed
+                # back, and one received but never begun comes back after its visibility timeout.)
+                self._wait_idle()
         finally:  # after the runs in flight finished: they keep their messages hidden until then
             self._deleter.close()
             heartbeat_stop.set()
             self._holding.set()
             heartbeat.join(timeout=5)
+
+    def _executor(self) -> Executor:
+        assert self._running is not None, "the pool is not running"
+        return self._running[0]
+
+    def _commits(self) -> _SharedCommits:
+        assert self._running is not None, "the pool is not running"
+        return self._running[1]
+
+    def _wait_idle(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: not self.stats.in_flight)
 
     def _receive_all(self, stop: threading.Event, executor: Executor, pool: ThreadPoolExecutor) -> None:
         """One receive loop per queue until `stop`. A loop that crashed stops the others and its error is
@@ -281,7 +385,7 @@ class ExecutorPool:
                     self._held[message["ReceiptHandle"]] = url
                     self._holding.set()
             for message, begun in zip(messages, _begin(executor, messages), strict=True):
-                pool.submit(self._process, executor, url, message, begun)
+                pool.submit(self._process, url, message, begun)
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """Keep every message being handled invisible for another LOCAL_VISIBILITY_SECONDS, until done."""
@@ -328,27 +432,62 @@ class ExecutorPool:
             self.stats.in_flight += 1
             self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
 
-    def _process(self, executor: Executor, url: str, message: dict[str, Any], begun: Begun | None) -> None:
-        receipt = message["ReceiptHandle"]
+    def _process(self, url: str, message: dict[str, Any], begun: Begun | None) -> None:
+        """A worker's first turn with a received message (begun: its first writes landed with the batch's)."""
+        delivery = _Delivery(url, message, begun)
         try:
-            outcome: Outcome = (
-                executor.execute(_run_message(message)) if begun is None else executor.resume(begun)
-            )
+            if delivery.begun is None:
+                delivery.begun = self._executor().start(_run_message(message))
         except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
-            # Left on the queue: it comes back, and after max_receive_count goes to the DLQ (sweeper).
             logger.exception("run message failed, will be redelivered")
-            self._release_hold(receipt)  # first: a beat must not undo the shorter visibility set below
-            with self._lock:
-                self.stats.errors += 1
-            self._hand_back(url, receipt)
+            self._done(delivery, None)
+            return
+        self._advance(delivery)
+
+    def _advance(self, delivery: _Delivery) -> None:
+        """A worker carries a delivery on until it is done, or hands its next writes to the shared commits."""
+        assert delivery.begun is not None
+        try:
+            after = self._executor().advance(delivery.begun)
+        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
+            logger.exception("run message failed, will be redelivered")
+            self._done(delivery, None)
+            return
+        if isinstance(after, Outcome):
+            self._done(delivery, after)
         else:
-            self._release_hold(receipt)  # first: the heartbeat stops extending it once it goes to the deleter
-            self._deleter.add(url, receipt, str(message.get("MessageId")))
-            logger.debug("message %s: %s", message.get("MessageId"), outcome)
+            self._commits().add(delivery, after)
+
+    def _alone(self, delivery: _Delivery) -> None:
+        """A worker carries a delivery on to its end, each write committed alone (a shared commit failed)."""
+        assert delivery.begun is not None
+        try:
+            outcome = self._executor().resume(delivery.begun)
+        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
+            logger.exception("run message failed, will be redelivered")
+            self._done(delivery, None)
+            return
+        self._done(delivery, outcome)
+
+    def _done(self, delivery: _Delivery, outcome: Outcome | None) -> None:
+        """The delivery ended: its message is deleted, or handed back when it failed (outcome None: the
+        failure was logged where it happened). Its slot in the pool is free again."""
+        receipt = delivery.message["ReceiptHandle"]
+        try:
+            self._release_hold(receipt)  # first: the heartbeat stops extending it (a beat must not undo
+            if outcome is None:  # the shorter visibility of a hand back)
+                with self._lock:
+                    self.stats.errors += 1
+                self._hand_back(delivery.url, receipt)
+            else:
+                self._deleter.add(delivery.url, receipt, str(delivery.message.get("MessageId")))
+                logger.debug("message %s: %s", delivery.message.get("MessageId"), outcome)
         finally:
             with self._lock:
                 self.stats.in_flight -= 1
                 self.stats.processed += 1
+                if not self.stats.in_flight:
+                    self._idle.notify_all()
             self._slots.release()
 
     def _hand_back(self, url: str, receipt: str) -> None:

@@ -80,11 +80,17 @@ def _keep_hidden(carrier: Carrier | None, step: Step, known: Known) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    """A delivery begun by `Executor.begin_together`: its first write steps landed in the batch's commit
-    (nothing, when its first step was no write). `Executor.resume` carries it on from there."""
+    """A delivery part way: what is known of it and the step decided next. `Executor.start` decides its
+    first; `begin_together` and `carry_together` return it once its writes landed with others' in one
+    commit; `advance` stops at its next write. `advance` or `resume` carries it on from there."""
 
-    known: Known  # what is known once they landed (its message among it)
-    next: Step  # the step decided after them
+    known: Known  # what is known so far (its message among it)
+    next: Step  # the step decided next
+
+    @property
+    def done(self) -> bool:
+        """Nothing is left to carry out: `advance` only records its end and returns its outcome."""
+        return isinstance(self.next, Done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,11 @@ class Executor:
         attempt. The hot path: the slot, the claim, the call, the finish, the slot back."""
         return self._drive(self._known(message, carrier), None, carrier)
 
+    def start(self, message: RunMessage) -> Begun:
+        """A delivery decided and not begun: `advance` carries it on."""
+        known = self._known(message, None)
+        return Begun(known, next_step(known))
+
     def begin_together(self, messages: Sequence[RunMessage]) -> list[Begun] | None:
         """Begin several deliveries with one commit: each one's first write steps (its slot and its claim)
         are carried out inside one write unit, decided as `execute` would decide them; `resume` carries each
@@ -134,28 +145,59 @@ class Executor:
         delivery's writes raised otherwise is raised, and nothing of the batch landed either."""
         if self._units is None:
             return None
-        begun = [Begun(known, next_step(known)) for known in (self._known(m, None) for m in messages)]
-        if not any(isinstance(one.next, _WRITE_STEPS) for one in begun):
-            return begun  # only decided: nothing to write
+        return self.carry_together([self.start(message) for message in messages])
+
+    def carry_together(self, begun: Sequence[Begun]) -> list[Begun] | None:
+        """Carry out the write steps each delivery is at (its slot and claim, or its finish and slot back),
+        and those decided right after them, with one commit for them all; each is decided as `execute`
+        would decide it. A delivery that is not at a write step is passed through. Returns each delivery
+        with the step decided after its writes (not a write). For callers that keep their messages hidden
+        themselves (no carrier).
+
+        None when the engine has no write units, or when the unit could not begin or commit (busy beyond
+        the engine's wait): then nothing of it landed, and each delivery is to be `resume`d alone. What a
+        delivery's writes raised otherwise is raised, and nothing of the batch landed either."""
+        if self._units is None:
+            return None
+        carried = list(begun)
+        if not any(isinstance(one.next, _WRITE_STEPS) for one in carried):
+            return carried  # nothing to write
         landed: list[Step] = []
         try:
             with self._units.together():
-                for index, one in enumerate(begun):
+                for index, one in enumerate(carried):
                     if isinstance(one.next, _WRITE_STEPS):
-                        after, step, carried = self._carry_writes(one.next, one.known)
-                        begun[index] = Begun(after, step)
-                        landed.extend(done for done, _ in carried)
+                        after, step, steps = self._carry_writes(one.next, one.known)
+                        carried[index] = Begun(after, step)
+                        landed.extend(done for done, _ in steps)
         except (TransientStoreError, StoreError):
             return None
         try:
             for step in landed:  # recorded once they landed, as `execute` records its own
                 self._record(step)
         except Exception:  # they landed: the deliveries go on, only these records are missing
-            logger.exception("recording the first steps of %d deliveries begun together failed", len(begun))
-        return begun
+            logger.exception("recording the writes of %d deliveries carried together failed", len(carried))
+        return carried
+
+    def advance(self, begun: Begun) -> Begun | Outcome:
+        """Carry a delivery on until it is done (its outcome) or its next step is a write (the delivery,
+        for `carry_together` to carry out with others' writes). Without write units, writes are carried
+        out here too. For callers that keep their messages hidden themselves (no carrier)."""
+        known, step = begun.known, begun.next
+        while True:
+            if isinstance(step, Done):
+                self._record(step)
+                return step.outcome
+            if isinstance(step, SendBack):
+                return self._send(step, known)
+            if self._units is not None and isinstance(step, _WRITE_STEPS):
+                return Begun(known, step)
+            self._record(step)
+            known = self._attempt(step, known, None)
+            step = next_step(known)
 
     def resume(self, begun: Begun) -> Outcome:
-        """Carry on a delivery `begin_together` began."""
+        """Carry on a delivery `begin_together`, `carry_together` or `advance` left, to its outcome."""
         return self._drive(begun.known, begun.next, None)
 
     def _known(self, message: RunMessage, carrier: Carrier | None) -> Known:
