@@ -474,8 +474,9 @@ class ExecutorPool:
         failure was logged where it happened). Its slot in the pool is free again."""
         receipt = delivery.message["ReceiptHandle"]
         try:
-            self._release_hold(receipt)  # first: the heartbeat stops extending it (a beat must not undo
-            if outcome is None:  # the shorter visibility of a hand back)
+            # First: the heartbeat stops extending it (a beat must not undo a hand back's shorter visibility).
+            self._release_hold(receipt)
+            if outcome is None:
                 with self._lock:
                     self.stats.errors += 1
                 self._hand_back(delivery.url, receipt)
