@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -30,6 +30,7 @@ from tickwork.domain.errors import ValidationError
 from tickwork.services.executing import Begun, Executor, Outcome
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # A message whose processing raised comes back this fast locally (AWS uses the queue's visibility timeout).
 LOCAL_RETRY_VISIBILITY_SECONDS = 5
@@ -435,39 +436,38 @@ class ExecutorPool:
     def _process(self, url: str, message: dict[str, Any], begun: Begun | None) -> None:
         """A worker's first turn with a received message (begun: its first writes landed with the batch's)."""
         delivery = _Delivery(url, message, begun)
-        try:
-            if delivery.begun is None:
-                delivery.begun = self._executor().start(_run_message(message))
-        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
-            logger.exception("run message failed, will be redelivered")
-            self._done(delivery, None)
-            return
-        self._advance(delivery)
+        if delivery.begun is None:
+            delivery.begun = self._guarded(delivery, lambda: self._executor().start(_run_message(message)))
+        if delivery.begun is not None:
+            self._advance(delivery)
 
     def _advance(self, delivery: _Delivery) -> None:
         """A worker carries a delivery on until it is done, or hands its next writes to the shared commits."""
-        assert delivery.begun is not None
-        try:
-            after = self._executor().advance(delivery.begun)
-        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
-            logger.exception("run message failed, will be redelivered")
-            self._done(delivery, None)
-            return
+        at = delivery.begun
+        assert at is not None
+        after = self._guarded(delivery, lambda: self._executor().advance(at))
         if isinstance(after, Outcome):
             self._done(delivery, after)
-        else:
+        elif after is not None:
             self._commits().add(delivery, after)
 
     def _alone(self, delivery: _Delivery) -> None:
         """A worker carries a delivery on to its end, each write committed alone (a shared commit failed)."""
-        assert delivery.begun is not None
+        at = delivery.begun
+        assert at is not None
+        outcome = self._guarded(delivery, lambda: self._executor().resume(at))
+        if outcome is not None:
+            self._done(delivery, outcome)
+
+    def _guarded(self, delivery: _Delivery, work: Callable[[], _T]) -> _T | None:
+        """The worker thread's boundary: what `work` raised is logged with its traceback and the delivery
+        ends with its message handed back (SQS redelivers it); None then."""
         try:
-            outcome = self._executor().resume(delivery.begun)
-        except Exception:  # the worker thread's boundary: logged with its traceback, SQS redelivers
+            return work()
+        except Exception:
             logger.exception("run message failed, will be redelivered")
             self._done(delivery, None)
-            return
-        self._done(delivery, outcome)
+            return None
 
     def _done(self, delivery: _Delivery, outcome: Outcome | None) -> None:
         """The delivery ended: its message is deleted, or handed back when it failed (outcome None: the
