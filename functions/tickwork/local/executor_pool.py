@@ -167,6 +167,12 @@ class _Delivery:
     message: dict[str, Any]
     begun: Begun | None = None  # None: not yet decided (Executor.start)
 
+    @property
+    def at(self) -> Begun:
+        """Where it got (once decided)."""
+        assert self.begun is not None, "a delivery not yet decided"
+        return self.begun
+
 
 class _SharedCommits:
     """The write steps of deliveries that reach one at the same time, carried out in one commit
@@ -190,13 +196,13 @@ class _SharedCommits:
         self._submit = submit  # runs a callable on a worker
         self._advance, self._alone, self._done = advance, alone, done
         self._lock = threading.Lock()
-        self._pending: list[tuple[_Delivery, Begun]] = []
+        self._pending: list[_Delivery] = []
         self._committing = False
 
-    def add(self, delivery: _Delivery, at: Begun) -> None:
+    def add(self, delivery: _Delivery) -> None:
         """Hand a delivery at a write step over; the calling worker makes the commits if none is under way."""
         with self._lock:
-            self._pending.append((delivery, at))
+            self._pending.append(delivery)
             if self._committing:
                 return
             self._committing = True
@@ -214,18 +220,19 @@ class _SharedCommits:
                 self._committing = False
             raise
 
-    def _commit(self, batch: list[tuple[_Delivery, Begun]]) -> None:
+    def _commit(self, batch: list[_Delivery]) -> None:
         """One commit for the batch's writes; then each delivery is handed on exactly once."""
         try:
-            carried = self._executor.carry_together([at for _, at in batch])
+            carried = self._executor.carry_together([delivery.at for delivery in batch])
         except Exception:  # nothing of the batch landed: each is resumed alone, the one at fault fails alone
             logger.exception("carrying out the writes of %d deliveries together failed", len(batch))
             carried = None
         if carried is None:  # busy beyond the engine's wait, or raised: nothing landed
             logger.warning("the writes of %d deliveries did not land together; each goes alone", len(batch))
-        for index, (delivery, at) in enumerate(batch):
-            after = at if carried is None else carried[index]
-            delivery.begun = after
+        for index, delivery in enumerate(batch):
+            if carried is not None:  # else it is where it was: nothing landed
+                delivery.begun = carried[index]
+            after = delivery.at
             try:
                 if carried is None or not after.done:  # resumed alone, or carried on: by a worker
                     self._submit(self._alone if carried is None else self._advance, delivery)
@@ -443,18 +450,17 @@ class ExecutorPool:
 
     def _advance(self, delivery: _Delivery) -> None:
         """A worker carries a delivery on until it is done, or hands its next writes to the shared commits."""
-        at = delivery.begun
-        assert at is not None
+        at = delivery.at
         after = self._guarded(delivery, lambda: self._executor().advance(at))
         if isinstance(after, Outcome):
             self._done(delivery, after)
         elif after is not None:
-            self._commits().add(delivery, after)
+            delivery.begun = after
+            self._commits().add(delivery)
 
     def _alone(self, delivery: _Delivery) -> None:
         """A worker carries a delivery on to its end, each write committed alone (a shared commit failed)."""
-        at = delivery.begun
-        assert at is not None
+        at = delivery.at
         outcome = self._guarded(delivery, lambda: self._executor().resume(at))
         if outcome is not None:
             self._done(delivery, outcome)
