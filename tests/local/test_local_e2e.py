@@ -372,11 +372,17 @@ def test_a_failing_job_tells_its_webhook_once_lists_the_event_and_pauses_itself(
     def paused() -> bool:
         return bool(local.call("GET", f"/jobs/{job_id}")[1]["state"] == "paused")
 
+    def events() -> dict[str, Any]:
+        status, page = local.call("GET", f"/events?job_id={job_id}&limit=100")
+        assert status == 200, page
+        return page
+
     local.wait_for("the job paused by its failures", paused, 90)
     status, job = local.call("GET", f"/jobs/{job_id}")
     assert status == 200 and "2 failures in a row" in job["paused_reason"]
-    status, page = local.call("GET", f"/events?job_id={job_id}&limit=100")
-    assert status == 200, page
+    # The watcher pauses the job, then records the event of it: the page can be read between the two.
+    local.wait_for("the pause's event", lambda: "auto_paused" in [e["kind"] for e in events()["items"]], 30)
+    page = events()
     kinds = [e["kind"] for e in page["items"]]
     assert kinds.count("run_failed") >= 2 and "auto_paused" in kinds
     local.wait_for("the webhook's message", lambda: any(c["path"] == "/hook" for c in target.calls), 30)
