@@ -106,9 +106,10 @@ def run_tickwork(
             if planning is not None:
                 tick_cpu = meter.cpu_between(*planning)
                 result.burst_cpu_s["planning (tick)"] = sum(tick_cpu.values())
+                by_role = ", ".join(f"{role} {cpu:.2f}" for role, cpu in tick_cpu.items() if cpu >= 0.005)
                 result.notes.append(
                     f"the burst was planned by the tick {result.due - planning[0]:.0f} s before the due "
-                    f"second, taking {planning[1] - planning[0]:.1f} s"
+                    f"second, taking {planning[1] - planning[0]:.1f} s; its CPU s [{by_role}]"
                 )
             else:
                 result.notes.append("no ticker log line for the planning tick: its CPU is not counted")
