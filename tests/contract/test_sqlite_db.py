@@ -139,6 +139,8 @@ def test_the_change_feed_notes_only_the_state_and_start_of_the_run_before(tmp_pa
         RunBefore(RunState.RUNNING, running.started_at),
     ]
     assert [c.after for c in changes] == [planned, running, ended]
+    # What the watcher judges a change by before it decodes the record, read by SQLite from it.
+    assert [(c.job_id, c.state) for c in changes] == [(r.job_id, r.state) for r in (planned, running, ended)]
 
 
 def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on(tmp_path: Path) -> None:

@@ -8,8 +8,18 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tickwork.domain.alerts import AlertRules, EventKind, RunBefore, deadline_missed, events_of_change
+from tickwork.domain.alerts import (
+    AlertRules,
+    EventKind,
+    RunBefore,
+    deadline_missed,
+    events_of_change,
+    reads_the_record,
+    sets_deadline_timer,
+)
 from tickwork.domain.errors import ValidationError
 from tickwork.domain.models import Run, RunState, Trigger
 
@@ -156,3 +166,78 @@ def test_a_bad_rule_is_refused_naming_it(rules: dict[str, object], field: str) -
     with pytest.raises(ValidationError) as refused:
         AlertRules(**rules)  # type: ignore[arg-type]
     assert refused.value.field == field
+
+
+# --- which changes the watcher must decode ------------------------------------------------------------------
+
+_RULES = st.builds(
+    AlertRules,
+    on_failure=st.booleans(),
+    on_dead_letter=st.booleans(),
+    on_skip=st.booleans(),
+    late_after_seconds=st.none() | st.integers(1, 120),
+    deadline_seconds=st.none() | st.integers(1, 600),
+    duration_min_seconds=st.none() | st.just(0.5),
+    duration_max_seconds=st.none() | st.just(30.0),
+    anomaly_factor=st.none() | st.just(2.0),
+    failures_in_a_row=st.none() | st.integers(1, 4),
+    auto_pause_after=st.none() | st.integers(1, 4),
+)
+_BEFORE = st.none() | st.builds(
+    RunBefore, st.sampled_from(RunState), st.none() | st.just(FIRE + timedelta(seconds=1))
+)
+
+
+@st.composite
+def _after(draw: st.DrawFn) -> Run:
+    state = draw(st.sampled_from(RunState))
+    took = draw(st.none() | st.sampled_from([0.1, 2.0, 90.0]))
+    delay = draw(st.sampled_from([100, 45_000, 500_000]))
+    reason = draw(st.sampled_from([None, "500", "dead-lettered after 5 deliveries (attempt 1)"]))
+    after = run(state, took=took, reason=reason)
+    return after if after.started_at is None else replace(after, start_delay_ms=delay)
+
+
+def _ended(state: RunState, took: int) -> Run:
+    return run(state, at=FIRE - timedelta(minutes=took), took=took)
+
+
+# A history drawn at random, or one that makes a streak or a baseline (rare among random ones).
+_RECENT = st.lists(
+    st.builds(_ended, st.sampled_from([RunState.FAILED, RunState.SUCCEEDED]), st.sampled_from([1, 2, 3, 60])),
+    max_size=8,
+) | st.sampled_from(
+    [
+        [_ended(RunState.SUCCEEDED, took) for took in (1, 2, 2, 3, 2, 2)],
+        [_ended(RunState.FAILED, took) for took in (1, 2, 3)],
+    ]
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(before=_BEFORE, after=_after(), rules=_RULES, recent=_RECENT)
+def test_a_change_whose_record_nothing_reads_gives_no_event_and_no_timer(
+    before: RunBefore | None, after: Run, rules: AlertRules, recent: list[Run]
+) -> None:
+    """The watcher judges a change by its state alone where `reads_the_record` says no: then neither
+    `events_of_change` nor the deadline's timer may give anything, whatever the record, rules and history."""
+    if not reads_the_record(before, after.state, rules):
+        assert events_of_change(before, after, rules, recent) == ()
+        assert not sets_deadline_timer(before, after.state, rules)
+
+
+def test_a_burst_s_starts_and_successes_are_judged_by_their_state_alone() -> None:
+    """Under the rules most jobs have (the defaults), a run's start and success read nothing of its record;
+    its failure, a late rule, a deadline or a duration rule make them read it."""
+    planned, running = RunBefore(RunState.PLANNED), RunBefore(RunState.RUNNING, FIRE)
+    defaults = AlertRules()
+    assert not reads_the_record(None, RunState.PLANNED, defaults)
+    assert not reads_the_record(planned, RunState.RUNNING, defaults)
+    assert not reads_the_record(running, RunState.SUCCEEDED, defaults)
+    assert not reads_the_record(None, RunState.SKIPPED, defaults)
+    assert reads_the_record(running, RunState.FAILED, defaults)
+    assert reads_the_record(None, RunState.SKIPPED, AlertRules(on_skip=True))
+    assert reads_the_record(None, RunState.PLANNED, AlertRules(deadline_seconds=60))
+    assert reads_the_record(planned, RunState.RUNNING, AlertRules(late_after_seconds=30))
+    assert reads_the_record(running, RunState.SUCCEEDED, AlertRules(duration_max_seconds=30))
+    assert not reads_the_record(RunBefore(RunState.FAILED), RunState.FAILED, defaults)  # seen again

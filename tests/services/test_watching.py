@@ -30,6 +30,7 @@ from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
+from tickwork.domain.alerts import RunBefore, SeenChange
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.grants import GrantedTargets, TargetGrants
 from tickwork.domain.jobs import JobPatch, JobSpec
@@ -303,6 +304,51 @@ def test_a_page_of_changes_reads_its_jobs_in_one_call_and_a_deleted_one_in_it_to
     world.watch()
     assert reads == [("get_jobs", 5)], "15 changes of 5 jobs: one read, no read a change"
     assert [world.kinds(j.job_id) for j in jobs] == [["run_failed"]] * 4 + [[]]
+
+
+@dataclass
+class CountedRecord:
+    """A fed change that notes whose record (`after`) is read: its run and state."""
+
+    change: SeenChange
+    reads: set[tuple[str, str]]
+
+    @property
+    def before(self) -> RunBefore | None:
+        return self.change.before
+
+    @property
+    def job_id(self) -> str:
+        return self.change.job_id
+
+    @property
+    def state(self) -> RunState:
+        return self.change.state
+
+    @property
+    def after(self) -> Run:
+        run = self.change.after
+        self.reads.add((run.run_id, str(run.state)))
+        return run
+
+
+def test_a_start_and_a_success_are_judged_without_their_record_and_a_failure_with_it(world: World) -> None:
+    """Under the default rules a burst's changes (planned, running, succeeded) need only their state: the
+    watcher reads none of their records and records nothing. A late rule reads the start, and a failure
+    is read and recorded."""
+    plain = world.job(AlertRules(), name="plain")
+    late = world.job(AlertRules(late_after_seconds=30), name="late")
+    world.end(world.plan(plain, 1), RunState.SUCCEEDED)
+    slow = world.end(world.plan(late, 1), RunState.SUCCEEDED, late_s=45)
+    failed = world.end(world.plan(plain, 2), RunState.FAILED, reason="upstream down")
+    reads: set[tuple[str, str]] = set()
+    changes = world.feed.take_changes(100)
+    assert len(changes) == 9
+    world.watcher.observe([CountedRecord(change, reads) for _, change in changes])
+    # The late job's three changes (its rule reads each start), and the failure: no other record.
+    expected = [(slow.run_id, state) for state in ("planned", "running", "succeeded")]
+    assert sorted(reads) == sorted([*expected, (failed.run_id, "failed")])
+    assert world.kinds(plain.job_id) == ["run_failed"] and world.kinds(late.job_id) == ["run_late"]
 
 
 def test_an_edit_of_the_rules_applies_to_the_next_change(world: World) -> None:

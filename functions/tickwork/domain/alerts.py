@@ -27,8 +27,11 @@ __all__ = [
     "JobEvent",
     "RunBefore",
     "RunChange",
+    "SeenChange",
     "deadline_missed",
     "events_of_change",
+    "reads_the_record",
+    "sets_deadline_timer",
 ]
 
 DEAD_LETTERED = "dead-lettered"  # how a run failed from the dead-letter queue starts its reason
@@ -70,12 +73,38 @@ class RunBefore:
     started_at: datetime | None = None
 
 
+class SeenChange(Protocol):
+    """One change of a run record as a feed delivers it (at least once): the run as it was (None: just
+    written), its job and its state now, and the record as it is now (`after`), which a feed may decode only
+    when it is asked for (most changes are judged by their state alone: `reads_the_record`)."""
+
+    @property
+    def before(self) -> RunBefore | None: ...
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def after(self) -> Run: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunChange:
     """One change of a run record: as it was (None: just written) and as it is. Delivered at least once."""
 
     before: RunBefore | None
     after: Run
+
+    @property
+    def job_id(self) -> str:
+        return self.after.job_id
+
+    @property
+    def state(self) -> RunState:
+        return self.after.state
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +127,29 @@ def duration(run: Run) -> timedelta | None:
     if run.started_at is None or run.finished_at is None:
         return None
     return run.finished_at - run.started_at
+
+
+def sets_deadline_timer(before: Earlier | None, state: RunState, rules: AlertRules) -> bool:
+    """Whether a change gives the run a deadline timer: a run just written (not as skipped) of a job with
+    a deadline. Its record then tells when the timer fires."""
+    return before is None and rules.deadline_seconds is not None and state is not RunState.SKIPPED
+
+
+def reads_the_record(before: Earlier | None, state: RunState, rules: AlertRules) -> bool:
+    """Whether anything of a change (a timer, an event) can come from the run's record as it is now, where
+    only its state is known: a change of which it cannot is judged without decoding it (in a burst most
+    changes are a start or a success, and the rules of most jobs read neither). Never False where
+    `events_of_change` or `sets_deadline_timer` could give something (tests/domain say so for every case)."""
+    if sets_deadline_timer(before, state, rules) or rules.late_after_seconds is not None:
+        return True
+    if not state.is_terminal or (before is not None and before.state.is_terminal):
+        return False  # not an end: only a late start and a deadline's timer read it
+    if state is RunState.FAILED:
+        return True
+    if state in (RunState.SKIPPED, RunState.MISSED):
+        return rules.on_skip
+    durations = (rules.duration_min_seconds, rules.duration_max_seconds, rules.anomaly_factor)
+    return state is RunState.SUCCEEDED and any(rule is not None for rule in durations)
 
 
 def events_of_change(

@@ -9,15 +9,15 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from tickwork.adapters.targets.aws import DEFAULT_POOL_CONNECTIONS, boto3_client_factory
 from tickwork.composition import Components
+from tickwork.domain.alerts import SeenChange
 from tickwork.domain.clock import SystemClock
 from tickwork.domain.errors import ConflictError, TickworkError, TransientStoreError
 from tickwork.domain.slots import ALL, Pool
@@ -142,7 +142,8 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
     failed_rounds = 0
     while not stop.is_set():
-        changes, worked = [], 0
+        changes: Sequence[tuple[int, SeenChange]] = []
+        worked = 0
         try:
             changes = feed.take_changes(1000)
             if changes and failed_rounds >= WATCH_TRIES:
@@ -173,7 +174,9 @@ WATCH_TRIES = 3
 BULK_ROUND_SECONDS = 2.0
 
 
-def _watch_one_by_one(parts: Components, watcher: Watcher, feed: RunChangeFeed, changes: list[Any]) -> None:
+def _watch_one_by_one(
+    parts: Components, watcher: Watcher, feed: RunChangeFeed, changes: Sequence[tuple[int, SeenChange]]
+) -> None:
     for _, change in changes:
         try:
             watcher.observe([change])

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Protocol
 
 from tickwork.domain.alert_rules import AlertRules, Channel
-from tickwork.domain.alerts import EventKind, JobEvent, RunChange
+from tickwork.domain.alerts import EventKind, JobEvent, SeenChange
 from tickwork.domain.audit import AuditedJob
 from tickwork.domain.bulk import BulkAction
 from tickwork.domain.calendars import Calendar
@@ -358,7 +358,7 @@ class Carrier(Protocol):
 class RunChangeFeed(Protocol):
     """The runs table's changes, oldest first (the embedded engine's; DynamoDB's come as a stream)."""
 
-    def take_changes(self, limit: int) -> list[tuple[int, RunChange]]:
+    def take_changes(self, limit: int) -> Sequence[tuple[int, SeenChange]]:
         """Up to `limit` changes with their positions, oldest first, without removing them."""
         ...
 

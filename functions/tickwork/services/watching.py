@@ -21,10 +21,12 @@ from tickwork.domain.alert_rules import DEFAULT_WINDOW_SECONDS, Channel, Channel
 from tickwork.domain.alerts import (
     EventKind,
     JobEvent,
-    RunChange,
+    SeenChange,
     deadline_missed,
     deadline_of,
     events_of_change,
+    reads_the_record,
+    sets_deadline_timer,
 )
 from tickwork.domain.clock import Clock
 from tickwork.domain.errors import ConflictError, NotFoundError
@@ -209,12 +211,12 @@ class Watcher:
 
     # -- changes -> events ----------------------------------------------------------------------------------
 
-    def observe(self, changes: Sequence[RunChange]) -> WatchReport:
+    def observe(self, changes: Sequence[SeenChange]) -> WatchReport:
         """Every change once or more (a stream re-delivers): the same change records nothing twice."""
         report = WatchReport()
         # A write that moved no state (a lease, a heartbeat) is no change the rules read.
-        moved = [c for c in changes if c.before is None or c.before.state is not c.after.state]
-        self.recorder.read_ahead(c.after.job_id for c in moved)
+        moved = [c for c in changes if c.before is None or c.before.state is not c.state]
+        self.recorder.read_ahead(c.job_id for c in moved)
         for change in moved:
             report.changes += 1
             for event in self._events_of(change, report):
@@ -222,18 +224,20 @@ class Watcher:
                     report.recorded(event)
         return report
 
-    def _events_of(self, change: RunChange, report: WatchReport) -> list[JobEvent]:
-        if change.after.state in (RunState.SKIPPED, RunState.MISSED):
-            name = f"Slots{str(change.after.state).capitalize()}"
-            self._job_metrics.count_for_job(name, change.after.job_id)
-        job = self.recorder.job(change.after.job_id)
+    def _events_of(self, change: SeenChange, report: WatchReport) -> list[JobEvent]:
+        if change.state in (RunState.SKIPPED, RunState.MISSED):
+            name = f"Slots{str(change.state).capitalize()}"
+            self._job_metrics.count_for_job(name, change.job_id)
+        job = self.recorder.job(change.job_id)
         if job is None:
             return []  # deleted: its owner asked for nothing more
+        rules = job.alerts
+        if not reads_the_record(change.before, change.state, rules):
+            return []  # nothing the rules read: the record is not even decoded
         # The job's owner (a run written before runs kept theirs carries none).
         after = change.after if change.after.owner == job.owner else replace(change.after, owner=job.owner)
-        rules = job.alerts
         deadline = rules.deadline_seconds
-        if change.before is None and deadline is not None and after.state is not RunState.SKIPPED:
+        if deadline is not None and sets_deadline_timer(change.before, after.state, rules):
             fire_at = deadline_of(after, deadline)
             timer = DeadlineTimer(job.job_id, job.owner, after.scheduled_for, fire_at, after.expires_at)
             self._log.put_timer(timer)
