@@ -143,6 +143,21 @@ def test_the_change_feed_notes_only_the_state_and_start_of_the_run_before(tmp_pa
     assert [(c.job_id, c.state) for c in changes] == [(r.job_id, r.state) for r in (planned, running, ended)]
 
 
+def test_the_change_feed_decodes_a_record_only_when_it_is_read(tmp_path: Path) -> None:
+    """A record the watcher never reads is never decoded: one that cannot be (here, no scheduled time)
+    still gives its job and state, and fails only when read."""
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    with store.db.write() as connection:
+        connection.execute(
+            "INSERT INTO run_changes (before, after) VALUES (NULL, ?)",
+            (json.dumps({"job_id": "job_a", "state": "planned"}),),
+        )
+    [(_, change)] = SqliteRunChangeFeed(store.db).take_changes(10)
+    assert (change.job_id, change.state, change.before) == ("job_a", RunState.PLANNED, None)
+    with pytest.raises(KeyError):
+        _ = change.after
+
+
 def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on(tmp_path: Path) -> None:
     """Version 4's trigger copied the whole record before into every change: the changes it wrote still
     read the same after the upgrade, and the new trigger notes only the state and start."""

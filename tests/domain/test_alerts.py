@@ -226,6 +226,15 @@ def test_a_change_whose_record_nothing_reads_gives_no_event_and_no_timer(
         assert not sets_deadline_timer(before, after.state, rules)
 
 
+def test_a_deadline_s_timer_is_set_when_a_run_is_written_unless_skipped() -> None:
+    rules = AlertRules(deadline_seconds=60)
+    assert sets_deadline_timer(None, RunState.PLANNED, rules)
+    assert sets_deadline_timer(None, RunState.MISSED, rules)  # missed is late: its deadline passes
+    assert not sets_deadline_timer(None, RunState.SKIPPED, rules)
+    assert not sets_deadline_timer(RunBefore(RunState.PLANNED), RunState.RUNNING, rules)
+    assert not sets_deadline_timer(None, RunState.PLANNED, AlertRules())
+
+
 def test_a_burst_s_starts_and_successes_are_judged_by_their_state_alone() -> None:
     """Under the rules most jobs have (the defaults), a run's start and success read nothing of its record;
     its failure, a late rule, a deadline or a duration rule make them read it."""

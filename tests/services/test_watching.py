@@ -260,6 +260,17 @@ def test_late_starts_and_skipped_slots_are_events_and_skips_counted_per_job(worl
     assert world.job_metrics.counts[f"SlotsSkipped|{job.job_id}"] == 1
 
 
+def test_a_skip_no_rule_reads_is_still_counted_per_job(world: World) -> None:
+    """Under the default rules a skipped slot is no event, and its record is not read; it is counted."""
+    job = world.job(AlertRules())
+    skipped = world.plan(job, 1)
+    world.store.transition_run(skipped, replace(skipped, state=RunState.SKIPPED, finished_at=skipped.due_at))
+    reads: set[tuple[str, str]] = set()
+    world.watcher.observe([CountedRecord(change, reads) for _, change in world.feed.take_changes(100)])
+    assert reads == set() and world.kinds(job.job_id) == []
+    assert world.job_metrics.counts[f"SlotsSkipped|{job.job_id}"] == 1
+
+
 @pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_a_storm_of_1000_failing_jobs_is_two_messages_per_channel(world: World) -> None:
     jobs = [world.job(AlertRules(channels=(HOOK, SLACK)), name=f"j{n}") for n in range(1000)]

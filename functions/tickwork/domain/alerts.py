@@ -139,11 +139,12 @@ def reads_the_record(before: Earlier | None, state: RunState, rules: AlertRules)
     """Whether anything of a change (a timer, an event) can come from the run's record as it is now, where
     only its state is known: a change of which it cannot is judged without decoding it (in a burst most
     changes are a start or a success, and the rules of most jobs read neither). Never False where
-    `events_of_change` or `sets_deadline_timer` could give something (tests/domain say so for every case)."""
+    `events_of_change` or `sets_deadline_timer` could give something (tests/domain/test_alerts.py checks
+    it on drawn changes, rules and histories)."""
     if sets_deadline_timer(before, state, rules) or rules.late_after_seconds is not None:
         return True
     if not state.is_terminal or (before is not None and before.state.is_terminal):
-        return False  # not an end: only a late start and a deadline's timer read it
+        return False  # not an end, or an end seen again: only a late start and a deadline's timer read it
     if state is RunState.FAILED:
         return True
     if state in (RunState.SKIPPED, RunState.MISSED):

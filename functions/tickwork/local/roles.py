@@ -177,14 +177,20 @@ BULK_ROUND_SECONDS = 2.0
 def _watch_one_by_one(
     parts: Components, watcher: Watcher, feed: RunChangeFeed, changes: Sequence[tuple[int, SeenChange]]
 ) -> None:
-    for _, change in changes:
+    for position, change in changes:
         try:
             watcher.observe([change])
         except (TransientStoreError, ConflictError):
             raise  # not this change's fault: the round is tried again, nothing is passed over
         except TickworkError as error:
-            run_id = change.after.run_id
-            logger.error("the change of run %s is passed over, its events untold: %s", run_id, error)
+            # Named without its record: a record that cannot be decoded is what may have failed.
+            logger.error(
+                "change %d (a run of job %s, now %s) is passed over, its events untold: %s",
+                position,
+                change.job_id,
+                change.state,
+                error,
+            )
             parts.metrics.count("WatcherChangesDropped")
     feed.forget_changes(changes[-1][0])
 

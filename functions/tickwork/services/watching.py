@@ -233,7 +233,7 @@ class Watcher:
             return []  # deleted: its owner asked for nothing more
         rules = job.alerts
         if not reads_the_record(change.before, change.state, rules):
-            return []  # nothing the rules read: the record is not even decoded
+            return []  # nothing the rules read (a feed that decodes on use does not decode the record)
         # The job's owner (a run written before runs kept theirs carries none).
         after = change.after if change.after.owner == job.owner else replace(change.after, owner=job.owner)
         deadline = rules.deadline_seconds

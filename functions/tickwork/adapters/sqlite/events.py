@@ -43,7 +43,7 @@ from tickwork.adapters.records import run_before_from_item, run_from_item
 from tickwork.adapters.sqlite.base import SqliteBase, load, put
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
-from tickwork.domain.errors import ConflictError
+from tickwork.domain.errors import ConflictError, StoreError
 from tickwork.domain.models import Job, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.revisions import Revision
@@ -205,8 +205,8 @@ class SqliteAlertDefaults(SqliteBase):
 
 class FedChange:
     """A change from the feed: its job and state read by SQLite from the record after it, the record
-    itself decoded on first use (the watcher judges most changes by their state alone, and decoding a
-    record costs some 20 times more than SQLite reading two of its attributes)."""
+    itself decoded on first use (the watcher judges most changes by their state alone, and decoding the
+    whole record in Python costs many times more than SQLite reading two of its attributes)."""
 
     __slots__ = ("_after", "_raw", "before", "job_id", "state")
 
@@ -234,8 +234,10 @@ class SqliteRunChangeFeed(SqliteBase):
             ).fetchall()
         changes = []
         for position, before, job_id, state, after in rows:
+            if not isinstance(job_id, str):
+                raise StoreError(f"change {position} of the runs' feed names no job", code="CorruptChange")
             was = None if before is None else run_before_from_item(load(before))
-            changes.append((int(position), FedChange(was, str(job_id), RunState(state), after)))
+            changes.append((int(position), FedChange(was, job_id, RunState(state), after)))
         return changes
 
     def forget_changes(self, through: int) -> None:
