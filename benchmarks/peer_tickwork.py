@@ -61,6 +61,7 @@ def run_tickwork(
     label: str = LABEL,
     source: Path | None = None,
     profile: Path | None = None,
+    profile_gil: bool = False,
 ) -> PeerResult:
     from tickwork.domain.models import make_run_id
 
@@ -88,7 +89,7 @@ def run_tickwork(
             if profile is not None:
                 planning_at = _next_tick(result.due, local)
                 sleep_until(planning_at - 2)
-                spies = _spy(runtime.pids(), profile / f"{n}", services)
+                spies = _spy(runtime.pids(), profile / f"{n}", services, gil=profile_gil)
             sleep_until(result.due - 1)
             lock_before = _write_lock(state / "run")
             wait_for(lambda: _arrived(target, keys) >= n, timeout=settings.drain_timeout, every=0.2)
@@ -160,9 +161,11 @@ def _next_tick(due: float, local: LocalSettings) -> float:
     return (first // local.tick_interval + (first % local.tick_interval > 0)) * local.tick_interval
 
 
-def _spy(pids: dict[str, int], directory: Path, services: Services) -> list[tuple[str, Path]]:
+def _spy(pids: dict[str, int], directory: Path, services: Services, *, gil: bool) -> list[tuple[str, Path]]:
     """py-spy on every role process, from before the planning tick until the burst is done: a flame graph
-    per process (SVG), summarised by _stop_spies."""
+    per process (SVG), summarised by _stop_spies. `gil`: only the thread holding the GIL is sampled, so
+    the samples follow the process's Python CPU; without it py-spy also samples threads blocked in a lock
+    or a socket (it does not tell them idle here), which shows where the wall time goes."""
     directory.mkdir(parents=True, exist_ok=True)
     spies = []
     for role, pid in pids.items():
@@ -177,6 +180,7 @@ def _spy(pids: dict[str, int], directory: Path, services: Services) -> list[tupl
                 "-o",
                 str(svg),
                 "--nonblocking",
+                *(["--gil"] if gil else []),
                 "-F",
                 "-r",
                 "50",
@@ -210,7 +214,7 @@ def _stop_spies(spies: list[tuple[str, Path]], services: Services) -> None:
             name = re.sub(r" \(.*", "", frame) + " " + (re.findall(r"\(([^)]*)\)", frame) or [""])[0]
             inclusive[name] = max(inclusive.get(name, 0), 0) + count
         top = sorted(inclusive.items(), key=lambda kv: -kv[1])[:25]
-        print(f"  profile {role}: {total} samples (50/s, threads on CPU), {svg}")
+        print(f"  profile {role}: {total} samples (50/s), {svg}")
         for name, count in top:
             print(f"    {count / max(1, total) * 100:5.1f}%  {name}")
 
@@ -245,6 +249,9 @@ def main() -> None:
     parser.add_argument("n", type=int, nargs="?", default=1000)
     parser.add_argument("--executors", type=int, help="executor processes (default: the command's)")
     parser.add_argument("--profile", type=Path, help="py-spy flame graphs of every role process, here")
+    parser.add_argument(
+        "--profile-gil", action="store_true", help="sample only the thread holding the GIL (its Python CPU)"
+    )
     args = parser.parse_args()
     services = Services()
     services.cleanup_on_exit()
@@ -254,7 +261,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tickwork-peer-") as tmp:
             local = replace(local_settings(settings), executors=args.executors)
             result = run_tickwork(
-                args.n, target, settings, Path(tmp), services, local=local, profile=args.profile
+                args.n,
+                target,
+                settings,
+                Path(tmp),
+                services,
+                local=local,
+                profile=args.profile,
+                profile_gil=args.profile_gil,
             )
     finally:
         target.stop()
