@@ -423,6 +423,41 @@ def test_a_write_two_deep_that_raises_undoes_only_its_own_changes(tmp_path: Path
     assert _shard_ids(db) == ["a", "b", "d"]
 
 
+def test_a_write_that_raises_undoes_the_writes_nested_in_it_that_returned(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    with db.write() as outer:
+        with db.write() as first:
+            _add_shard(first, "a")
+        with pytest.raises(ValueError), db.write() as middle:
+            _add_shard(middle, "b")
+            with db.write() as inner:  # returns: its savepoint stays open inside the middle's
+                _add_shard(inner, "c")
+            raise ValueError("refused")
+        with db.write() as last:
+            _add_shard(last, "d")
+        _add_shard(outer, "e")
+
+    assert _shard_ids(db) == ["a", "d", "e"]
+
+
+def test_a_nested_write_that_returns_costs_one_statement_its_savepoint(tmp_path: Path) -> None:
+    """No RELEASE per nested write: the commit ends the savepoints (each statement in an executor's
+    shared commit waits for the GIL while the write lock is held)."""
+    db = Database(tmp_path / "t.db").open()
+    statements: list[str] = []
+    with db.write() as outer:
+        outer.set_trace_callback(statements.append)
+        try:
+            for shard in ("a", "b", "c"):
+                with db.write() as inner:
+                    _add_shard(inner, shard)
+        finally:
+            outer.set_trace_callback(None)
+
+    assert [s.split()[0] for s in statements] == ["SAVEPOINT", "INSERT"] * 3
+    assert _shard_ids(db) == ["a", "b", "c"]
+
+
 def test_a_write_inside_a_write_lands_only_with_the_outer_commit(tmp_path: Path) -> None:
     db = Database(tmp_path / "t.db").open()
     with pytest.raises(RuntimeError), db.write() as outer:

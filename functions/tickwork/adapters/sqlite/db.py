@@ -243,6 +243,8 @@ class Database:
         # The thread inside `write()` (None: none): a write inside a write of the same thread is a
         # savepoint of the outer transaction (`_nested`).
         self._write_owner: int | None = None
+        # Savepoints opened in the write transaction now open (named by this count: `_nested`).
+        self._savepoints = 0
         self._writer: sqlite3.Connection | None = None
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
@@ -320,6 +322,9 @@ class Database:
             connection = self._connect()
             try:
                 connection.execute("PRAGMA wal_autocheckpoint = 0")
+                # The savepoints' journal in memory: `_nested` leaves them open until the commit, so a
+                # large transaction's journal would otherwise spill to a temporary file.
+                connection.execute("PRAGMA temp_store = MEMORY")
                 connection.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
             except sqlite3.Error as error:
                 connection.close()
@@ -349,6 +354,7 @@ class Database:
             except sqlite3.Error as error:
                 raise translate(error) from error
             self._write_owner = threading.get_ident()
+            self._savepoints = 0
             try:
                 try:
                     yield connection
@@ -432,19 +438,26 @@ class Database:
 
     @contextmanager
     def _nested(self) -> Iterator[sqlite3.Connection]:
-        """A savepoint of the transaction this thread has open (only called from `write`). One name at
-        every depth: ROLLBACK TO and RELEASE act on the latest savepoint of a name, the innermost one."""
+        """A savepoint of the transaction this thread has open (only called from `write`), named for its
+        place in the transaction: ROLLBACK TO undoes this block's changes and those of every savepoint
+        opened after it, however deep.
+
+        A block that returns leaves its savepoint open, not RELEASEd: the transaction's COMMIT ends every
+        savepoint with it, and a RELEASE would be one more statement per write. Inside an executor's
+        shared commit each statement hands the GIL over and waits for it back while the installation's
+        write lock is held (docs/benchmarks.md, seventeenth session)."""
         connection = self._writer_connection()
+        self._savepoints += 1
+        name = f"nested_write_{self._savepoints}"
         try:
-            connection.execute("SAVEPOINT nested_write")
+            connection.execute(f"SAVEPOINT {name}")
             try:
                 yield connection
             except BaseException:
                 if connection.in_transaction:  # else SQLite ended the whole transaction (a full disk)
-                    connection.execute("ROLLBACK TO nested_write")
-                    connection.execute("RELEASE nested_write")
+                    connection.execute(f"ROLLBACK TO {name}")
+                    connection.execute(f"RELEASE {name}")
                 raise
-            connection.execute("RELEASE nested_write")
         except sqlite3.Error as error:
             raise translate(error) from error
 
