@@ -419,7 +419,7 @@ def test_a_version_2_database_gets_the_slot_holds_table(tmp_path: Path) -> None:
                 raw.execute(statement)
         raw.execute("PRAGMA user_version = 2")
     db = Database(path).open()
-    assert db.schema_version() == SCHEMA_VERSION == 5
+    assert db.schema_version() == SCHEMA_VERSION == 6
     slots = SqliteSlots(db)
     assert slots.acquire([ALL], hold(1), NOW) and slots.in_flight(ALL, NOW) == 1
     with sqlite3.connect(path) as raw:

@@ -23,7 +23,7 @@ from tests.contract.test_store_contract import a_job
 from tickwork.adapters.records import run_to_item
 from tickwork.adapters.sqlite import db as db_module
 from tickwork.adapters.sqlite import turns
-from tickwork.adapters.sqlite.base import put
+from tickwork.adapters.sqlite.base import put, rewrite, stored_columns
 from tickwork.adapters.sqlite.db import (
     _V4_RUN_CHANGES_TRIGGER,
     READERS,
@@ -31,6 +31,7 @@ from tickwork.adapters.sqlite.db import (
     Database,
     SchemaTooNewError,
     _table_ddl,
+    key_columns,
 )
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
@@ -86,7 +87,7 @@ def test_a_version_1_file_is_migrated_forward_and_keeps_its_runs(tmp_path: Path)
         )
         raw.execute("PRAGMA user_version = 1")
     store = SqliteStore(Database(path).open())
-    assert store.db.schema_version() == SCHEMA_VERSION == 5
+    assert store.db.schema_version() == SCHEMA_VERSION == 6
     with sqlite3.connect(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -166,6 +167,7 @@ def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on
     planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
     running = _running(planned)
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:  # a version 4 file
+        raw.execute("DROP TRIGGER runs_change_feed_update")
         raw.execute("DROP TRIGGER runs_change_feed")
         raw.execute(_V4_RUN_CHANGES_TRIGGER)
         raw.execute("PRAGMA user_version = 4")
@@ -174,7 +176,7 @@ def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on
         [old_note] = [r[0] for r in raw.execute("SELECT before FROM run_changes WHERE before IS NOT NULL")]
     assert "job_view" in json.loads(old_note)  # the whole record
     store = SqliteStore(Database(path).open())
-    assert store.db.schema_version() == SCHEMA_VERSION == 5
+    assert store.db.schema_version() == SCHEMA_VERSION == 6
     _write_run(store, replace(running, state=RunState.SUCCEEDED, finished_at=running.started_at))
     changes = [c for _, c in SqliteRunChangeFeed(store.db).take_changes(10)]
     assert [c.before for c in changes] == [
@@ -185,6 +187,72 @@ def test_a_version_4_change_feed_is_kept_and_its_trigger_notes_less_from_then_on
     with store.db.read() as connection:
         newest = connection.execute("SELECT before FROM run_changes ORDER BY id DESC LIMIT 1").fetchone()[0]
     assert set(json.loads(newest)) == {"state", "started_at"}
+
+
+def _columns_match_records(store: SqliteStore) -> bool:
+    """Every run row's key and index-key columns are its record's (what `rewrite` relies on)."""
+    names = ", ".join(key_columns(RUNS))
+    with store.db.read() as connection:
+        rows = connection.execute(f"SELECT {names}, item FROM runs").fetchall()
+    return all(list(row[:-1]) == stored_columns(RUNS, json.loads(row[-1])) for row in rows)
+
+
+def test_a_run_written_over_in_place_is_noted_moves_its_index_keys_and_keeps_its_columns(
+    tmp_path: Path,
+) -> None:
+    """Claims and finishes write a run over its stored row (an UPDATE): the feed notes each change of
+    state from the row before, a write that keeps the state is not a change, and the sweeper's and the
+    failed runs' index keys move with the record."""
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    running = _running(planned)
+    beating = replace(running, heartbeat_at=running.due_at + timedelta(seconds=5))
+    failed = replace(beating, state=RunState.FAILED, finished_at=running.due_at + timedelta(seconds=9))
+    _write_run(store, planned)
+    for before, after in [(planned, running), (running, beating), (beating, failed)]:
+        store.transition_run(before, after)
+        assert _columns_match_records(store)
+
+    changes = [c for _, c in SqliteRunChangeFeed(store.db).take_changes(10)]
+    assert [c.before for c in changes] == [
+        None,
+        RunBefore(RunState.PLANNED, None),
+        RunBefore(RunState.RUNNING, running.started_at),
+    ]
+    assert [c.after for c in changes] == [planned, running, failed]
+    assert list(store.open_runs(planned.shard, ANCHOR + timedelta(days=1))) == []
+    assert [r.run_id for r in store.failed_runs("alice", since=None, before=None, limit=5)[0]] == [
+        planned.run_id
+    ]
+
+
+def test_a_rewrite_cannot_move_a_record_to_another_key_nor_write_a_row_that_is_gone(tmp_path: Path) -> None:
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    _write_run(store, planned)
+    item = run_to_item(planned)
+    moved = run_to_item(replace(planned, scheduled_for=ANCHOR + timedelta(minutes=5)))
+    with pytest.raises(ValueError), store.db.write() as connection:
+        rewrite(connection, RUNS, stored_columns(RUNS, item), moved)
+    with store.db.write() as connection:
+        connection.execute("DELETE FROM runs")
+    with pytest.raises(StoreError), store.db.write() as connection:
+        rewrite(connection, RUNS, stored_columns(RUNS, item), {**item, "state": "running"})
+
+
+def test_a_version_5_file_gets_the_trigger_that_notes_runs_written_over_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    Database(path).open().close()
+    planned = Run.for_fire(_a_job(), ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:  # a version 5 file
+        raw.execute("DROP TRIGGER runs_change_feed_update")
+        raw.execute("PRAGMA user_version = 5")
+        put(raw, RUNS, run_to_item(planned))
+    store = SqliteStore(Database(path).open())
+    assert store.db.schema_version() == SCHEMA_VERSION == 6
+    store.transition_run(planned, _running(planned))
+    changes = [c for _, c in SqliteRunChangeFeed(store.db).take_changes(10)]
+    assert [c.before for c in changes] == [None, RunBefore(RunState.PLANNED, None)]
 
 
 def test_a_database_from_a_newer_tickwork_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -7,12 +7,14 @@ with another writer's. The conditions are the DynamoDB adapter's, spelled as Pyt
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tickwork.adapters.sqlite.db import Database, key_columns
+from tickwork.domain.errors import StoreError
 from tickwork.resources import TABLES, TableDef
 
 _COLUMNS = {table.logical_name: key_columns(table) for table in TABLES}
@@ -39,6 +41,41 @@ def row_values(table: TableDef, item: Mapping[str, Any]) -> list[Any]:
 
 def put(connection: sqlite3.Connection, table: TableDef, item: Mapping[str, Any]) -> None:
     connection.execute(_UPSERT[table.logical_name], row_values(table, item))
+
+
+def stored_columns(table: TableDef, item: Mapping[str, Any]) -> list[Any]:
+    """The key and index-key columns of a stored record's row (`put` writes them from the record)."""
+    return [item.get(name) for name in _COLUMNS[table.logical_name]]
+
+
+def rewrite(
+    connection: sqlite3.Connection, table: TableDef, columns: Sequence[Any], item: Mapping[str, Any]
+) -> None:
+    """Write `item` over the stored row whose columns were `columns` (`stored_columns` of the record read in
+    this transaction): one UPDATE of the record and of the columns whose value changes. `put` would delete
+    the row from the table and from every index it is in, and insert it again; a run's claim and its
+    finish change no index key but the sweeper's. The row must be there, under the same key."""
+    names = _COLUMNS[table.logical_name]
+    keys = 2 if table.sort is not None else 1  # key_columns puts the table's own key first
+    values = stored_columns(table, item)
+    if values[:keys] != list(columns[:keys]):
+        raise ValueError(f"a rewrite of {table.logical_name} cannot move a record to another key")
+    changed = tuple(index for index in range(keys, len(names)) if values[index] != columns[index])
+    cursor = connection.execute(
+        _rewrite_sql(table.logical_name, keys, changed),
+        [*(values[index] for index in changed), json.dumps(item, separators=(",", ":")), *values[:keys]],
+    )
+    if cursor.rowcount != 1:
+        raise StoreError(f"the {table.logical_name} row to write over is gone", code="RowGone")
+
+
+@functools.cache
+def _rewrite_sql(table: str, keys: int, changed: tuple[int, ...]) -> str:
+    names = _COLUMNS[table]
+    assignments = [f"{names[index]} = ?" for index in changed] + ["item = ?"]
+    return (
+        f"UPDATE {table} SET {', '.join(assignments)} WHERE {' AND '.join(f'{k} = ?' for k in names[:keys])}"
+    )
 
 
 def load(raw: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from tickwork.resources import EVENTS, REQUESTS, RUNS, SLOTS, TABLES, IndexDef, 
 
 # The version of the schema this code writes. A database at a lower version is migrated forward at open
 # (MIGRATIONS[v] takes it from v to v + 1); one at a higher version is refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # How long a write waits for another process's write transaction before it counts as throttled.
 BUSY_TIMEOUT_MS = 10_000
 # FULL: a commit is on disk before it returns (survives a power cut; ~0.2 ms of fsync on this machine's disk).
@@ -135,10 +135,24 @@ def _run_changes_trigger(before: str) -> str:
     )
 
 
-_RUN_CHANGES_TRIGGER = _run_changes_trigger(
-    "json_object('state', json_extract(item, '$.state'), 'started_at', json_extract(item, '$.started_at'))"
+def _noted_before(item: str) -> str:
+    """What the feed notes of a run's record before a change (`item`: an expression of the record)."""
+    return (
+        f"json_object('state', json_extract({item}, '$.state'), "
+        f"'started_at', json_extract({item}, '$.started_at'))"
+    )
+
+
+_RUN_CHANGES_TRIGGER = _run_changes_trigger(_noted_before("item"))
+# A record written over the stored one in place (adapters/sqlite/base.rewrite: an UPDATE, where `put` is
+# an INSERT OR REPLACE) is noted by this trigger, which reads the record before as OLD instead of looking
+# the row up again.
+_RUN_UPDATES_TRIGGER = (
+    "CREATE TRIGGER runs_change_feed_update AFTER UPDATE OF item ON runs "
+    "WHEN json_extract(OLD.item, '$.state') IS NOT json_extract(NEW.item, '$.state') "
+    f"BEGIN INSERT INTO run_changes (before, after) VALUES ({_noted_before('OLD.item')}, NEW.item); END"
 )
-_RUN_CHANGES_DDL = [_RUN_CHANGES_TABLE, _RUN_CHANGES_TRIGGER]
+_RUN_CHANGES_DDL = [_RUN_CHANGES_TABLE, _RUN_CHANGES_TRIGGER, _RUN_UPDATES_TRIGGER]
 # The tables of `tickwork.resources` this engine keeps as such (the slots live in `slot_holds`).
 EMBEDDED_TABLES = tuple(table for table in TABLES if table is not SLOTS)
 
@@ -189,12 +203,18 @@ def _v4_to_v5(connection: sqlite3.Connection) -> None:
     connection.execute(_RUN_CHANGES_TRIGGER)
 
 
+def _v5_to_v6(connection: sqlite3.Connection) -> None:
+    """A run's record can be written over the stored one in place: the change feed notes those writes too."""
+    connection.execute(_RUN_UPDATES_TRIGGER)
+
+
 # MIGRATIONS[v]: from schema version v to v + 1, for a file written at version v >= 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 
 

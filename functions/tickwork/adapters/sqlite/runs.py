@@ -10,7 +10,7 @@ from typing import Any
 
 from tickwork.adapters.conditions import apply_changes, claimable, claimed_item, run_still_at, stored_run
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
-from tickwork.adapters.sqlite.base import SqliteBase, put
+from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import Claim, waiting_slot_is_stale
 from tickwork.domain.models import Run, RunState, split_run_id
@@ -146,15 +146,20 @@ class SqliteRunRecords(SqliteBase):
                 f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
                 current=stored_run(stored),
             )
-        put(connection, RUNS, apply_changes(stored, run_update_base(expected), run_to_item(updated)))
+        rewrite(
+            connection,
+            RUNS,
+            stored_columns(RUNS, stored),
+            apply_changes(stored, run_update_base(expected), run_to_item(updated)),
+        )
 
     def claim(self, claim: Claim) -> Run:
         """The executor's claim (adapters/conditions.claimed_item), one write."""
         with self.db.write() as connection:
-            stored = claimed_item(
-                self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for)), claim
-            )
-            put(connection, RUNS, stored)
+            found = self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for))
+            columns = stored_columns(RUNS, found or {})  # before the claim changes the record in place
+            stored = claimed_item(found, claim)  # StaleRunError when there is none to claim
+            rewrite(connection, RUNS, columns, stored)
         return run_from_item(stored)
 
     def claim_exclusive(self, expected: Run, updated: Run, now: datetime) -> bool:
@@ -241,7 +246,12 @@ class SqliteRunRecords(SqliteBase):
             return False
         change(job)
         put(connection, JOBS, job)
-        put(connection, RUNS, apply_changes(stored, run_update_base(expected), run_to_item(updated)))
+        rewrite(
+            connection,
+            RUNS,
+            stored_columns(RUNS, stored),
+            apply_changes(stored, run_update_base(expected), run_to_item(updated)),
+        )
         return True
 
 
