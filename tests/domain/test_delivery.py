@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from random import Random
@@ -1615,3 +1615,24 @@ if __name__ == "__main__":
         DOC.write_text(TABLE_BLOCK.sub(lambda _: rendered, DOC.read_text(), count=1))
     else:
         print(table())
+
+
+# What `Known.after` sets from the step just carried out; every other field is carried over as it was.
+_STEP_RESULTS = {
+    "last", "now", "run", "refused", "busy", "released", "result", "watched", "throttled", "holding",
+    "claims_on_view", "finish_writes", "rewrites", "slot_moves", "calendar_reads",
+}  # fmt: skip
+
+
+def test_after_carries_over_every_field_that_is_not_a_result_of_the_step() -> None:
+    """`Known.after` names each field (it does not use `dataclasses.replace`): a field added to `Known`
+    and forgotten there would be reset to its default after the first step."""
+    counters = {"claims_on_view", "finish_writes", "rewrites", "slot_moves", "calendar_reads"}
+    values: dict[str, Any] = {
+        f.name: 0 if f.name in counters else None if f.name == "holding" else object() for f in fields(Known)
+    }
+    known = Known(**values)
+    after = known.after(Hold(until=NOW), NOW)
+    carried = [f.name for f in fields(Known) if f.name not in _STEP_RESULTS]
+    assert carried  # the message, the worker, the job read, ...
+    assert {name: getattr(after, name) for name in carried} == {name: values[name] for name in carried}
