@@ -455,7 +455,11 @@ class _short_busy_timeout:
 
 def _shard_ids(db: Database) -> list[str]:
     with db.read() as connection:
-        return [row[0] for row in connection.execute("SELECT shard_id FROM shards ORDER BY shard_id")]
+        return _shard_ids_in(connection)
+
+
+def _shard_ids_in(connection: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in connection.execute("SELECT shard_id FROM shards ORDER BY shard_id")]
 
 
 def _add_shard(connection: sqlite3.Connection, shard_id: str) -> None:
@@ -524,6 +528,46 @@ def test_a_nested_write_that_returns_costs_one_statement_its_savepoint(tmp_path:
 
     assert [s.split()[0] for s in statements] == ["SAVEPOINT", "INSERT"] * 3
     assert _shard_ids(db) == ["a", "b", "c"]
+
+
+def test_a_nested_write_without_a_savepoint_costs_no_statement_and_may_refuse_before_it_changes(
+    tmp_path: Path,
+) -> None:
+    db = Database(tmp_path / "t.db").open()
+    statements: list[str] = []
+    with db.write() as outer:
+        outer.set_trace_callback(statements.append)
+        try:
+            with db.write(savepoint=False) as inner:
+                _add_shard(inner, "a")
+            with pytest.raises(ValueError), db.write(savepoint=False) as inner:
+                assert _shard_ids_in(inner) == ["a"]
+                raise ValueError("refused before any change")
+        finally:
+            outer.set_trace_callback(None)
+        _add_shard(outer, "b")
+
+    assert [s.split()[0] for s in statements] == ["INSERT", "SELECT"]
+    assert _shard_ids(db) == ["a", "b"]
+
+
+def test_a_nested_write_without_a_savepoint_that_raises_after_a_change_fails_the_whole_transaction(
+    tmp_path: Path,
+) -> None:
+    """Its change cannot be undone alone: nothing of the transaction lands, even when the outer block
+    caught the error and went on."""
+    db = Database(tmp_path / "t.db").open()
+    with pytest.raises(StoreError, match="nothing of the transaction landed"), db.write() as outer:
+        _add_shard(outer, "a")
+        with pytest.raises(ValueError), db.write(savepoint=False) as inner:
+            _add_shard(inner, "b")
+            raise ValueError("refused after a change")
+        _add_shard(outer, "c")
+
+    assert _shard_ids(db) == []
+    with db.write() as connection:  # the next transaction is not spoiled
+        _add_shard(connection, "d")
+    assert _shard_ids(db) == ["d"]
 
 
 def test_a_write_inside_a_write_lands_only_with_the_outer_commit(tmp_path: Path) -> None:

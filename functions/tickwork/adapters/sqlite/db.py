@@ -265,6 +265,8 @@ class Database:
         self._write_owner: int | None = None
         # Savepoints opened in the write transaction now open (named by this count: `_nested`).
         self._savepoints = 0
+        # A write nested without a savepoint raised after a change: the transaction must not commit.
+        self._spoiled = False
         self._writer: sqlite3.Connection | None = None
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers = threading.BoundedSemaphore(readers)
@@ -353,7 +355,7 @@ class Database:
         return self._writer
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self, *, savepoint: bool = True) -> Iterator[sqlite3.Connection]:
         """One immediate transaction: committed if the block returns, rolled back if it raises. SQLite
         errors inside become domain errors (busy: TransientStoreError).
 
@@ -361,9 +363,14 @@ class Database:
         are undone alone if it raises, and land with the outer transaction's commit, or not at all. So
         several writes can be made one commit (adapters/sqlite/units.py) without their code knowing; code
         that acts on its write as committed once its block ends (the queue rings its doorbell) must not
-        be run inside another write."""
+        be run inside another write.
+
+        `savepoint=False` is for a block that raises only before its first change (it reads, checks, then
+        writes): nested, it opens no savepoint, one statement less in a shared commit. Should it raise
+        after a change all the same, that change cannot be undone alone: the whole transaction is then
+        rolled back when it ends, and fails (StoreError)."""
         if self._write_owner == threading.get_ident():
-            with self._nested() as connection:
+            with self._nested() if savepoint else self._unsaved() as connection:
                 yield connection
             return
         checkpoint = False
@@ -374,7 +381,7 @@ class Database:
             except sqlite3.Error as error:
                 raise translate(error) from error
             self._write_owner = threading.get_ident()
-            self._savepoints = 0
+            self._savepoints, self._spoiled = 0, False
             try:
                 try:
                     yield connection
@@ -384,6 +391,13 @@ class Database:
                 except BaseException:
                     _roll_back(connection)
                     raise
+                if self._spoiled:
+                    _roll_back(connection)
+                    raise StoreError(
+                        "a write nested without a savepoint raised after it changed rows: nothing of the "
+                        "transaction landed",
+                        code="NestedWriteNotUndone",
+                    )
                 try:
                     connection.execute("COMMIT")
                 except sqlite3.Error as error:
@@ -455,6 +469,21 @@ class Database:
                 self._held = (commits, seconds + time.perf_counter() - started)
                 if taken:
                     self._turn.give_back()
+
+    @contextmanager
+    def _unsaved(self) -> Iterator[sqlite3.Connection]:
+        """A write nested in this thread's transaction with no savepoint (`write(savepoint=False)`): if its
+        block raises after it changed rows, the transaction is spoiled and will not commit."""
+        connection = self._writer_connection()
+        changes = connection.total_changes
+        try:
+            yield connection
+        except BaseException as error:
+            if connection.total_changes != changes:
+                self._spoiled = True
+            if isinstance(error, sqlite3.Error):
+                raise translate(error) from error
+            raise
 
     @contextmanager
     def _nested(self) -> Iterator[sqlite3.Connection]:

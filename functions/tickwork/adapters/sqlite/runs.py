@@ -135,7 +135,7 @@ class SqliteRunRecords(SqliteBase):
         return {parse_instant(str(item["scheduled_for"])): RunState(str(item["state"])) for item in items}
 
     def transition_run(self, expected: Run, updated: Run) -> None:
-        with self.db.write() as connection:
+        with self.db.write(savepoint=False) as connection:  # the check comes before the one write
             self._transition(connection, expected, updated)
 
     def _transition(self, connection: sqlite3.Connection, expected: Run, updated: Run) -> None:
@@ -155,7 +155,7 @@ class SqliteRunRecords(SqliteBase):
 
     def claim(self, claim: Claim) -> Run:
         """The executor's claim (adapters/conditions.claimed_item), one write."""
-        with self.db.write() as connection:
+        with self.db.write(savepoint=False) as connection:  # the check comes before the one write
             found = self._run_item(connection, claim.job_id, format_instant(claim.scheduled_for))
             columns = stored_columns(RUNS, found or {})  # before the claim changes the record in place
             stored = claimed_item(found, claim)  # StaleRunError when there is none to claim

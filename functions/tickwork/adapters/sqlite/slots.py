@@ -38,7 +38,9 @@ class SqliteSlots:
     def acquire(self, pools: Sequence[Pool], hold: SlotHold, now: datetime) -> bool:
         holder = holder_key(hold.run_id, hold.attempt)
         now_ms = lease_ms(now)
-        with self.db.write() as connection:
+        # No savepoint: only SQLite raises here, and should it after a change, the whole transaction fails
+        # (Database.write).
+        with self.db.write(savepoint=False) as connection:
             # Per pool, whether it must first drop its holders whose leases ended; no room in one: none.
             take_over: list[bool] = []
             for pool in pools:
@@ -78,7 +80,7 @@ class SqliteSlots:
 
     def release(self, pools: Sequence[Pool], run_id: str, attempt: int) -> None:
         holder = holder_key(run_id, attempt)
-        with self.db.write() as connection:
+        with self.db.write(savepoint=False) as connection:  # as `acquire`
             connection.executemany(
                 "DELETE FROM slot_holds WHERE pool = ? AND holder = ?", [(p.name, holder) for p in pools]
             )
