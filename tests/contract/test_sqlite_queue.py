@@ -266,6 +266,34 @@ def test_a_stale_receipt_cannot_delete_the_message_while_the_fresh_one_can(queue
     assert error_code(again) == RECEIPT_INVALID
 
 
+def test_a_batch_delete_deletes_every_message_it_names_and_refuses_a_receipt_named_twice(
+    queues: Queues,
+) -> None:
+    """The SQLite engine deletes a batch whose receipts all match with one statement, and goes entry by
+    entry only when one does not: the answers are the same either way."""
+    queues.sqs.send_message_batch(
+        QueueUrl=queues.url, Entries=[{"Id": m, "MessageBody": m} for m in ("a", "b", "c", "d")]
+    )
+    a, b, c, d = queues.receive(MaxNumberOfMessages=4, VisibilityTimeout=60)
+
+    every = queues.sqs.delete_message_batch(
+        QueueUrl=queues.url,
+        Entries=[{"Id": m["Body"], "ReceiptHandle": m["ReceiptHandle"]} for m in (a, b, c)],
+    )
+    twice = queues.sqs.delete_message_batch(
+        QueueUrl=queues.url,
+        Entries=[
+            {"Id": "first", "ReceiptHandle": d["ReceiptHandle"]},
+            {"Id": "again", "ReceiptHandle": d["ReceiptHandle"]},
+        ],
+    )
+
+    assert (every["Successful"], every["Failed"]) == ([{"Id": "a"}, {"Id": "b"}, {"Id": "c"}], [])
+    assert twice["Successful"] == [{"Id": "first"}]
+    assert [(f["Id"], f["Code"]) for f in twice["Failed"]] == [("again", RECEIPT_INVALID)]
+    assert queues.counts() == dict.fromkeys(ALL_COUNTS, 0)
+
+
 def test_changing_the_visibility_extends_or_ends_the_hiding(queues: Queues) -> None:
     queues.sqs.send_message_batch(
         QueueUrl=queues.url, Entries=[{"Id": "a", "MessageBody": "a"}, {"Id": "b", "MessageBody": "b"}]

@@ -90,6 +90,10 @@ DOORBELL_SUFFIX = "-doorbell"  # the doorbell file, next to the database file
 _BEFORE_ALL = -(2**62)
 
 
+class _NotEveryReceipt(Exception):
+    """A batch delete matched fewer messages than it had receipts: its transaction is rolled back."""
+
+
 @contextmanager
 def _as_client_errors(operation: str) -> Iterator[None]:
     """The store's errors as the ClientErrors the SQS-speaking callers already handle."""
@@ -260,45 +264,57 @@ class SqliteQueues:
                     "ORDER BY visible_at_ms, id LIMIT ?",
                     (queue, now, *after, page),
                 ).fetchall()
-                for row in rows:
-                    delivered.extend(self._deliver_or_dead_letter(connection, row, config, now, visibility))
+                live: list[tuple[Any, ...]] = []
+                for row in rows:  # row[4]: the receive count so far
+                    if config.dead_lettered_after(row[4]):
+                        self._dead_letter(connection, int(row[0]), config, now)
+                    else:
+                        live.append(row)
+                delivered.extend(self._deliver(connection, live, now, visibility))
                 if len(rows) < page:
                     break
                 after = (int(rows[-1][3]), int(rows[-1][0]))
         return [delivered_message(**m, attributes=attributes) for m in delivered]
 
-    def _deliver_or_dead_letter(
-        self,
-        connection: sqlite3.Connection,
-        row: tuple[Any, ...],
-        config: QueueConfig,
-        now: int,
-        visibility: int,
-    ) -> list[dict[str, Any]]:
-        message_id, body, sent_at, _, receive_count, first_received = row
-        if config.dead_lettered_after(receive_count):
-            # Keeps its id, timestamps and receive count, as SQS does; visible in the DLQ at once.
-            connection.execute(
-                "UPDATE messages SET queue = ?, visible_at_ms = ?, receipt = NULL WHERE id = ?",
-                (config.dead_letter, now, message_id),
-            )
-            return []
-        receipt = f"{message_id}.{secrets.token_urlsafe(18)}"
-        first_received = now if first_received is None else first_received
+    def _dead_letter(
+        self, connection: sqlite3.Connection, message_id: int, config: QueueConfig, now: int
+    ) -> None:
+        """Into the dead-letter queue: keeps its id, timestamps and receive count, as SQS does; visible there
+        at once."""
         connection.execute(
-            "UPDATE messages SET receive_count = receive_count + 1, receipt = ?, visible_at_ms = ?, "
-            "first_received_at_ms = ? WHERE id = ?",
-            (receipt, now + visibility * 1000, first_received, message_id),
+            "UPDATE messages SET queue = ?, visible_at_ms = ?, receipt = NULL WHERE id = ?",
+            (config.dead_letter, now, message_id),
         )
+
+    def _deliver(
+        self, connection: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], now: int, visibility: int
+    ) -> list[dict[str, Any]]:
+        """Receive these messages (rows as `_take` selects them): one UPDATE for them all, not one each
+        (inside the write lock each statement waits for the GIL back: adapters/sqlite/db.py, `_nested`).
+        Each receipt is the message's id and a token drawn for this receive, so it names that message
+        alone, and no earlier receive's receipt matches it."""
+        if not rows:
+            return []
+        token = secrets.token_urlsafe(18)
+        ids = ", ".join("?" for _ in rows)
+        cursor = connection.execute(
+            "UPDATE messages SET receive_count = receive_count + 1, receipt = id || '.' || ?, "
+            "visible_at_ms = ?, first_received_at_ms = coalesce(first_received_at_ms, ?) "
+            f"WHERE id IN ({ids})",
+            (token, now + visibility * 1000, now, *(row[0] for row in rows)),
+        )
+        if cursor.rowcount != len(rows):  # read in this same transaction: cannot happen
+            raise StoreError(f"received {cursor.rowcount} of {len(rows)} messages read", code="ReceiveMoved")
         return [
             {
                 "message_id": str(message_id),
-                "receipt": receipt,
+                "receipt": f"{message_id}.{token}",
                 "body": body,
                 "sent_at_ms": sent_at,
                 "receive_count": receive_count + 1,
-                "first_received_at_ms": first_received,
+                "first_received_at_ms": now if first_received is None else first_received,
             }
+            for message_id, body, sent_at, _, receive_count, first_received in rows
         ]
 
     # --- deleting and hiding -----------------------------------------------------------------------
@@ -313,10 +329,31 @@ class SqliteQueues:
         return {}
 
     def delete_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        check_batch(Entries, "DeleteMessageBatch")
+        operation = "DeleteMessageBatch"
+        check_batch(Entries, operation)
         entries = [(str(e["Id"]), str(e["ReceiptHandle"]), None) for e in Entries]
-        failed = self._by_receipt(QueueUrl, entries, "DeleteMessageBatch", "DELETE FROM messages")
+        if self._delete_all(QueueUrl, [receipt for _, receipt, _ in entries], operation):
+            return batch_result(entries, [])
+        failed = self._by_receipt(QueueUrl, entries, operation, "DELETE FROM messages")
         return batch_result(entries, failed)
+
+    def _delete_all(self, queue: str, receipts: Sequence[str], operation: str) -> bool:
+        """Delete the messages of every receipt with one statement: True if each receipt was a message's
+        (the executors' deletes, nearly always), else nothing is deleted and False (the caller then
+        deletes entry by entry, to tell which failed). One statement, not one per message: inside the
+        write lock each statement waits for the GIL back (adapters/sqlite/db.py, `_nested`)."""
+        self._config(queue, operation)
+        marks = ", ".join("?" for _ in receipts)
+        try:
+            with _as_client_errors(operation), self._db.write() as connection:
+                cursor = connection.execute(
+                    f"DELETE FROM messages WHERE queue = ? AND receipt IN ({marks})", (queue, *receipts)
+                )
+                if cursor.rowcount != len(receipts):
+                    raise _NotEveryReceipt
+        except _NotEveryReceipt:
+            return False
+        return True
 
     def change_message_visibility(
         self, *, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int
