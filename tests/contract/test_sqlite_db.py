@@ -37,6 +37,7 @@ from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import StoreError, TransientStoreError
+from tickwork.domain.execution import Claim
 from tickwork.domain.models import Job, Run, RunState, Trigger
 from tickwork.resources import JOBS, RUNS, SHARDS
 
@@ -224,6 +225,34 @@ def test_a_run_written_over_in_place_is_noted_moves_its_index_keys_and_keeps_its
     assert [r.run_id for r in store.failed_runs("alice", since=None, before=None, limit=5)[0]] == [
         planned.run_id
     ]
+
+
+def test_a_claim_moves_the_sweepers_index_key_to_its_lease_end(tmp_path: Path) -> None:
+    """The claim changes the record in place: its row's columns are taken before, so the open-runs key
+    moves with it, and the sweeper finds the run once its lease ended (not at the planned run's check)."""
+    store = SqliteStore(Database(tmp_path / "t.db").open())
+    job = _a_job()
+    planned = Run.for_fire(job, ANCHOR, now=ANCHOR, trigger=Trigger.SCHEDULE, state=RunState.PLANNED)
+    _write_run(store, planned)
+    now = planned.due_at + timedelta(seconds=1)
+    lease = now + timedelta(seconds=5)
+    swept_at = lease + timedelta(seconds=1)
+    assert list(store.open_runs(planned.shard, swept_at)) == []  # planned: looked at later than that
+
+    store.claim(
+        Claim(
+            job_id=job.job_id,
+            scheduled_for=planned.scheduled_for,
+            expected_attempt=0,
+            worker="w#1",
+            now=now,
+            timeout_seconds=job.timeout_seconds,
+            lease_expires_at=lease,
+        )
+    )
+
+    assert _columns_match_records(store)
+    assert [r.run_id for r in store.open_runs(planned.shard, swept_at)] == [planned.run_id]
 
 
 def test_a_rewrite_cannot_move_a_record_to_another_key_nor_write_a_row_that_is_gone(tmp_path: Path) -> None:
@@ -528,6 +557,26 @@ def test_a_nested_write_that_returns_costs_one_statement_its_savepoint(tmp_path:
 
     assert [s.split()[0] for s in statements] == ["SAVEPOINT", "INSERT"] * 3
     assert _shard_ids(db) == ["a", "b", "c"]
+
+
+def test_past_the_open_savepoints_limit_each_nested_write_is_released_again(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db").open()
+    statements: list[str] = []
+    shards = [f"s{n:03d}" for n in range(db_module.OPEN_SAVEPOINTS + 3)]
+    with db.write() as outer:
+        outer.set_trace_callback(statements.append)
+        try:
+            for shard in shards:
+                with db.write() as inner:
+                    _add_shard(inner, shard)
+            with pytest.raises(ValueError), db.write() as inner:  # past the limit, undone alone all the same
+                _add_shard(inner, "z")
+                raise ValueError("refused")
+        finally:
+            outer.set_trace_callback(None)
+
+    assert sum(s.startswith("RELEASE") for s in statements) == 3 + 1  # the last one's after its rollback
+    assert _shard_ids(db) == shards
 
 
 def test_a_nested_write_without_a_savepoint_costs_no_statement_and_may_refuse_before_it_changes(

@@ -41,6 +41,11 @@ CHECKPOINT_EVERY_COMMITS = 100
 # many commits later, as SQLite's own is tried at every commit past its mark, so a long burst with readers
 # keeps the WAL from growing for as long as it lasts.
 CHECKPOINT_AGAIN_COMMITS = 10
+# The nested writes of one transaction whose savepoints are left open for its commit (Database._nested);
+# later ones are released when their block returns. A write costs more the more savepoints are open, and
+# their journal stays in memory until the commit: a shared commit has a few dozen nested writes, a long loop
+# of them should not pay that.
+OPEN_SAVEPOINTS = 64
 # The WAL file is cut back to this size when it restarts from its beginning (SQLite leaves it at its
 # largest otherwise).
 WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
@@ -368,7 +373,8 @@ class Database:
         `savepoint=False` is for a block that raises only before its first change (it reads, checks, then
         writes): nested, it opens no savepoint, one statement less in a shared commit. Should it raise
         after a change all the same, that change cannot be undone alone: the whole transaction is then
-        rolled back when it ends, and fails (StoreError)."""
+        rolled back when it ends, and fails (StoreError), even if an enclosing savepoint's rollback had
+        undone the change already."""
         if self._write_owner == threading.get_ident():
             with self._nested() if savepoint else self._unsaved() as connection:
                 yield connection
@@ -492,7 +498,8 @@ class Database:
         opened after it, however deep.
 
         A block that returns leaves its savepoint open, not RELEASEd: the transaction's COMMIT ends every
-        savepoint with it, and a RELEASE would be one more statement per write. Inside an executor's
+        savepoint with it, and a RELEASE would be one more statement per write. Past OPEN_SAVEPOINTS in
+        one transaction, each is released again. Inside an executor's
         shared commit each statement hands the GIL over and waits for it back while the installation's
         write lock is held (docs/benchmarks.md, seventeenth session)."""
         connection = self._writer_connection()
@@ -507,6 +514,8 @@ class Database:
                     connection.execute(f"ROLLBACK TO {name}")
                     connection.execute(f"RELEASE {name}")
                 raise
+            if self._savepoints > OPEN_SAVEPOINTS:
+                connection.execute(f"RELEASE {name}")
         except sqlite3.Error as error:
             raise translate(error) from error
 
