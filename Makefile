@@ -61,12 +61,14 @@ e2e-aws: install
 
 # The peers' benchmark (benchmarks/bench_peers.py): the `bench` extra (APScheduler, Celery + RedBeat,
 # Temporal's dev server and SDK, py-spy, psutil) and Debian's redis-server, which RedBeat and Celery's broker
-# use. The benchmark starts and stops every service itself.
+# use. The benchmark starts and stops every service itself. Debian's valgrind counts the instructions of a
+# run (benchmarks/bench_instructions.py).
 bench-install: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e '.[dev,infra,cli,bench]'
-	@command -v redis-server >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	@{ command -v redis-server && command -v valgrind; } >/dev/null || { \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; }
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server valgrind; }
 
 # Every scheduler, one after another, at 1,000 then 10,000 jobs due in the same second: one table per size
 # and docs/burst_start_delay.png (about 25 minutes).
