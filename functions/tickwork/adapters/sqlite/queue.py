@@ -346,8 +346,11 @@ class SqliteQueues:
         marks = ", ".join("?" for _ in receipts)
         try:
             with _as_client_errors(operation), self._db.write() as connection:
+                # `+queue`: the receipts' index finds the rows. Given `queue = ?` too, SQLite walked the
+                # queue's messages instead (2 ms a batch of 10 against 2,500 messages in an ad hoc script;
+                # 30 us this way, as the deletes one by one).
                 cursor = connection.execute(
-                    f"DELETE FROM messages WHERE queue = ? AND receipt IN ({marks})", (queue, *receipts)
+                    f"DELETE FROM messages WHERE receipt IN ({marks}) AND +queue = ?", (*receipts, queue)
                 )
                 if cursor.rowcount != len(receipts):
                     raise _NotEveryReceipt
