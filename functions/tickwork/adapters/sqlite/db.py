@@ -498,10 +498,10 @@ class Database:
         opened after it, however deep.
 
         A block that returns leaves its savepoint open, not RELEASEd: the transaction's COMMIT ends every
-        savepoint with it, and a RELEASE would be one more statement per write. Past OPEN_SAVEPOINTS in
-        one transaction, each is released again. Inside an executor's
-        shared commit each statement hands the GIL over and waits for it back while the installation's
-        write lock is held (docs/benchmarks.md, seventeenth session)."""
+        savepoint with it, and a RELEASE would be one more statement per write: inside an executor's shared
+        commit each statement hands the GIL over and waits for it back while the installation's write lock
+        is held (docs/benchmarks.md, seventeenth session). Past OPEN_SAVEPOINTS in one transaction, each is
+        released again."""
         connection = self._writer_connection()
         self._savepoints += 1
         name = f"nested_write_{self._savepoints}"
