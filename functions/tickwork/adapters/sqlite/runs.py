@@ -146,12 +146,7 @@ class SqliteRunRecords(SqliteBase):
                 f"run {expected.run_id} moved on from {expected.state}/{expected.attempt}",
                 current=stored_run(stored),
             )
-        rewrite(
-            connection,
-            RUNS,
-            stored_columns(RUNS, stored),
-            apply_changes(stored, run_update_base(expected), run_to_item(updated)),
-        )
+        _write_over(connection, stored, expected, updated)
 
     def claim(self, claim: Claim) -> Run:
         """The executor's claim (adapters/conditions.claimed_item), one write."""
@@ -246,13 +241,19 @@ class SqliteRunRecords(SqliteBase):
             return False
         change(job)
         put(connection, JOBS, job)
-        rewrite(
-            connection,
-            RUNS,
-            stored_columns(RUNS, stored),
-            apply_changes(stored, run_update_base(expected), run_to_item(updated)),
-        )
+        _write_over(connection, stored, expected, updated)
         return True
+
+
+def _write_over(connection: sqlite3.Connection, stored: dict[str, Any], expected: Run, updated: Run) -> None:
+    """The run moved from `expected` to `updated`, written over its stored record (read in this transaction
+    and found still at `expected`): what the move changed, the rest of the record as stored."""
+    rewrite(
+        connection,
+        RUNS,
+        stored_columns(RUNS, stored),
+        apply_changes(stored, run_update_base(expected), run_to_item(updated)),
+    )
 
 
 def _set(name: str, value: str) -> SlotChange:
