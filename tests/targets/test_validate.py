@@ -148,6 +148,11 @@ BAD: list[Any] = [
     ),
     pytest.param("http", {"url": "https://h/a b"}, "target.config.url", "whitespace", id="url-space"),
     pytest.param("http", {"url": "https://h/\r\nX: y"}, "target.config.url", "control", id="url-crlf"),
+    pytest.param("http", {"url": "https://h/a\tb"}, "target.config.url", "control", id="url-tab"),
+    pytest.param("http", {"url": "https://h/a\x7fb"}, "target.config.url", "control", id="url-del"),
+    pytest.param("http", {"url": "https://h/a\x01b"}, "target.config.url", "control", id="url-control"),
+    pytest.param("http", {"url": "https://h/a\u00a0b"}, "target.config.url", "whitespace", id="url-nbsp"),
+    pytest.param("http", {"url": "https://h/a\u2028b"}, "target.config.url", "whitespace", id="url-line-sep"),
     pytest.param("http", {"url": 5}, "target.config.url", "string", id="url-not-string"),
     pytest.param(
         "http", {"url": "https://h/", "method": "TRACE"}, "target.config.method", "one of", id="bad-method"

@@ -274,19 +274,23 @@ def _attempt_record(run: Run, now: datetime, result: TargetResult) -> dict[str, 
 def after_attempt(run: Run, retry: RetryPolicy, result: TargetResult, *, now: datetime, rng: Random) -> Run:
     """Success ends the run; a retryable failure waits with backoff while attempts remain; else failed."""
     attempts = (*run.attempts, _attempt_record(run, now, result))
-    base = replace(run, attempts=attempts, lease_owner=None, lease_expires_at=None, outcome=result.status)
+
+    def ended(**how: Any) -> Run:  # one `replace` for the step: each copies the whole run, every finish pays
+        return replace(
+            run, attempts=attempts, lease_owner=None, lease_expires_at=None, outcome=result.status, **how
+        )
+
     if result.ok:
-        return replace(base, state=RunState.SUCCEEDED, finished_at=now, reason=None)
+        return ended(state=RunState.SUCCEEDED, finished_at=now, reason=None)
     if result.retryable and run.attempt < retry.max_attempts:
         delay = backoff_delay(run.attempt, retry.backoff_base_seconds, retry.backoff_max_seconds, rng)
-        return replace(
-            base,
+        return ended(
             state=RunState.RETRY_WAIT,
             retry_at=truncate_ms(now + timedelta(seconds=delay)),
             reason=result.detail[:200],
         )
     why = "not retryable" if not result.retryable else f"all {retry.max_attempts} attempts failed"
-    return replace(base, state=RunState.FAILED, finished_at=now, reason=f"{why}: {result.detail[:200]}")
+    return ended(state=RunState.FAILED, finished_at=now, reason=f"{why}: {result.detail[:200]}")
 
 
 def after_lease_expired(run: Run, retry: RetryPolicy | None, *, now: datetime, rng: Random) -> Run:
