@@ -17,7 +17,7 @@ from tickwork.adapters.conditions import (
 )
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
-from tickwork.adapters.sqlite.base import SqliteBase, put
+from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
@@ -136,13 +136,16 @@ class SqliteJobRecords(SqliteBase):
             raise ValueError("a job without a next fire has nothing to plan")
         run_exists = any(self._exists(connection, run) for run in runs)
         item = plannable(self._job_item(connection, job.job_id), job, run_exists)
+        columns = stored_columns(JOBS, item)
         self._insert_runs(connection, runs)
         item.pop("next_fire_at", None)
         item.pop("due_key", None)
         if next_fire_at is not None:
             item["next_fire_at"] = format_instant(next_fire_at)
             item["due_key"] = job.due_key_at(next_fire_at)
-        put(connection, JOBS, item)
+        # Written over its row (an UPDATE of the record and the due index's columns), not deleted and
+        # inserted again with every index entry: each fire planned pays this once.
+        rewrite(connection, JOBS, columns, item)
 
     def create_job(self, job: Job, runs: Sequence[Run], authored: Authored | None = None) -> None:
         self._create(job_to_item(job), runs, authored)
