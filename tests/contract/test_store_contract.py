@@ -31,6 +31,8 @@ from tickwork.adapters.sqlite.queue import SqliteQueues
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
+from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, parse_channel
+from tickwork.domain.alerts import WatchedJob
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import (
     ConflictError,
@@ -635,6 +637,35 @@ def test_get_jobs_reads_the_jobs_that_exist_by_id(backend: Backend) -> None:
 
     assert found == {jobs[0].job_id: jobs[0], jobs[2].job_id: jobs[2]}
     assert store.get_jobs([]) == {}
+
+
+def test_get_watched_jobs_reads_what_the_watcher_reads_of_the_jobs_that_exist(backend: Backend) -> None:
+    """Each engine may read the few attributes alone: what it answers is what the whole record says."""
+    store = backend.store
+    rules = AlertRules(
+        on_skip=True,
+        deadline_seconds=300,
+        duration_max_seconds=12.5,
+        auto_pause_after=3,
+        channels=(parse_channel({"kind": "webhook", "url": "https://hooks.example.com/t"}, 0),),
+        window_seconds=600,
+    )
+    plain = a_job("job_plain")
+    watched = a_job(
+        "job_watched",
+        owner="bob",
+        alerts=rules,
+        retention_days=7,
+        resumed_at=ANCHOR + timedelta(seconds=1, milliseconds=250),
+    )
+    for job in (plain, watched):
+        store.create_job(job, ())
+
+    found = store.get_watched_jobs([watched.job_id, "job_missing", plain.job_id, watched.job_id])
+
+    assert found == {plain.job_id: WatchedJob.of(plain), watched.job_id: WatchedJob.of(watched)}
+    assert found[watched.job_id].alerts == rules and found[plain.job_id].alerts == NO_ALERTS
+    assert store.get_watched_jobs([]) == {}
 
 
 def test_run_times_and_states_between_read_one_jobs_closed_range(backend: Backend) -> None:

@@ -30,7 +30,7 @@ from tickwork.adapters.sqlite.db import Database
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
 from tickwork.adapters.sqlite.store import SqliteStore
 from tickwork.domain.alert_rules import AlertRules, Channel, ChannelKind
-from tickwork.domain.alerts import RunBefore, SeenChange
+from tickwork.domain.alerts import RunBefore, SeenChange, WatchedJob
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.grants import GrantedTargets, TargetGrants
 from tickwork.domain.jobs import JobPatch, JobSpec
@@ -299,21 +299,16 @@ def test_a_page_of_changes_reads_its_jobs_in_one_call_and_a_deleted_one_in_it_to
         world.end(world.plan(job, 1), RunState.FAILED, reason="upstream down")
     # The last job's runs' changes name a job that is gone by the time they are watched.
     world.jobs.delete("alice", jobs[4].job_id, by=Author("alice", "gone"))
-    reads: list[tuple[str, int]] = []
-    get_job, get_jobs = world.store.get_job, world.store.get_jobs
+    reads: list[int] = []
+    get_watched_jobs = world.store.get_watched_jobs
 
-    def one(job_id: str) -> Job | None:
-        reads.append(("get_job", 1))
-        return get_job(job_id)  # type: ignore[no-any-return]
+    def many(job_ids: Any) -> dict[str, WatchedJob]:
+        reads.append(len(job_ids))
+        return get_watched_jobs(job_ids)  # type: ignore[no-any-return]
 
-    def many(job_ids: Any) -> dict[str, Job]:
-        reads.append(("get_jobs", len(job_ids)))
-        return get_jobs(job_ids)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(world.store, "get_job", one)
-    monkeypatch.setattr(world.store, "get_jobs", many)
+    monkeypatch.setattr(world.store, "get_watched_jobs", many)
     world.watch()
-    assert reads == [("get_jobs", 5)], "15 changes of 5 jobs: one read, no read a change"
+    assert reads == [5], "15 changes of 5 jobs: one read, no read a change"
     assert [world.kinds(j.job_id) for j in jobs] == [["run_failed"]] * 4 + [[]]
 
 

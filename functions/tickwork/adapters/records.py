@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tickwork.domain.alert_rules import NO_ALERTS, alerts_from_mapping, alerts_to_mapping
-from tickwork.domain.alerts import RunBefore
+from tickwork.domain.alerts import RunBefore, WatchedJob
 from tickwork.domain.bulk import DEFAULT_GROUP
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
@@ -165,6 +165,22 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         group=str(item.get("job_group", DEFAULT_GROUP)),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
+    )
+
+
+# The attributes of a job's record the watcher reads (`watched_job_from_item`).
+WATCHED_JOB_ATTRIBUTES = ("job_id", "owner", "alerts", "retention_days", "resumed_at")
+
+
+def watched_job_from_item(item: Mapping[str, Any]) -> WatchedJob:
+    """What the watcher reads of a job, from its record or from the record's WATCHED_JOB_ATTRIBUTES alone:
+    each as `job_from_item` reads it."""
+    return WatchedJob(
+        job_id=item["job_id"],
+        owner=item["owner"],
+        alerts=alerts_from_mapping(item["alerts"]) if item.get("alerts") else NO_ALERTS,
+        retention_days=int(item.get("retention_days", 30)),
+        resumed_at=_opt_parse(item.get("resumed_at")),
     )
 
 

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from tickwork.domain.alert_rules import AlertRules
-from tickwork.domain.models import Run, RunState
+from tickwork.domain.models import Job, Run, RunState
 from tickwork.domain.timekeys import format_instant, format_instant_ms
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "RunBefore",
     "RunChange",
     "SeenChange",
+    "WatchedJob",
     "deadline_missed",
     "events_of_change",
     "reads_the_record",
@@ -105,6 +106,23 @@ class RunChange:
     @property
     def state(self) -> RunState:
         return self.after.state
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedJob:
+    """What the watcher reads of a job: whose it is, its rules, how long its events are kept, and when it
+    was last resumed (a streak starts again then). Not the whole job: every run of a burst names its job,
+    and the watcher reads each, so a store may read these fields alone."""
+
+    job_id: str
+    owner: str
+    alerts: AlertRules
+    retention_days: int
+    resumed_at: datetime | None
+
+    @classmethod
+    def of(cls, job: Job) -> WatchedJob:
+        return cls(job.job_id, job.owner, job.alerts, job.retention_days, job.resumed_at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from tickwork.domain.alerts import (
     EventKind,
     JobEvent,
     SeenChange,
+    WatchedJob,
     deadline_missed,
     deadline_of,
     events_of_change,
@@ -58,9 +59,9 @@ OUTBOX_PAGE = 500
 
 
 class JobReader(Protocol):
-    def get_job(self, job_id: str) -> Job | None: ...
-
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
+    def get_watched_jobs(self, job_ids: Sequence[str]) -> dict[str, WatchedJob]:
+        """What the watcher reads of the jobs that exist among `job_ids` (not their whole records)."""
+        ...
 
 
 class WatchedRuns(JobReader, Protocol):
@@ -118,14 +119,14 @@ class EventRecorder:
         self._log = log
         self._clock = clock
         self._monotonic = monotonic
-        self._cache: dict[str, tuple[float, Job | None]] = {}
+        self._cache: dict[str, tuple[float, WatchedJob | None]] = {}
 
-    def job(self, job_id: str) -> Job | None:
+    def job(self, job_id: str) -> WatchedJob | None:
         """The job, read at most every JOB_CACHE_SECONDS per process (its rules apply from then)."""
         now = self._monotonic()
         if (cached := self._fresh(job_id, now)) is not None:
             return cached[1]
-        job = self._jobs.get_job(job_id)
+        job = self._jobs.get_watched_jobs([job_id]).get(job_id)
         self._cache[job_id] = (now, job)
         return job
 
@@ -136,11 +137,11 @@ class EventRecorder:
         stale = [job_id for job_id in dict.fromkeys(job_ids) if self._fresh(job_id, now) is None]
         if not stale:
             return
-        found = self._jobs.get_jobs(stale)
+        found = self._jobs.get_watched_jobs(stale)
         for job_id in stale:
-            self._cache[job_id] = (now, found.get(job_id))  # not found: deleted, as get_job's None
+            self._cache[job_id] = (now, found.get(job_id))  # not found: deleted
 
-    def _fresh(self, job_id: str, now: float) -> tuple[float, Job | None] | None:
+    def _fresh(self, job_id: str, now: float) -> tuple[float, WatchedJob | None] | None:
         """The job as read within JOB_CACHE_SECONDS (when, and the job or None: deleted); None if not."""
         cached = self._cache.get(job_id)
         return cached if cached is not None and now - cached[0] < JOB_CACHE_SECONDS else None
@@ -251,7 +252,7 @@ class Watcher:
             events.append(event)
         return events
 
-    def _recent(self, job: Job, run: Run) -> list[Run]:
+    def _recent(self, job: WatchedJob, run: Run) -> list[Run]:
         """The job's runs that ended before this one, newest first (a streak or a baseline reads them);
         after a resume, only those since it: a streak starts again when the owner resumes the job."""
         rules = job.alerts
@@ -265,7 +266,7 @@ class Watcher:
             and (job.resumed_at is None or (r.finished_at is not None and r.finished_at > job.resumed_at))
         ]
 
-    def _auto_pause(self, job: Job, event: JobEvent) -> bool:
+    def _auto_pause(self, job: WatchedJob, event: JobEvent) -> bool:
         self.recorder.forget(job.job_id)
         try:
             return self._pause(job.owner, job.job_id, event.detail, event.at)

@@ -178,15 +178,22 @@ class StoreBase:
         self._client = cast("DynamoDBClient", _NetworkErrorsAreTransient(client))
         self.tables = tables
 
-    def _batch_get(self, table: str, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _batch_get(
+        self, table: str, keys: Sequence[dict[str, Any]], *, attributes: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """The items that exist among `keys` (BatchGetItem, strongly consistent, 100 keys a request;
-        unprocessed keys are asked again a few times), deserialized, in no particular order."""
+        unprocessed keys are asked again a few times), deserialized, in no particular order; only their
+        `attributes` when given (each named through a placeholder: some are reserved words)."""
         found: list[dict[str, Any]] = []
         pending = list(keys)
+        projection: dict[str, Any] = {}
+        if attributes:
+            names = {f"#a{index}": name for index, name in enumerate(attributes)}
+            projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
         while pending:
             chunk, pending = pending[:100], pending[100:]
             request: dict[str, Any] = {
-                table: {"Keys": [serialize(key) for key in chunk], "ConsistentRead": True}
+                table: {"Keys": [serialize(key) for key in chunk], "ConsistentRead": True, **projection}
             }
             for _ in range(_MAX_BATCH_ROUNDS):
                 try:

@@ -17,7 +17,15 @@ from tickwork.adapters.conditions import (
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.memory.base import MemoryBase, copied
 from tickwork.adapters.plans import commit_each
-from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.adapters.records import (
+    filed_under,
+    job_from_item,
+    job_to_item,
+    job_view_to_item,
+    run_to_item,
+    watched_job_from_item,
+)
+from tickwork.domain.alerts import WatchedJob
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
@@ -79,6 +87,11 @@ class MemoryJobRecords(MemoryBase):
         with self.tables.lock:
             items = [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
         return {job.job_id: job for job in map(job_from_item, items)}
+
+    def get_watched_jobs(self, job_ids: Sequence[str]) -> dict[str, WatchedJob]:
+        with self.tables.lock:
+            items = [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
+        return {job.job_id: job for job in map(watched_job_from_item, items)}
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
         with self.tables.lock:

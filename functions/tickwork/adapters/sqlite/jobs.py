@@ -3,6 +3,7 @@ transaction."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -16,8 +17,17 @@ from tickwork.adapters.conditions import (
     rewritten_job,
 )
 from tickwork.adapters.event_records import without_fingerprint, written_revision
-from tickwork.adapters.records import filed_under, job_from_item, job_to_item, job_view_to_item, run_to_item
+from tickwork.adapters.records import (
+    WATCHED_JOB_ATTRIBUTES,
+    filed_under,
+    job_from_item,
+    job_to_item,
+    job_view_to_item,
+    run_to_item,
+    watched_job_from_item,
+)
 from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
+from tickwork.domain.alerts import WatchedJob
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
     ConflictError,
@@ -31,6 +41,14 @@ from tickwork.domain.planning import JobPlan
 from tickwork.domain.revisions import Authored
 from tickwork.domain.timekeys import format_instant
 from tickwork.resources import EVENTS, JOBS, RUNS
+
+# The watched attributes of a record as one JSON array (an absent one null): SQLite parses the record once.
+_WATCHED_PATHS = "json_extract(item, {})".format(", ".join(f"'$.{name}'" for name in WATCHED_JOB_ATTRIBUTES))
+
+
+def _watched_job(values: str) -> WatchedJob:
+    named = zip(WATCHED_JOB_ATTRIBUTES, json.loads(values), strict=True)
+    return watched_job_from_item({name: value for name, value in named if value is not None})
 
 
 class SqliteJobRecords(SqliteBase):
@@ -99,6 +117,21 @@ class SqliteJobRecords(SqliteBase):
                 f"SELECT item FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})", chunk
             )
             found.update((job.job_id, job) for job in map(job_from_item, items))
+        return found
+
+    def get_watched_jobs(self, job_ids: Sequence[str]) -> dict[str, WatchedJob]:
+        """What the watcher reads of the jobs that exist among `job_ids`: SQLite takes the few attributes
+        out of each record (json_extract), so a burst's jobs are not decoded whole."""
+        wanted = list(dict.fromkeys(job_ids))
+        found: dict[str, WatchedJob] = {}
+        for start in range(0, len(wanted), 500):  # below SQLite's host-parameter limit
+            chunk = wanted[start : start + 500]
+            with self.db.read() as connection:
+                rows = connection.execute(
+                    f"SELECT {_WATCHED_PATHS} FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})",
+                    chunk,
+                ).fetchall()
+            found.update((job.job_id, job) for job in (_watched_job(values) for (values,) in rows))
         return found
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
