@@ -122,7 +122,7 @@ def test_requirements_are_the_projects_pinned_to_what_is_installed() -> None:
     pinned = requirements()
     names = [r.split("==")[0] for r in pinned]
     # croniter is the schedule tests' oracle (the dev extra), not a runtime dependency: it is not bundled.
-    assert names == ["boto3", "aws-lambda-powertools[parser,tracer]", "pydantic"]
+    assert names == ["boto3", "aws-lambda-powertools[parser,tracer]", "pydantic", "orjson"]
     assert all("==" in r for r in pinned)
 
 
