@@ -639,6 +639,22 @@ def test_get_jobs_reads_the_jobs_that_exist_by_id(backend: Backend) -> None:
     assert store.get_jobs([]) == {}
 
 
+def test_an_integer_past_64_bits_in_a_job_survives_its_writes_and_plans(backend: Backend) -> None:
+    """The API stores integers up to 38 digits in a target's payload (DynamoDB's numbers): every engine
+    gives them back exactly, after the plan's write of the job too."""
+    huge = 12345678901234567890123
+    store = backend.store
+    job = a_job(target=Target("http", {"url": "http://127.0.0.1:9/", "n": huge, "nested": [huge + 1]}))
+    store.create_job(job, ())
+
+    store.commit_plan(job, [a_run(job)], FIRE + timedelta(minutes=5))
+
+    stored = store.get_job(job.job_id)
+    assert stored is not None
+    assert stored.target.config["n"] == huge and type(stored.target.config["n"]) is int
+    assert list(stored.target.config["nested"]) == [huge + 1]
+
+
 def test_get_watched_jobs_reads_what_the_watcher_reads_of_the_jobs_that_exist(backend: Backend) -> None:
     """Each engine may read the few attributes alone: what it answers is what the whole record says."""
     store = backend.store

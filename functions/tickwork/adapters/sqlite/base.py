@@ -39,16 +39,18 @@ def row_values(table: TableDef, item: Mapping[str, Any]) -> list[Any]:
     return [item.get(name) for name in _COLUMNS[table.logical_name]] + [record_text(item)]
 
 
-# orjson writes what json.dumps would (keys converted as json converts them), and refuses the types json
-# refuses: a datetime or a dataclass in a record is a bug, not something to store in orjson's own format.
+# orjson writes what json.dumps would, keys converted as json converts them. It refuses a datetime or a
+# dataclass as json does (orjson would write its own format of a bug). It writes NaN and the infinities as
+# null, where json wrote `NaN`, which is not JSON (SQLite's json_extract refuses it): the API refuses
+# non-finite numbers, so only a bug would bring one.
 _RECORD_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 def record_text(item: Mapping[str, Any]) -> str:
-    """A record as its row's JSON text. orjson, about ten times json's speed on a run's record: every
-    fire's run is written three times and its job once (docs/benchmarks.md, eighteenth session). What
-    orjson refuses (an integer past 64 bits, an object json cannot write either) goes to json, which writes
-    the one and raises for the other, as before."""
+    """A record as its row's JSON text: orjson's, about ten times json's speed on a run's record, which is
+    written three times a run (docs/benchmarks.md, eighteenth session). What orjson refuses goes to json,
+    which writes an integer past 64 bits exactly and raises for the rest, as before. (Records are read by
+    json: orjson reads an integer past 64 bits as a float.)"""
     try:
         return orjson.dumps(item, option=_RECORD_OPTIONS).decode()
     except orjson.JSONEncodeError:
@@ -95,16 +97,7 @@ def _rewrite_sql(table: str, keys: int, changed: tuple[int, ...]) -> str:
 
 
 def load(raw: str) -> dict[str, Any]:
-    return dict(read_json(raw))
-
-
-def read_json(raw: str) -> Any:
-    """JSON text as json.loads reads it (orjson's speed: see record_text); what orjson refuses to read
-    (an integer past 64 bits, the NaN json.dumps writes) is read by json."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
+    return dict(json.loads(raw))
 
 
 class SqliteBase:

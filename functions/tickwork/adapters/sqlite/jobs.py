@@ -3,6 +3,7 @@ transaction."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,7 +26,7 @@ from tickwork.adapters.records import (
     run_to_item,
     watched_job_from_item,
 )
-from tickwork.adapters.sqlite.base import SqliteBase, put, read_json, rewrite, stored_columns
+from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
 from tickwork.domain.alerts import WatchedJob
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
@@ -46,7 +47,7 @@ _WATCHED_PATHS = "json_extract(item, {})".format(", ".join(f"'$.{name}'" for nam
 
 
 def _watched_job(values: str) -> WatchedJob:
-    named = zip(WATCHED_JOB_ATTRIBUTES, read_json(values), strict=True)
+    named = zip(WATCHED_JOB_ATTRIBUTES, json.loads(values), strict=True)
     return watched_job_from_item({name: value for name, value in named if value is not None})
 
 
