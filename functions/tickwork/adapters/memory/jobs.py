@@ -15,7 +15,7 @@ from tickwork.adapters.conditions import (
     rewritten_job,
 )
 from tickwork.adapters.event_records import without_fingerprint, written_revision
-from tickwork.adapters.memory.base import MemoryBase, copied
+from tickwork.adapters.memory.base import MemoryBase, Record, copied
 from tickwork.adapters.plans import commit_each
 from tickwork.adapters.records import (
     filed_under,
@@ -84,14 +84,15 @@ class MemoryJobRecords(MemoryBase):
         return audited, (ids[limit - 1] if len(ids) > limit else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        with self.tables.lock:
-            items = [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
-        return {job.job_id: job for job in map(job_from_item, items)}
+        return {job.job_id: job for job in map(job_from_item, self._job_items(job_ids))}
 
     def get_watched_jobs(self, job_ids: Sequence[str]) -> dict[str, WatchedJob]:
+        return {job.job_id: job for job in map(watched_job_from_item, self._job_items(job_ids))}
+
+    def _job_items(self, job_ids: Sequence[str]) -> list[Record]:
+        """Copies of the records of the jobs that exist among `job_ids`, each asked once."""
         with self.tables.lock:
-            items = [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
-        return {job.job_id: job for job in map(watched_job_from_item, items)}
+            return [item for job_id in dict.fromkeys(job_ids) if (item := self._job_item(job_id))]
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
         with self.tables.lock:

@@ -26,7 +26,7 @@ from tickwork.adapters.records import (
     run_to_item,
     watched_job_from_item,
 )
-from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
+from tickwork.adapters.sqlite.base import SqliteBase, load, put, rewrite, stored_columns
 from tickwork.domain.alerts import WatchedJob
 from tickwork.domain.audit import AuditedJob, audit_segment
 from tickwork.domain.errors import (
@@ -109,30 +109,25 @@ class SqliteJobRecords(SqliteBase):
         return jobs, (page[-1] if more else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        wanted = list(dict.fromkeys(job_ids))
-        found: dict[str, Job] = {}
-        for start in range(0, len(wanted), 500):  # below SQLite's host-parameter limit
-            chunk = wanted[start : start + 500]
-            items = self._select_items(
-                f"SELECT item FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})", chunk
-            )
-            found.update((job.job_id, job) for job in map(job_from_item, items))
-        return found
+        jobs = (job_from_item(load(item)) for (item,) in self._job_rows("item", job_ids))
+        return {job.job_id: job for job in jobs}
 
     def get_watched_jobs(self, job_ids: Sequence[str]) -> dict[str, WatchedJob]:
         """What the watcher reads of the jobs that exist among `job_ids`: SQLite takes the few attributes
         out of each record (json_extract), so a burst's jobs are not decoded whole."""
+        jobs = (_watched_job(values) for (values,) in self._job_rows(_WATCHED_PATHS, job_ids))
+        return {job.job_id: job for job in jobs}
+
+    def _job_rows(self, selected: str, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        """`selected` of each job that exists among `job_ids` (each asked once), in no particular order."""
         wanted = list(dict.fromkeys(job_ids))
-        found: dict[str, WatchedJob] = {}
+        rows: list[tuple[Any, ...]] = []
         for start in range(0, len(wanted), 500):  # below SQLite's host-parameter limit
             chunk = wanted[start : start + 500]
+            sql = f"SELECT {selected} FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})"
             with self.db.read() as connection:
-                rows = connection.execute(
-                    f"SELECT {_WATCHED_PATHS} FROM jobs WHERE job_id IN ({', '.join('?' for _ in chunk)})",
-                    chunk,
-                ).fetchall()
-            found.update((job.job_id, job) for job in (_watched_job(values) for (values,) in rows))
-        return found
+                rows.extend(connection.execute(sql, chunk))
+        return rows
 
     def get_job_fingerprint(self, job_id: str) -> tuple[Job, str | None] | None:
         with self.db.read() as connection:
