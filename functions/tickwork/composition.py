@@ -29,6 +29,7 @@ from tickwork.adapters.sqlite.events import (
     SqliteEventLog,
     SqliteRevisions,
     SqliteRunChangeFeed,
+    SqliteWatchQuiet,
 )
 from tickwork.adapters.sqlite.queue import SqliteQueues, queue_configs
 from tickwork.adapters.sqlite.slots import SqliteSlots
@@ -67,6 +68,7 @@ from tickwork.services.ports import (
     RevisionReader,
     RunChangeFeed,
     SlotStore,
+    WatchQuiet,
 )
 from tickwork.services.prescaling import PrescaleConfig, Prescaler
 from tickwork.services.requests import RunRequests
@@ -331,6 +333,13 @@ class Components:
             return SqliteRunChangeFeed(self.database)
         runs = self.settings.resource_names.table(RUNS)
         return DynamoStreamFeed(self.client_for("dynamodb"), self.client_for("dynamodbstreams"), runs)
+
+    def watch_quiet(self) -> WatchQuiet | None:
+        """What lets an idle `tickwork local` watcher skip its rounds: the embedded engine's. The
+        emulator's watcher reads its stream every round."""
+        if self.settings.engine == "sqlite":
+            return SqliteWatchQuiet(self.database)
+        return None
 
     @cached_property
     def bulk_actions(self) -> BulkStore:

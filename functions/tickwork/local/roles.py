@@ -139,12 +139,17 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
     watcher = parts.watcher()
     bulk = parts.bulk_service()
     feed = parts.run_change_feed()
+    quiet = parts.watch_quiet()  # an idle round costs a look, not its reads (services/ports.WatchQuiet)
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
     failed_rounds = 0
     while not stop.is_set():
         changes: Sequence[tuple[int, SeenChange]] = []
         worked = 0
         try:
+            if quiet is not None and quiet.quiet(parts.clock.now()):
+                stop.wait(interval)
+                continue
+            mark = None if quiet is None else quiet.round_begins()
             changes = feed.take_changes(1000)
             if changes and failed_rounds >= WATCH_TRIES:
                 _watch_one_by_one(parts, watcher, feed, changes)
@@ -159,6 +164,8 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
             worked = bulk.work_due(f"local-watcher-{os.getpid()}", BULK_ROUND_SECONDS)
             if worked:
                 logger.info("bulk actions: %d jobs or runs done", worked)
+            if quiet is not None:
+                quiet.round_ended(mark)
             failed_rounds = 0
         except TickworkError as error:  # a busy store or an unreachable emulator: tried again, later
             failed_rounds += 1

@@ -367,6 +367,25 @@ class RunChangeFeed(Protocol):
         ...
 
 
+class WatchQuiet(Protocol):
+    """Whether a watcher round that reads the store itself (`tickwork local`) can have anything to do: the
+    embedded engine knows when nothing was written, and when the outbox is next due. Without one, a watcher
+    runs every round; an idle one that skips them wakes for a look, not for a round's reads."""
+
+    def round_begins(self) -> object:
+        """A mark of what was written so far, taken before a round reads anything."""
+        ...
+
+    def round_ended(self, mark: object) -> None:
+        """The round that began at `mark` is done: remember it, and when the outbox is next due."""
+        ...
+
+    def quiet(self, now: datetime) -> bool:
+        """True only when a round now would find nothing: nothing written since the mark of the last round
+        that ended, and nothing of the outbox (messages, digests, deadlines, bulk actions) due by `now`."""
+        ...
+
+
 class EmailChannel(Protocol):
     """E-mail channels: a topic per address, held by the first owner who names it (adapters/email.py)."""
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from tickwork.adapters.bulk_records import BULK_OUTBOX
 from tickwork.adapters.event_records import (
     AUDIT_FROM,
     AUDIT_TO,
@@ -41,13 +42,14 @@ from tickwork.adapters.event_records import (
 )
 from tickwork.adapters.records import run_before_from_item, run_from_item
 from tickwork.adapters.sqlite.base import SqliteBase, load, put
+from tickwork.adapters.sqlite.db import Database
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import ConflictError, StoreError
 from tickwork.domain.models import Job, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.revisions import Revision
-from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms, parse_instant
 from tickwork.resources import EVENTS
 
 
@@ -243,6 +245,40 @@ class SqliteRunChangeFeed(SqliteBase):
     def forget_changes(self, through: int) -> None:
         with self.db.write() as connection:
             connection.execute("DELETE FROM run_changes WHERE id <= ?", (through,))
+
+
+class SqliteWatchQuiet(SqliteBase):
+    """When a watcher round has nothing to find (services/ports.WatchQuiet): no commit since the last
+    round began (`PRAGMA data_version`, which any process's commit moves: the runs' changes come by trigger,
+    the outbox and bulk actions by writes), and the outbox index's earliest entry not yet due. Everything a
+    round reads is in this database, and a deadline, a digest's window, a retry or a bulk action's turn is
+    an entry's `send_at`. A bulk action another watcher holds stays due: while it does, every round runs."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self._seen: tuple[int, datetime | None] | None = None  # the last ended round's mark, next due
+
+    def round_begins(self) -> int:
+        return self.db.data_version()
+
+    def round_ended(self, mark: object) -> None:
+        if not isinstance(mark, int):
+            raise TypeError(f"not a mark of this database: {mark!r}")
+        self._seen = (mark, self._next_due())
+
+    def quiet(self, now: datetime) -> bool:
+        if self._seen is None:
+            return False
+        mark, next_due = self._seen
+        return (next_due is None or next_due > now) and self.db.data_version() == mark
+
+    def _next_due(self) -> datetime | None:
+        # One MIN per partition, each the first entry of its index range.
+        keys = [*outbox_keys(), BULK_OUTBOX]
+        sql = " UNION ALL ".join("SELECT MIN(send_at) AS due FROM events WHERE outbox_key = ?" for _ in keys)
+        with self.db.read() as connection:
+            row = connection.execute(f"SELECT MIN(due) FROM ({sql})", keys).fetchone()
+        return None if row is None or row[0] is None else parse_instant(row[0])
 
 
 def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:
