@@ -34,7 +34,7 @@ from tickwork.adapters.sqlite.db import (
     key_columns,
 )
 from tickwork.adapters.sqlite.events import SqliteEventLog, SqliteRunChangeFeed
-from tickwork.adapters.sqlite.store import SqliteStore
+from tickwork.adapters.sqlite.store import JOB_COUNT_SQL, SqliteStore
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import StoreError, TransientStoreError
 from tickwork.domain.execution import Claim
@@ -896,3 +896,14 @@ def test_events_past_their_expiry_are_deleted_as_runs_are(tmp_path: Path) -> Non
     assert log.record_event(kept, ANCHOR + timedelta(days=70), (), ())
     assert log.delete_expired(ANCHOR + timedelta(days=31)) == 1
     assert [e.detail for e in log.job_events("job_a", 10, None)[0]] == ["kept"]
+
+
+def test_the_job_count_counts_every_job_from_the_owners_index_not_the_records(tmp_path: Path) -> None:
+    store = SqliteStore(Database(tmp_path / "tickwork.db").open())
+    for n in range(3):
+        store.create_job(_a_job(f"job_count_{n}"), [])
+    store.delete_job(_a_job("job_count_1"))
+    assert store.job_count() == 2
+    with store.db.read() as connection:
+        plan = " ".join(str(row[3]) for row in connection.execute(f"EXPLAIN QUERY PLAN {JOB_COUNT_SQL}"))
+    assert "COVERING INDEX jobs_by_owner" in plan
