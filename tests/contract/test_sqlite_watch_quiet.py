@@ -89,3 +89,31 @@ def test_a_due_bulk_action_keeps_every_round_going(tmp_path: Path) -> None:
     assert not quiet.quiet(ANCHOR + timedelta(seconds=30))
     _round(quiet)  # still due after a round (another watcher holds it, say): no quiet
     assert not quiet.quiet(ANCHOR + timedelta(seconds=31))
+
+
+def test_a_mark_from_before_the_database_was_closed_never_matches_again(tmp_path: Path) -> None:
+    """SQLite numbers data_version per connection: a watcher connection opened after close() counts from
+    the start again, which must not pass for "nothing written"."""
+    mine, theirs = _databases(tmp_path)
+    quiet = SqliteWatchQuiet(mine)
+    _round(quiet)
+    SqliteStore(theirs).create_job(a_job("job_a"), [])
+    SqliteStore(theirs).create_job(a_job("job_b"), [])
+    mine.close()
+    assert not quiet.quiet(ANCHOR)
+    _round(quiet)
+    assert quiet.quiet(ANCHOR)
+
+
+def test_an_outbox_entry_is_due_as_the_rounds_read_it_whatever_its_text(tmp_path: Path) -> None:
+    """The earliest entry is compared as stored, as `due()` compares it: a text the round would take (here,
+    one no instant parses) keeps the rounds going, and nothing raises."""
+    mine, theirs = _databases(tmp_path)
+    quiet = SqliteWatchQuiet(mine)
+    with theirs.write() as connection:
+        connection.execute(
+            "INSERT INTO events (scope, key, outbox_key, send_at, item) VALUES (?, ?, ?, ?, ?)",
+            ("owner#alice", "m#broken", "outbox#0", "0000-garbage", "{}"),
+        )
+    _round(quiet)
+    assert not quiet.quiet(ANCHOR)

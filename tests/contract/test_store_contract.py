@@ -33,6 +33,7 @@ from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, parse_channel
 from tickwork.domain.alerts import WatchedJob
+from tickwork.domain.audit import RecordedRuns
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import (
     ConflictError,
@@ -915,29 +916,37 @@ def test_runs_between_reads_whole_runs_and_restore_runs_creates_only_the_missing
     )
 
 
-def test_runs_of_jobs_reads_each_jobs_own_window_whole(
+def test_recorded_runs_of_jobs_reads_each_jobs_own_window(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As runs_between job by job: each job's runs from its own first to the shared last, in time order, and
-    an empty list for a job with none (or one that does not exist). SQLite reads in chunks of two here."""
+    """As runs_between job by job: each job's fires from its own first to the shared last, and no fires for a
+    job with none (or one that does not exist); of the runs, only the unfinished ones, whole. SQLite reads in
+    chunks of two here."""
     monkeypatch.setattr("tickwork.adapters.sqlite.runs.RUNS_OF_JOBS_CHUNK", 2)
     store = backend.store
     early, late, idle = a_job("job_early"), a_job("job_late"), a_job("job_idle")
     fires = [FIRE - timedelta(minutes=10), FIRE - timedelta(minutes=5), FIRE, FIRE + timedelta(minutes=5)]
-    store.create_job(early, [a_run(early, fire) for fire in reversed(fires)])
+    early_runs = [a_run(early, fire) for fire in fires]
+    # Of early's runs in the window, the first succeeded and the second failed: only the third is unfinished.
+    early_runs[0] = replace(early_runs[0], state=RunState.SUCCEEDED, finished_at=fires[0])
+    early_runs[1] = replace(early_runs[1], state=RunState.FAILED, finished_at=fires[1])
+    store.create_job(early, list(reversed(early_runs)))
     store.create_job(late, [a_run(late, fire) for fire in fires])
     store.create_job(idle, ())
 
-    found = store.runs_of_jobs(
+    found = store.recorded_runs_of_jobs(
         {early.job_id: fires[0], late.job_id: fires[2], idle.job_id: fires[0], "job_missing": fires[0]},
         fires[2],
     )
 
-    assert {job_id: [run.scheduled_for for run in runs] for job_id, runs in found.items()} == {
+    assert {job_id: sorted(recorded.fires) for job_id, recorded in found.items()} == {
         early.job_id: fires[:3],
         late.job_id: fires[2:3],
         idle.job_id: [],
         "job_missing": [],
     }
-    assert found[late.job_id] == store.runs_between(late.job_id, fires[2], fires[2])
-    assert store.runs_of_jobs({}, fires[2]) == {}
+    assert found[early.job_id].unfinished == tuple(store.runs_between(early.job_id, fires[2], fires[2]))
+    assert [run.state for run in found[early.job_id].unfinished] == [RunState.PLANNED]
+    assert found[late.job_id] == RecordedRuns.of(store.runs_between(late.job_id, fires[2], fires[2]))
+    assert found[idle.job_id] == RecordedRuns(frozenset(), ())
+    assert store.recorded_runs_of_jobs({}, fires[2]) == {}

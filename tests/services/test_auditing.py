@@ -316,7 +316,7 @@ def test_a_page_whose_runs_cannot_be_read_together_is_read_job_by_job(
     def broken(firsts: Any, last: datetime) -> dict[str, Any]:
         raise error
 
-    monkeypatch.setattr(store, "runs_of_jobs", broken)
+    monkeypatch.setattr(store, "recorded_runs_of_jobs", broken)
     monkeypatch.setattr(sys.modules[__name__], "ONE_SEGMENT", replace(ONE_SEGMENT, read_together=True))
 
     report = audit_at(store, clock, dispatcher, FIRE + AUDIT_GRACE)

@@ -21,6 +21,7 @@ target once.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -47,6 +48,23 @@ STRANDED_SLACK = timedelta(seconds=60)
 # A fire this recent may have its commit in flight: the audit does not expect its record yet.
 RECORD_SETTLE = timedelta(minutes=2)
 RECOVERED_REASON = "its run record was lost (restored table or lost write); recorded again by the audit"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRuns:
+    """What the audit needs of a job's runs in its window: the fires that have a record (owed fires are
+    checked against them), and the runs not finished, the only ones that can be lost (`lost`). A finished
+    run is read as its fire alone, so an engine need not decode it."""
+
+    fires: frozenset[datetime]
+    unfinished: tuple[Run, ...]
+
+    @classmethod
+    def of(cls, runs: Iterable[Run]) -> RecordedRuns:
+        read = list(runs)
+        return cls(
+            frozenset(run.scheduled_for for run in read), tuple(r for r in read if not r.state.is_terminal)
+        )
 
 
 def audit_segment(job_id: str, segments: int) -> int:

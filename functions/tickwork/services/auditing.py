@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from tickwork.domain.audit import (
     AUDIT_LOOKBACK,
     AUDIT_SEGMENTS,
     AuditedJob,
+    RecordedRuns,
     fires_owed_records,
     lost,
     recovered_runs,
@@ -51,7 +53,7 @@ class AuditConfig:
     reread: timedelta = DEFAULT_REREAD  # the ticker's re-read window (PlannerConfig.reread)
     page: int = AUDIT_PAGE
     threads: int = AUDIT_THREADS
-    # A page's runs in one read (runs_of_jobs) rather than a read a job: the SQLite engine, where one
+    # A page's runs in one read (recorded_runs_of_jobs) rather than a read a job: the SQLite engine, where one
     # query is cheaper than many; DynamoDB reads job by job on the threads.
     read_together: bool = False
 
@@ -164,11 +166,11 @@ class Auditor:
             self._metrics.count(name, value)
         return report
 
-    def _page_runs(self, page: list[AuditedJob], now: datetime) -> dict[str, list[Run]]:
+    def _page_runs(self, page: list[AuditedJob], now: datetime) -> dict[str, RecordedRuns]:
         """Every job's runs in its audit window (as _audit_job reads them), in one read for the page."""
         firsts = {a.job.job_id: self._runs_from(a.job, now) for a in page}
         try:
-            return self._store.runs_of_jobs(firsts, now)
+            return self._store.recorded_runs_of_jobs(firsts, now)
         except Exception:  # a busy store, or one run the code cannot read: each job reads its own instead
             # (logged with its traceback), so the trouble stays with its job, as when read job by job.
             logger.exception("audit could not read the page's runs together; reading them job by job")
@@ -184,7 +186,7 @@ class Auditor:
         now: datetime,
         watermarks: dict[int, datetime | None],
         deadline: datetime,
-        page_runs: Mapping[str, list[Run]],
+        page_runs: Mapping[str, RecordedRuns],
     ) -> AuditReport:
         """One job's audit, isolated: an error is logged and counted, and the other jobs go on. `page_runs`:
         the page's runs by job, when they were read together (the job's are read here otherwise)."""
@@ -200,11 +202,14 @@ class Auditor:
                 self._refile(job, watermark, now, found)
             # One strongly consistent read of the job's runs serves both checks: the stuck runs' window
             # (the job's timeout plus grace plus two passes, at least the lookback) holds the owed fires'.
-            runs = page_runs.get(job.job_id)
-            if runs is None:
-                runs = self._store.runs_between(job.job_id, self._runs_from(job, now), now)
-            self._recover_records(job, now, {run.scheduled_for for run in runs}, found)
-            self._repair_stuck([run for run in runs if lost(run, now, self._config.grace)], now, found)
+            recorded = page_runs.get(job.job_id)
+            if recorded is None:
+                recorded = RecordedRuns.of(
+                    self._store.runs_between(job.job_id, self._runs_from(job, now), now)
+                )
+            self._recover_records(job, now, recorded.fires, found)
+            stuck = [run for run in recorded.unfinished if lost(run, now, self._config.grace)]
+            self._repair_stuck(stuck, now, found)
         except (StoreError, TransientStoreError, DispatchError) as error:
             found.errors.append(f"{job.job_id}: {error}")
             logger.error("audit could not check job %s (the next pass retries): %s", job.job_id, error)
@@ -214,7 +219,9 @@ class Auditor:
             found.errors.append(f"{job.job_id}: {type(error).__name__}: {error}")
         return found
 
-    def _recover_records(self, job: Job, now: datetime, recorded: set[datetime], found: AuditReport) -> None:
+    def _recover_records(
+        self, job: Job, now: datetime, recorded: AbstractSet[datetime], found: AuditReport
+    ) -> None:
         """Fires before the job's next fire whose run record is gone: recorded again, and sent if to run."""
         missing = [
             fire for fire in fires_owed_records(job, now, self._config.lookback) if fire not in recorded

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, SeenChange
-from tickwork.domain.audit import AuditedJob
+from tickwork.domain.audit import AuditedJob, RecordedRuns
 from tickwork.domain.bulk import BulkAction
 from tickwork.domain.calendars import Calendar
 from tickwork.domain.dispatch import DeadLetter, RunMessage
@@ -254,9 +254,12 @@ class AuditStore(Protocol):
         """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
         ...
 
-    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
-        """runs_between(job_id, first, last) for every job_id -> first of `firsts`, as one read where the
-        engine can (SQLite); every job of `firsts` is a key, with [] when it has no runs."""
+    def recorded_runs_of_jobs(
+        self, firsts: Mapping[str, datetime], last: datetime
+    ) -> dict[str, RecordedRuns]:
+        """RecordedRuns.of(runs_between(job_id, first, last)) for every job_id -> first of `firsts`, as one
+        read where the engine can (SQLite, which decodes only the unfinished runs); every job of `firsts`
+        is a key, with no fires and no runs when it has none."""
         ...
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from tickwork.adapters.dynamodb.items import deserialize, serialize
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
+from tickwork.domain.audit import RecordedRuns
 from tickwork.domain.errors import (
     StaleRunError,
     TransientStoreError,
@@ -163,9 +164,14 @@ class RunRecords(StoreBase):
         """The job's runs in [first, last], whole."""
         return [run_from_item(item) for item in self._between(job_id, first, last)]
 
-    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
+    def recorded_runs_of_jobs(
+        self, firsts: Mapping[str, datetime], last: datetime
+    ) -> dict[str, RecordedRuns]:
         """A query a job: DynamoDB has no query across partition keys (its auditor reads job by job)."""
-        return {job_id: self.runs_between(job_id, first, last) for job_id, first in firsts.items()}
+        return {
+            job_id: RecordedRuns.of(self.runs_between(job_id, first, last))
+            for job_id, first in firsts.items()
+        }
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """One conditional PutItem per run (it must not exist): a run found meanwhile is left as it is."""

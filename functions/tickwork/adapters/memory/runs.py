@@ -10,6 +10,7 @@ from typing import Any
 from tickwork.adapters.conditions import apply_changes, claimable, claimed_item, run_still_at, stored_run
 from tickwork.adapters.memory.base import MemoryBase, Record, copied
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
+from tickwork.domain.audit import RecordedRuns
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import Claim, waiting_slot_is_stale
 from tickwork.domain.models import Run, RunState, split_run_id
@@ -95,9 +96,14 @@ class MemoryRunRecords(MemoryBase):
             ]
         return [run_from_item(item) for item in items]
 
-    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
+    def recorded_runs_of_jobs(
+        self, firsts: Mapping[str, datetime], last: datetime
+    ) -> dict[str, RecordedRuns]:
         """runs_between a job."""
-        return {job_id: self.runs_between(job_id, first, last) for job_id, first in firsts.items()}
+        return {
+            job_id: RecordedRuns.of(self.runs_between(job_id, first, last))
+            for job_id, first in firsts.items()
+        }
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         created: list[Run] = []

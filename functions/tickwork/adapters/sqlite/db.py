@@ -278,6 +278,7 @@ class Database:
         self._pool_lock = threading.Lock()
         self._watch_lock = threading.Lock()
         self._watcher: sqlite3.Connection | None = None
+        self._watchers = 0  # watcher connections opened so far (a closed one's numbers mean nothing after)
         self._opened = False
         self._open_lock = threading.Lock()
         # (commits, seconds the write lock was held): replaced whole under the write lock, read without it.
@@ -542,14 +543,17 @@ class Database:
     def data_version(self) -> int:
         """A number that changes whenever a commit lands, from any connection of any process (the watcher
         connection never writes itself): a poller that saw it unchanged knows nothing was written since it
-        last looked, without a query."""
+        last looked, without a query. SQLite counts per connection, so a watcher connection opened after
+        `close()` starts its numbers above every earlier one's: an old number never matches a new one."""
         with self._watch_lock:
             if self._watcher is None:
                 self._watcher = self._connect()
+                self._watchers += 1
             try:
-                return int(self._watcher.execute("PRAGMA data_version").fetchone()[0])
+                version = int(self._watcher.execute("PRAGMA data_version").fetchone()[0])
             except sqlite3.Error as error:
                 raise translate(error) from error
+            return (self._watchers << 48) + version
 
     def close(self) -> None:
         """Close every connection this process holds (none may be in use)."""

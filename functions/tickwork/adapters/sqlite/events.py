@@ -49,7 +49,7 @@ from tickwork.domain.errors import ConflictError, StoreError
 from tickwork.domain.models import Job, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.revisions import Revision
-from tickwork.domain.timekeys import epoch_seconds, format_instant_ms, parse_instant
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
 from tickwork.resources import EVENTS
 
 
@@ -256,7 +256,8 @@ class SqliteWatchQuiet(SqliteBase):
 
     def __init__(self, db: Database) -> None:
         super().__init__(db)
-        self._seen: tuple[int, datetime | None] | None = None  # the last ended round's mark, next due
+        # The last ended round's mark, and the outbox's earliest `send_at` as stored (None: empty).
+        self._seen: tuple[int, str | None] | None = None
 
     def round_begins(self) -> int:
         return self.db.data_version()
@@ -270,15 +271,17 @@ class SqliteWatchQuiet(SqliteBase):
         if self._seen is None:
             return False
         mark, next_due = self._seen
-        return (next_due is None or next_due > now) and self.db.data_version() == mark
+        # Compared as stored, as the round's own reads compare it (`send_at <= ?`): an entry the round
+        # would take is never quiet, whatever its text.
+        return (next_due is None or next_due > format_instant_ms(now)) and self.db.data_version() == mark
 
-    def _next_due(self) -> datetime | None:
+    def _next_due(self) -> str | None:
         # One MIN per partition, each the first entry of its index range.
         keys = [*outbox_keys(), BULK_OUTBOX]
         sql = " UNION ALL ".join("SELECT MIN(send_at) AS due FROM events WHERE outbox_key = ?" for _ in keys)
         with self.db.read() as connection:
             row = connection.execute(f"SELECT MIN(due) FROM ({sql})", keys).fetchone()
-        return None if row is None or row[0] is None else parse_instant(row[0])
+        return None if row is None or row[0] is None else str(row[0])
 
 
 def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:

@@ -10,7 +10,8 @@ from typing import Any
 
 from tickwork.adapters.conditions import apply_changes, claimable, claimed_item, run_still_at, stored_run
 from tickwork.adapters.records import open_keys, run_from_item, run_to_item, run_update_base
-from tickwork.adapters.sqlite.base import SqliteBase, put, rewrite, stored_columns
+from tickwork.adapters.sqlite.base import SqliteBase, load, put, rewrite, stored_columns
+from tickwork.domain.audit import RecordedRuns
 from tickwork.domain.errors import StaleRunError
 from tickwork.domain.execution import Claim, waiting_slot_is_stale
 from tickwork.domain.models import Run, RunState, split_run_id
@@ -21,8 +22,10 @@ from tickwork.resources import JOBS, RUNS
 SlotRule = Callable[[dict[str, Any]], bool]
 SlotChange = Callable[[dict[str, Any]], None]
 
-# Jobs a runs_of_jobs query reads at once: two bound values each, far below SQLite's limit of 32,766.
+# Jobs a recorded_runs_of_jobs query reads at once: two bound values each, far below SQLite's limit of 32,766.
 RUNS_OF_JOBS_CHUNK = 500
+# The states of a finished run, as stored: such a run is never lost (domain/audit.lost).
+_FINISHED = tuple(str(state) for state in RunState if state.is_terminal)
 
 
 class SqliteRunRecords(SqliteBase):
@@ -102,21 +105,33 @@ class SqliteRunRecords(SqliteBase):
         )
         return [run_from_item(item) for item in items]
 
-    def runs_of_jobs(self, firsts: Mapping[str, datetime], last: datetime) -> dict[str, list[Run]]:
-        """One query a chunk of jobs (each job's window joined in from a VALUES list), one read."""
-        found: dict[str, list[Run]] = {job_id: [] for job_id in firsts}
+    def recorded_runs_of_jobs(
+        self, firsts: Mapping[str, datetime], last: datetime
+    ) -> dict[str, RecordedRuns]:
+        """One query a chunk of jobs (each job's window joined in from a VALUES list), one read. A finished
+        run comes as its key alone: only the others' records are decoded (after a burst, most are done)."""
+        fires: dict[str, set[datetime]] = {job_id: set() for job_id in firsts}
+        unfinished: dict[str, list[Run]] = {job_id: [] for job_id in firsts}
         windows = [(job_id, format_instant(first)) for job_id, first in firsts.items()]
         for start in range(0, len(windows), RUNS_OF_JOBS_CHUNK):
             chunk = windows[start : start + RUNS_OF_JOBS_CHUNK]
-            items = self._select_items(
-                f"WITH windows(job_id, first) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
-                "SELECT runs.item FROM windows JOIN runs ON runs.job_id = windows.job_id "
-                "AND runs.scheduled_for BETWEEN windows.first AND ? ORDER BY runs.job_id, runs.scheduled_for",
-                [*(value for window in chunk for value in window), format_instant(last)],
-            )
-            for item in items:
-                found[str(item["job_id"])].append(run_from_item(item))
-        return found
+            with self.db.read() as connection:
+                rows = connection.execute(
+                    f"WITH windows(job_id, first) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
+                    f"SELECT runs.job_id, runs.scheduled_for, CASE WHEN json_extract(runs.item, '$.state') "
+                    f"IN ({', '.join('?' for _ in _FINISHED)}) THEN NULL ELSE runs.item END "
+                    "FROM windows JOIN runs ON runs.job_id = windows.job_id "
+                    "AND runs.scheduled_for BETWEEN windows.first AND ? "
+                    "ORDER BY runs.job_id, runs.scheduled_for",
+                    [*(value for window in chunk for value in window), *_FINISHED, format_instant(last)],
+                ).fetchall()
+            for job_id, fire, item in rows:
+                fires[job_id].add(parse_instant(fire))
+                if item is not None:
+                    unfinished[job_id].append(run_from_item(load(item)))
+        return {
+            job_id: RecordedRuns(frozenset(fires[job_id]), tuple(unfinished[job_id])) for job_id in firsts
+        }
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         created: list[Run] = []
