@@ -21,7 +21,7 @@ target once.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -65,6 +65,16 @@ class RecordedRuns:
         return cls(
             frozenset(run.scheduled_for for run in read), tuple(r for r in read if not r.state.is_terminal)
         )
+
+    @classmethod
+    def job_by_job(
+        cls,
+        firsts: Mapping[str, datetime],
+        last: datetime,
+        runs_between: Callable[[str, datetime, datetime], Iterable[Run]],
+    ) -> dict[str, RecordedRuns]:
+        """Each job's, from its own read of its runs (an engine with no read across jobs)."""
+        return {job_id: cls.of(runs_between(job_id, first, last)) for job_id, first in firsts.items()}
 
 
 def audit_segment(job_id: str, segments: int) -> int:

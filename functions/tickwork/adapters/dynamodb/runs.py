@@ -168,10 +168,7 @@ class RunRecords(StoreBase):
         self, firsts: Mapping[str, datetime], last: datetime
     ) -> dict[str, RecordedRuns]:
         """A query a job: DynamoDB has no query across partition keys (its auditor reads job by job)."""
-        return {
-            job_id: RecordedRuns.of(self.runs_between(job_id, first, last))
-            for job_id, first in firsts.items()
-        }
+        return RecordedRuns.job_by_job(firsts, last, self.runs_between)
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         """One conditional PutItem per run (it must not exist): a run found meanwhile is left as it is."""

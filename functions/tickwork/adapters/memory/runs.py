@@ -100,10 +100,7 @@ class MemoryRunRecords(MemoryBase):
         self, firsts: Mapping[str, datetime], last: datetime
     ) -> dict[str, RecordedRuns]:
         """runs_between a job."""
-        return {
-            job_id: RecordedRuns.of(self.runs_between(job_id, first, last))
-            for job_id, first in firsts.items()
-        }
+        return RecordedRuns.job_by_job(firsts, last, self.runs_between)
 
     def restore_runs(self, runs: Sequence[Run]) -> list[Run]:
         created: list[Run] = []
