@@ -110,3 +110,43 @@ def test_the_health_page_is_the_operators_alone(call: Api, tmp_path: Any) -> Non
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+def test_the_idle_server_sleeps_until_a_connection_or_the_stop(
+    call: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No wake-up to look for a shutdown (serve_forever's, twice a second): each `select` returns for a
+    connection or for the stop, and after the stop the port is closed."""
+    import selectors
+    import socket
+    import time
+
+    selects: list[float] = []
+
+    class CountingSelector(selectors.DefaultSelector):
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            selects.append(time.monotonic())
+            return list(super().select(timeout))
+
+    monkeypatch.setattr(selectors, "DefaultSelector", CountingSelector)
+    server = make_api_server(HttpApiApp(api.handler, TOKENS), port=0)
+    port = server.server_address[1]
+    stop = threading.Event()
+    thread = threading.Thread(target=serve_until, args=(server, stop), daemon=True)
+    thread.start()
+    time.sleep(1.5)  # serve_forever(poll_interval=0.5) would have looked three times by now
+    assert len(selects) == 1
+
+    status, _, _ = http("GET", f"http://127.0.0.1:{port}/jobs", "alice-token")
+    assert status == 200
+    deadline = time.monotonic() + 5
+    while len(selects) < 2 and time.monotonic() < deadline:  # the accepting thread goes back to sleep
+        time.sleep(0.01)
+    time.sleep(0.6)
+    assert len(selects) == 2  # woken by the connection, then asleep again
+
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and len(selects) == 2
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import selectors
 import socketserver
 import threading
 import uuid
@@ -260,10 +262,29 @@ def make_api_server(app: HttpApiApp, host: str = "127.0.0.1", port: int = 8080) 
 
 
 def serve_until(server: WSGIServer, stop: threading.Event) -> None:
-    """Serve until `stop` is set, then close the socket."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
+    """Serve until `stop` is set, then close the socket. The accepting thread sleeps until a connection
+    comes or the stop wakes it: socketserver's `serve_forever` wakes every poll interval to look for a
+    shutdown, and twice a second was most of an idle API process's CPU."""
+    wake_read, wake_write = os.pipe()
+    thread = threading.Thread(target=_accept_until_woken, args=(server, wake_read), daemon=True)
     thread.start()
     stop.wait()
-    server.shutdown()
-    server.server_close()
+    os.write(wake_write, b"x")
     thread.join(timeout=5)
+    server.server_close()
+    os.close(wake_write)
+    if not thread.is_alive():  # a thread still in `select` keeps its end: closing it under it is undefined
+        os.close(wake_read)
+
+
+def _accept_until_woken(server: WSGIServer, wake_read: int) -> None:
+    # handle_request never waits on its own (a connection reset before its accept leaves nothing to take).
+    server.timeout = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(server, selectors.EVENT_READ)
+        selector.register(wake_read, selectors.EVENT_READ)
+        while True:
+            ready = [key.fileobj for key, _ in selector.select()]
+            if wake_read in ready:
+                return
+            server.handle_request()  # the connection waiting: accepted at once, served on its own thread
