@@ -258,6 +258,12 @@ def run_local(args: argparse.Namespace) -> int:
         if echo is not None:
             echo.stop()
         print(f"stopped in {time.monotonic() - started:.1f} s", flush=True)
+        if _STOPPING.is_set():
+            # Stopped as a signal asked: the ones still coming (systemd repeating itself, a second Ctrl-C)
+            # are ignored to the end. Python's exit would reset their handlers to the default, and one
+            # landing then would end an orderly stop as killed by it (exit -15).
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)
     return code
 
 
