@@ -33,7 +33,7 @@ from tickwork.adapters.sqs import SqsDeadLetters, SqsDispatcher
 from tickwork.adapters.sqs_provision import ensure_queues
 from tickwork.domain.alert_rules import NO_ALERTS, AlertRules, parse_channel
 from tickwork.domain.alerts import WatchedJob
-from tickwork.domain.audit import RecordedRuns
+from tickwork.domain.audit import AuditedJob, RecordedRuns
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import (
     ConflictError,
@@ -891,12 +891,51 @@ def test_the_audits_segments_page_through_every_job_exactly_once(backend: Backen
         for _ in range(20):  # a page of 2 at a time; far more pages than any segment needs
             page, after = store.audit_jobs(segment, 3, after=after, limit=2)
             assert len(page) <= 2
-            assert all(audited.filed_under == audited.job.due_key for audited in page)
-            seen.extend(audited.job.job_id for audited in page)
+            assert all(audited.filed_under == audited.due_key for audited in page)
+            seen.extend(audited.job_id for audited in page)
             if after is None:
                 break
         assert after is None
     assert sorted(seen) == ids
+
+
+def test_the_audit_reads_of_each_job_what_the_whole_job_says(backend: Backend) -> None:
+    """SQLite reads only the audited attributes (json_extract); every engine gives what the whole job
+    says of them, defaults included, and the `due` key its record is filed under."""
+    store = backend.store
+    jobs = [
+        a_job("job_audit_plain"),
+        a_job(
+            "job_audit_rich",
+            schedule=parse_schedule("30 9 * * 1-5", timezone="Europe/Berlin"),
+            state=JobState.PAUSED,
+            version=7,
+            run_requests=3,
+            next_fire_at=None,
+            due_floor=FIRE + timedelta(minutes=2, milliseconds=250),
+            created_at=ANCHOR - timedelta(days=3, milliseconds=5),
+            timeout_seconds=900,
+            shard=3,
+        ),
+        a_job("job_audit_floored", due_floor=FIRE + timedelta(minutes=30)),
+    ]
+    for job in jobs:
+        store.create_job(job, [])
+    audited: list[AuditedJob] = []
+    for segment in range(2):
+        after = None
+        while True:
+            page, after = store.audit_jobs(segment, 2, after=after, limit=10)
+            audited.extend(page)
+            if after is None:
+                break
+
+    assert sorted(a.job_id for a in audited) == sorted(job.job_id for job in jobs)
+    for read in audited:
+        whole = store.get_job(read.job_id)
+        assert whole is not None
+        assert replace(read, whole=None) == replace(AuditedJob.of(whole, whole.due_key), whole=None)
+        assert read.whole is None or read.whole == whole  # an engine that read it whole hands it on
 
 
 def test_runs_between_reads_whole_runs_and_restore_runs_creates_only_the_missing(backend: Backend) -> None:

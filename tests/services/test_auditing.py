@@ -4,6 +4,8 @@ message, a lost run record, a stranded job), and what it must leave alone (anyth
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from random import Random
@@ -15,7 +17,7 @@ from tests.fakes import RecordingDispatcher, RecordingMetrics, ScriptedInvoker
 from tests.services.test_executing import NoDeadLetters
 from tests.services.test_queue_carried import a_job
 from tickwork.adapters.memory.store import MemoryStore
-from tickwork.domain.audit import AUDIT_GRACE, RECOVERED_REASON, audit_segment
+from tickwork.domain.audit import AUDIT_GRACE, RECOVERED_REASON, AuditedJob, audit_segment
 from tickwork.domain.clock import FakeClock
 from tickwork.domain.dispatch import RunMessage
 from tickwork.domain.errors import TransientStoreError
@@ -40,6 +42,23 @@ def runs_read(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(
         sys.modules[__name__], "ONE_SEGMENT", replace(ONE_SEGMENT, read_together=request.param)
     )
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["jobs-read-whole", "jobs-read-in-part"])
+def jobs_read_in_part(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every test twice more: the page's jobs read whole (DynamoDB, memory), and only their audited
+    attributes (SQLite), so that a repair reads the job whole first."""
+    if request.param:
+        read_whole = MemoryStore.audit_jobs
+
+        def read_in_part(
+            self: MemoryStore, segment: int, segments: int, *, after: str | None, limit: int
+        ) -> tuple[list[AuditedJob], str | None]:
+            page, position = read_whole(self, segment, segments, after=after, limit=limit)
+            return [replace(audited, whole=None) for audited in page], position
+
+        monkeypatch.setattr(MemoryStore, "audit_jobs", read_in_part)
+    return bool(request.param)
 
 
 @pytest.fixture
@@ -230,9 +249,9 @@ def test_the_segments_cover_every_job_exactly_once(
         after = None
         while True:
             page, after = store.audit_jobs(segment, 4, after=after, limit=3)
-            assert all(audit_segment(a.job.job_id, 4) == segment for a in page)
-            assert all(a.filed_under == a.job.due_key for a in page)
-            seen.extend(a.job.job_id for a in page)
+            assert all(audit_segment(a.job_id, 4) == segment for a in page)
+            assert all(a.filed_under == a.due_key for a in page)
+            seen.extend(a.job_id for a in page)
             if after is None:
                 break
     assert sorted(seen) == sorted(j.job_id for j in jobs)
@@ -324,3 +343,85 @@ def test_a_page_whose_runs_cannot_be_read_together_is_read_job_by_job(
     assert report.runs_resent == 1 and not report.cut_short and report.failures == 0
     assert [m.job_id for m in dispatcher.messages] == [job.job_id]
     assert "reading them job by job" in caplog.text
+
+
+def test_a_jobs_findings_fold_into_the_segments_every_count_and_error() -> None:
+    from dataclasses import fields
+
+    counts = [f.name for f in fields(AuditReport) if f.type == "int" and f.name != "segment"]
+    segment = AuditReport(segment=3, **{name: 1 for name in counts}, errors=["a"])
+    found = AuditReport(**{name: position + 2 for position, name in enumerate(counts)}, errors=["b"])
+
+    segment.add(found)
+
+    assert {name: getattr(segment, name) for name in counts} == {
+        name: position + 3 for position, name in enumerate(counts)
+    }
+    assert (segment.segment, segment.errors, segment.cut_short) == (3, ["a", "b"], False)
+
+
+@contextmanager
+def _after_each_read(action: Callable[[], None]) -> Iterator[None]:
+    """`action` runs right after each page of jobs the audit reads (a write landing meanwhile)."""
+    read = MemoryStore.audit_jobs
+
+    def then_act(
+        self: MemoryStore, segment: int, segments: int, *, after: str | None, limit: int
+    ) -> tuple[list[AuditedJob], str | None]:
+        page = read(self, segment, segments, after=after, limit=limit)
+        action()
+        return page
+
+    MemoryStore.audit_jobs = then_act  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        MemoryStore.audit_jobs = read  # type: ignore[method-assign]
+
+
+def test_a_stranded_job_edited_between_its_read_and_its_refiling_is_left_for_the_next_pass(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    """Not what the audit found: nothing is written from it (a lost race). Read whole, the write's condition
+    refuses it; read in part, the job read whole for the repair is not the one found stranded."""
+    job = planned_job(store, clock, dispatcher)
+    with store.tables.lock:
+        store.tables.jobs[job.job_id].pop("due_key")  # stranded: filed under no minute
+
+    def edit() -> None:
+        with store.tables.lock:
+            store.tables.jobs[job.job_id]["version"] = job.version + 1
+
+    with _after_each_read(edit):
+        report = audit_at(store, clock, dispatcher, FIRE)
+
+    assert (report.jobs_refiled, report.lost_races) == (0, 1)
+    with store.tables.lock:
+        assert "due_key" not in store.tables.jobs[job.job_id]  # nothing written from what it was
+        assert store.tables.jobs[job.job_id]["version"] == job.version + 1
+
+
+def test_lost_records_are_recorded_again_though_a_tick_moved_the_job_since_its_read(
+    store: MemoryStore, clock: FakeClock, dispatcher: RecordingDispatcher
+) -> None:
+    """A tick moves the job's next fire, not its version, and may well land between the audit's read and
+    its repair (both start on the minute): the fires owed before it are recorded all the same."""
+    job = planned_job(store, clock, dispatcher)
+    planner = Planner(store, dispatcher, clock)
+    for minutes in (5, 10):
+        planner.plan(job.shard, TICK + timedelta(minutes=minutes))
+    with store.tables.lock:  # the runs table restored from before the 12:05 and 12:10 fires
+        for fire in (FIRE, FIRE + timedelta(minutes=5)):
+            del store.tables.runs[job.job_id][format_instant(fire)]
+    moved_from = store.get_job(job.job_id)
+    assert moved_from is not None
+
+    with _after_each_read(lambda: planner.plan(job.shard, TICK + timedelta(minutes=15))):
+        report = audit_at(store, clock, dispatcher, FIRE + timedelta(minutes=8))
+
+    moved = store.get_job(job.job_id)
+    assert moved is not None and moved.next_fire_at != moved_from.next_fire_at  # the tick landed
+    assert (report.runs_recovered, report.lost_races) == (2, 0)
+    for fire in (FIRE, FIRE + timedelta(minutes=5)):
+        run = store.get_run(job.job_id, fire)
+        assert run is not None and run.reason == RECOVERED_REASON

@@ -10,6 +10,7 @@ from typing import Any
 
 from tickwork.domain.alert_rules import NO_ALERTS, alerts_from_mapping, alerts_to_mapping
 from tickwork.domain.alerts import RunBefore, WatchedJob
+from tickwork.domain.audit import AuditedJob
 from tickwork.domain.bulk import DEFAULT_GROUP
 from tickwork.domain.execution import check_at
 from tickwork.domain.models import (
@@ -165,6 +166,42 @@ def job_from_item(item: Mapping[str, Any]) -> Job:
         group=str(item.get("job_group", DEFAULT_GROUP)),
         created_at=parse_instant(item["created_at"]),
         updated_at=parse_instant(item["updated_at"]),
+    )
+
+
+# The attributes of a job's record the audit reads (`audited_job_from_item`).
+AUDITED_JOB_ATTRIBUTES = (
+    "job_id",
+    "shard",
+    "state",
+    "version",
+    "run_requests",
+    "schedule",
+    "next_fire_at",
+    "due_floor",
+    "created_at",
+    "updated_at",
+    "timeout_seconds",
+    "due_key",
+)
+
+
+def audited_job_from_item(item: Mapping[str, Any]) -> AuditedJob:
+    """What the audit reads of a job, from its record's AUDITED_JOB_ATTRIBUTES alone: each as
+    `job_from_item` reads it (the store contract compares the two on every engine)."""
+    return AuditedJob(
+        job_id=item["job_id"],
+        shard=int(item["shard"]),
+        state=JobState(item["state"]),
+        version=int(item["version"]),
+        run_requests=int(item.get("run_requests", 0)),
+        schedule=schedule_from_item(item["schedule"]),
+        next_fire_at=_opt_parse(item.get("next_fire_at")),
+        due_floor=_opt_parse(item.get("due_floor")),
+        created_at=parse_instant(item["created_at"]),
+        updated_at=parse_instant(item["updated_at"]),
+        timeout_seconds=int(item.get("timeout_seconds", 60)),
+        filed_under=filed_under(item),
     )
 
 

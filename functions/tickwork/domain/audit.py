@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from tickwork.domain.execution import LEASE_MARGIN
-from tickwork.domain.models import Job, JobState, Run, RunState, Trigger
+from tickwork.domain.models import Job, JobState, Run, RunState, Trigger, filed_due_key
 from tickwork.domain.planning import classify_fire
-from tickwork.domain.schedule import next_fire_after
+from tickwork.domain.schedule import Schedule, next_fire_after
 from tickwork.domain.timekeys import floor_minute
 
 # How long past the moment a queue-carried run should have moved on (its due time, or its lease's end)
@@ -87,7 +87,9 @@ def segment_at(now: datetime, segments: int) -> int:
     return int(now.timestamp() // 60) % segments
 
 
-def owed_window(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> tuple[datetime, bool]:
+def owed_window(
+    job: AuditedJob, now: datetime, lookback: timedelta = AUDIT_LOOKBACK
+) -> tuple[datetime, bool]:
     """Where the fires that must have a run record start, and whether that start counts itself: within the
     lookback (inclusive), and strictly after the job's creation or its last user write (a write may have
     changed its schedule; a fire at the write's own millisecond was the old schedule's)."""
@@ -96,7 +98,9 @@ def owed_window(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -
     return (earliest, True) if earliest > written else (written, False)
 
 
-def fires_owed_records(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOKBACK) -> list[datetime]:
+def fires_owed_records(
+    job: AuditedJob, now: datetime, lookback: timedelta = AUDIT_LOOKBACK
+) -> list[datetime]:
     """The job's fires that must already have a run record: planning moves the job's next fire past a fire
     only in the commit that records it, so every fire before the stored next fire has one. Only fires at
     least RECORD_SETTLE old (a commit in flight, a clock a little apart). A paused job is not moved on while
@@ -114,7 +118,7 @@ def fires_owed_records(job: Job, now: datetime, lookback: timedelta = AUDIT_LOOK
 
 
 def stuck_window_start(
-    job: Job, now: datetime, grace: timedelta = AUDIT_GRACE, segments: int = AUDIT_SEGMENTS
+    job: AuditedJob, now: datetime, grace: timedelta = AUDIT_GRACE, segments: int = AUDIT_SEGMENTS
 ) -> datetime:
     """How far back the job's unfinished queue-carried runs are looked for: long enough that a run whose
     attempt holds the job's whole timeout (plus the lease margin) is seen at least once after its grace
@@ -159,13 +163,13 @@ def lost(run: Run, now: datetime, grace: timedelta = AUDIT_GRACE) -> bool:
     return check is not None and check <= now
 
 
-def stranded(job: Job, filed_under: str | None, watermark: datetime | None, reread: timedelta) -> bool:
+def stranded(job: AuditedJob, watermark: datetime | None, reread: timedelta) -> bool:
     """An active job no tick will plan: filed under no `due` minute or another one than its own (its entry
     was removed, or written from outside the API), or under one behind every tick's read (the watermark less
     the re-read window: an entry that became visible too late)."""
     if job.state is not JobState.ACTIVE or job.next_fire_at is None:
         return False
-    if filed_under != job.due_key:
+    if job.filed_under != job.due_key:
         return True
     if watermark is None:
         return False
@@ -183,8 +187,53 @@ def refiled(job: Job, watermark: datetime | None, now: datetime) -> Job:
 
 @dataclass(frozen=True, slots=True)
 class AuditedJob:
-    """A job as the audit reads it: the job, and the `due` minute its stored record is filed under (None:
-    none), which the job model itself does not carry."""
+    """A job as the audit reads it: what its checks need of the job, and the `due` minute its stored record
+    is filed under (None: none), which the job model itself does not carry. An engine may read no more of
+    the record than that (SQLite takes these out of it with `json_extract`: decoding every job whole was
+    most of an idle sweeper's CPU); a repair then reads the whole job. `whole`: the job, where the engine
+    read it whole anyway."""
 
-    job: Job
+    job_id: str
+    shard: int
+    state: JobState
+    version: int
+    run_requests: int
+    schedule: Schedule
+    next_fire_at: datetime | None
+    due_floor: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    timeout_seconds: int
     filed_under: str | None
+    whole: Job | None = None
+
+    @classmethod
+    def of(cls, job: Job, filed_under: str | None) -> AuditedJob:
+        return cls(
+            job_id=job.job_id,
+            shard=job.shard,
+            state=job.state,
+            version=job.version,
+            run_requests=job.run_requests,
+            schedule=job.schedule,
+            next_fire_at=job.next_fire_at,
+            due_floor=job.due_floor,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            timeout_seconds=job.timeout_seconds,
+            filed_under=filed_under,
+            whole=job,
+        )
+
+    @property
+    def due_key(self) -> str | None:
+        return filed_due_key(self.state, self.shard, self.next_fire_at, self.due_floor)
+
+    def read_from(self, job: Job) -> bool:
+        """Whether `job` is still the job this was read from, as a job write's condition sees it (its
+        version, run requests and next fire): a repair written from it is what the audit checked."""
+        return (job.version, job.run_requests, job.next_fire_at) == (
+            self.version,
+            self.run_requests,
+            self.next_fire_at,
+        )

@@ -199,15 +199,22 @@ class Job:
     def due_key_at(self, next_fire_at: datetime | None) -> str | None:
         """The `due` key the job has once its next fire is `next_fire_at` (a plan's commit writes it without
         building the advanced job)."""
-        if self.state is not JobState.ACTIVE or next_fire_at is None:
-            return None
-        filed_at = next_fire_at
-        if self.due_floor is not None and self.due_floor > filed_at:
-            filed_at = self.due_floor
-        return due_key(self.shard, filed_at)
+        return filed_due_key(self.state, self.shard, next_fire_at, self.due_floor)
 
     def advanced_to(self, next_fire_at: datetime | None) -> Job:
         return replace(self, next_fire_at=next_fire_at)
+
+
+def filed_due_key(
+    state: JobState, shard: int, next_fire_at: datetime | None, due_floor: datetime | None
+) -> str | None:
+    """The `due` key of a job in `state` with this next fire and floor (Job.due_key says why)."""
+    if state is not JobState.ACTIVE or next_fire_at is None:
+        return None
+    filed_at = next_fire_at
+    if due_floor is not None and due_floor > filed_at:
+        filed_at = due_floor
+    return due_key(shard, filed_at)
 
 
 class Standing(StrEnum):

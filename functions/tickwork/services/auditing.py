@@ -34,7 +34,7 @@ from tickwork.domain.errors import (
     StoreError,
     TransientStoreError,
 )
-from tickwork.domain.models import Job, Run, RunState
+from tickwork.domain.models import Run, RunState
 from tickwork.services.planning import DEFAULT_REREAD
 from tickwork.services.ports import AuditStore, Dispatcher, Metrics
 from tickwork.services.sweeping import Sweeper
@@ -73,18 +73,15 @@ class AuditReport:
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: AuditReport) -> None:
-        """Fold one job's findings into the segment's."""
-        for name in (
-            "jobs",
-            "runs_resent",
-            "attempts_ended",
-            "runs_recovered",
-            "jobs_refiled",
-            "lost_races",
-            "skipped",
-            "failures",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        """Fold one job's findings into the segment's (once a job: spelled out, not looked up by name)."""
+        self.jobs += other.jobs
+        self.runs_resent += other.runs_resent
+        self.attempts_ended += other.attempts_ended
+        self.runs_recovered += other.runs_recovered
+        self.jobs_refiled += other.jobs_refiled
+        self.lost_races += other.lost_races
+        self.skipped += other.skipped
+        self.failures += other.failures
         self.errors.extend(other.errors)
 
     @property
@@ -130,8 +127,8 @@ class Auditor:
                         report.segment, config.segments, after=after, limit=config.page
                     )
                     for audited in page:
-                        if audited.job.shard not in watermarks:
-                            watermarks[audited.job.shard] = self._store.get_watermark(audited.job.shard)
+                        if audited.shard not in watermarks:
+                            watermarks[audited.shard] = self._store.get_watermark(audited.shard)
                 except (StoreError, TransientStoreError) as error:
                     # The rest of the segment waits for the next pass; the sweep that ran first stands.
                     report.errors.append(f"segment {report.segment}: {error}")
@@ -168,7 +165,7 @@ class Auditor:
 
     def _page_runs(self, page: list[AuditedJob], now: datetime) -> dict[str, RecordedRuns]:
         """Every job's runs in its audit window (as _audit_job reads them), in one read for the page."""
-        firsts = {a.job.job_id: self._runs_from(a.job, now) for a in page}
+        firsts = {audited.job_id: self._runs_from(audited, now) for audited in page}
         try:
             return self._store.recorded_runs_of_jobs(firsts, now)
         except Exception:  # a busy store, or one run the code cannot read: each job reads its own instead
@@ -176,7 +173,7 @@ class Auditor:
             logger.exception("audit could not read the page's runs together; reading them job by job")
             return {}
 
-    def _runs_from(self, job: Job, now: datetime) -> datetime:
+    def _runs_from(self, job: AuditedJob, now: datetime) -> datetime:
         """Where a job's audited runs start (up to now): the stuck runs' window, holding the owed fires'."""
         return stuck_window_start(job, now, self._config.grace, self._config.segments)
 
@@ -195,37 +192,43 @@ class Auditor:
             found.skipped = 1
             return found
         found.jobs = 1
-        job = audited.job
         try:
-            watermark = watermarks.get(job.shard)
-            if stranded(job, audited.filed_under, watermark, self._config.reread):
-                self._refile(job, watermark, now, found)
+            watermark = watermarks.get(audited.shard)
+            if stranded(audited, watermark, self._config.reread):
+                self._refile(audited, watermark, now, found)
             # One strongly consistent read of the job's runs serves both checks: the stuck runs' window
             # (the job's timeout plus grace plus two passes, at least the lookback) holds the owed fires'.
-            recorded = page_runs.get(job.job_id)
+            recorded = page_runs.get(audited.job_id)
             if recorded is None:
                 recorded = RecordedRuns.of(
-                    self._store.runs_between(job.job_id, self._runs_from(job, now), now)
+                    self._store.runs_between(audited.job_id, self._runs_from(audited, now), now)
                 )
-            self._recover_records(job, now, recorded.fires, found)
+            self._recover_records(audited, now, recorded.fires, found)
             stuck = [run for run in recorded.unfinished if lost(run, now, self._config.grace)]
             self._repair_stuck(stuck, now, found)
         except (StoreError, TransientStoreError, DispatchError) as error:
-            found.errors.append(f"{job.job_id}: {error}")
-            logger.error("audit could not check job %s (the next pass retries): %s", job.job_id, error)
+            found.errors.append(f"{audited.job_id}: {error}")
+            logger.error("audit could not check job %s (the next pass retries): %s", audited.job_id, error)
         except Exception as error:
-            logger.exception("audit of job %s failed; the others go on", job.job_id)
+            logger.exception("audit of job %s failed; the others go on", audited.job_id)
             found.failures += 1
-            found.errors.append(f"{job.job_id}: {type(error).__name__}: {error}")
+            found.errors.append(f"{audited.job_id}: {type(error).__name__}: {error}")
         return found
 
     def _recover_records(
-        self, job: Job, now: datetime, recorded: AbstractSet[datetime], found: AuditReport
+        self, audited: AuditedJob, now: datetime, recorded: AbstractSet[datetime], found: AuditReport
     ) -> None:
         """Fires before the job's next fire whose run record is gone: recorded again, and sent if to run."""
-        missing = [
-            fire for fire in fires_owed_records(job, now, self._config.lookback) if fire not in recorded
-        ]
+        if not self._missing(audited, now, recorded):
+            return
+        # The whole job the records are made from. Read again (an engine that read it in part), it may
+        # have moved meanwhile, a tick most likely (its next fire, not its version): its owed fires are
+        # taken from it as it is now. A fire recorded meanwhile is created by no one twice: restore_runs
+        # creates only what does not exist.
+        job = audited.whole if audited.whole is not None else self._store.get_job(audited.job_id)
+        if job is None:
+            return  # deleted meanwhile: nothing is owed
+        missing = self._missing(AuditedJob.of(job, audited.filed_under), now, recorded)
         if not missing:
             return
         created = self._store.restore_runs(recovered_runs(job, missing, now))
@@ -235,6 +238,11 @@ class Auditor:
             self._dispatcher.dispatch(planned, now)
         for run in created:
             logger.warning("audit recorded lost run %s again as %s", run.run_id, run.state)
+
+    def _missing(self, audited: AuditedJob, now: datetime, recorded: AbstractSet[datetime]) -> list[datetime]:
+        return [
+            fire for fire in fires_owed_records(audited, now, self._config.lookback) if fire not in recorded
+        ]
 
     def _repair_stuck(self, stuck: list[Run], now: datetime, found: AuditReport) -> None:
         """Queue-carried runs unmoved past their grace (their message gone): the sweeper's repair."""
@@ -249,7 +257,16 @@ class Auditor:
         for run in stuck:
             logger.warning("audit repaired %s, %s with no progress since its grace", run.run_id, run.state)
 
-    def _refile(self, job: Job, watermark: datetime | None, now: datetime, report: AuditReport) -> None:
+    def _refile(
+        self, audited: AuditedJob, watermark: datetime | None, now: datetime, report: AuditReport
+    ) -> None:
+        job = audited.whole if audited.whole is not None else self._store.get_job(audited.job_id)
+        # Read again, it must be the job found stranded (its version, run requests and next fire), as a
+        # write conditional on the job as read would have required: otherwise what filed it meanwhile
+        # stands, and the next pass checks it as it is.
+        if job is None or not audited.read_from(job):
+            report.lost_races += 1
+            return
         try:
             self._store.replace_job(job, refiled(job, watermark, now), ())
         except (ConflictError, NotFoundError):

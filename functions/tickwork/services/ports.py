@@ -254,6 +254,10 @@ class AuditStore(Protocol):
         """The job's runs with first <= scheduled_for <= last, strongly consistent, in time order."""
         ...
 
+    def get_job(self, job_id: str) -> Job | None:
+        """The whole job (strongly consistent), for a repair of a job `audit_jobs` read in part."""
+        ...
+
     def recorded_runs_of_jobs(
         self, firsts: Mapping[str, datetime], last: datetime
     ) -> dict[str, RecordedRuns]:

@@ -101,7 +101,7 @@ class JobRecords(StoreBase):
         except ClientError as error:
             raise self._translate(error) from error
         items = [deserialize(item) for item in page.get("Items", [])]
-        jobs = [AuditedJob(job_from_item(item), filed_under(item)) for item in items]
+        jobs = [AuditedJob.of(job_from_item(item), filed_under(item)) for item in items]
         last = page.get("LastEvaluatedKey")
         return jobs, None if not last else str(deserialize(last)["job_id"])
 

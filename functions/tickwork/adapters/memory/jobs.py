@@ -80,7 +80,7 @@ class MemoryJobRecords(MemoryBase):
                 if (after is None or job_id > after) and audit_segment(job_id, segments) == segment
             )
             page = [copied(self.tables.jobs[job_id]) for job_id in ids[:limit]]
-        audited = [AuditedJob(job_from_item(item), filed_under(item)) for item in page]
+        audited = [AuditedJob.of(job_from_item(item), filed_under(item)) for item in page]
         return audited, (ids[limit - 1] if len(ids) > limit else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:

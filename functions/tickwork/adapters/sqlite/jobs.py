@@ -18,8 +18,9 @@ from tickwork.adapters.conditions import (
 )
 from tickwork.adapters.event_records import without_fingerprint, written_revision
 from tickwork.adapters.records import (
+    AUDITED_JOB_ATTRIBUTES,
     WATCHED_JOB_ATTRIBUTES,
-    filed_under,
+    audited_job_from_item,
     job_from_item,
     job_to_item,
     job_view_to_item,
@@ -49,6 +50,14 @@ _WATCHED_PATHS = "json_extract(item, {})".format(", ".join(f"'$.{name}'" for nam
 def _watched_job(values: str) -> WatchedJob:
     named = zip(WATCHED_JOB_ATTRIBUTES, json.loads(values), strict=True)
     return watched_job_from_item({name: value for name, value in named if value is not None})
+
+
+_AUDITED_PATHS = "json_extract(item, {})".format(", ".join(f"'$.{name}'" for name in AUDITED_JOB_ATTRIBUTES))
+
+
+def _audited_job(values: str) -> AuditedJob:
+    named = zip(AUDITED_JOB_ATTRIBUTES, json.loads(values), strict=True)
+    return audited_job_from_item({name: value for name, value in named if value is not None})
 
 
 class SqliteJobRecords(SqliteBase):
@@ -96,16 +105,10 @@ class SqliteJobRecords(SqliteBase):
                     more = True
                     break
                 page.append(str(job_id))
-        items: list[dict[str, Any]] = []
-        for start in range(0, len(page), 500):  # below SQLite's host-parameter limit
-            chunk = page[start : start + 500]
-            items.extend(
-                self._select_items(
-                    f"SELECT item FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))}) ORDER BY job_id",
-                    chunk,
-                )
-            )
-        jobs = [AuditedJob(job_from_item(item), filed_under(item)) for item in items]
+        # The audited attributes alone (json_extract), not each record decoded whole: `Auditor` reads a job
+        # whole only for a repair.
+        extracted = self._job_rows(_AUDITED_PATHS, page)
+        jobs = sorted((_audited_job(values) for (values,) in extracted), key=lambda audited: audited.job_id)
         return jobs, (page[-1] if more else None)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
