@@ -128,38 +128,3 @@ def test_without_a_quiet_every_round_reads() -> None:
     counting = _Counting()
     _run_until(enough, None, counting)
     assert counting.reads >= ROUNDS
-
-
-def test_quiet_looks_come_less_often_the_longer_the_quiet_and_as_often_again_after_a_round(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("TICKWORK_WATCH_INTERVAL", "0.5")
-    answers = [True, True, True, True, True, True, False, True, True]
-    waits: list[float] = []
-
-    class _Stop(threading.Event):
-        def wait(self, timeout: float | None = None) -> bool:
-            waits.append(float(timeout or 0))
-            if len(waits) == len(answers):
-                self.set()
-            return self.is_set()
-
-    class _Scripted(_Quiet):
-        def quiet(self, now: datetime) -> bool:
-            self.looks += 1
-            return answers[self.looks - 1] if self.looks <= len(answers) else True
-
-    stop = _Stop()
-    quiet = _Scripted(True, threading.Event())
-    thread = _watch(quiet, _Feed(), stop)
-    thread.join(GENEROUS_SECONDS)
-    assert not thread.is_alive()
-    # 0.5 doubling to the most (2 s); the round (nothing found) waits the interval; then 0.5 again.
-    assert waits == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 0.5, 0.5, 1.0]
-
-
-def test_the_quiet_wait_never_drops_below_the_interval() -> None:
-    from tickwork.local.roles import QUIET_WAIT_MAX_SECONDS, quiet_wait
-
-    assert [quiet_wait(0.25, n) for n in (1, 2, 3, 4, 100)] == [0.25, 0.5, 1.0, 2.0, QUIET_WAIT_MAX_SECONDS]
-    assert quiet_wait(5.0, 3) == 5.0  # an interval set above the most is kept

@@ -132,9 +132,8 @@ def run_sweeper(parts: Components, stop: threading.Event) -> None:
 
 
 def run_watcher(parts: Components, stop: threading.Event) -> None:
-    """The runs' changes as they come (every WATCH_INTERVAL, up to QUIET_WAIT_MAX_SECONDS apart while
-    nothing comes), then what the outbox owes: as the watcher Lambda does with its stream batches and its
-    minutely schedule. A round that fails is tried again,
+    """The runs' changes as they come (every WATCH_INTERVAL), then what the outbox owes: as the watcher
+    Lambda does with its stream batches and its minutely schedule. A round that fails is tried again,
     less often each time; after WATCH_TRIES failed rounds its changes are taken one by one, and one that
     still fails is logged, counted (WatcherChangesDropped) and passed over, so it cannot stall the rest."""
     watcher = parts.watcher()
@@ -143,16 +142,13 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
     quiet = parts.watch_quiet()  # an idle round costs a look, not its reads (services/ports.WatchQuiet)
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
     failed_rounds = 0
-    quiet_looks = 0
     while not stop.is_set():
         changes: Sequence[tuple[int, SeenChange]] = []
         worked = 0
         try:
             if quiet is not None and quiet.quiet(parts.clock.now()):
-                quiet_looks += 1
-                stop.wait(quiet_wait(interval, quiet_looks))
+                stop.wait(interval)
                 continue
-            quiet_looks = 0
             mark = None if quiet is None else quiet.round_begins()
             changes = feed.take_changes(1000)
             if changes and failed_rounds >= WATCH_TRIES:
@@ -181,16 +177,6 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
 
 
 WATCH_TRIES = 3
-# Quiet looks come less often the longer the quiet lasts, up to this: an idle watcher looked twice a second,
-# its largest cost after the sweeper's; a change after a long quiet is seen this late at most.
-QUIET_WAIT_MAX_SECONDS = 2.0
-
-
-def quiet_wait(interval: float, quiet_looks: int) -> float:
-    """The wait after the `quiet_looks`th quiet look in a row: the interval, doubling up to the most."""
-    return max(interval, min(QUIET_WAIT_MAX_SECONDS, interval * 2.0 ** min(quiet_looks - 1, 16)))
-
-
 # A watcher round works on due bulk actions this long at most (the runs' changes wait meanwhile).
 BULK_ROUND_SECONDS = 2.0
 
