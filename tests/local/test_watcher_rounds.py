@@ -41,6 +41,8 @@ class _Quiet:
         self._quiet = quiet
         self._enough = enough
         self.looks = 0
+        self.rests = 0
+        self._woken = threading.Event()
         self.marks = 0
         self.ended: list[object] = []
 
@@ -58,6 +60,13 @@ class _Quiet:
         if self.looks >= ROUNDS and self._quiet:
             self._enough.set()
         return self._quiet
+
+    def rest(self, now: datetime, look_every: float) -> None:
+        self.rests += 1
+        self._woken.wait(look_every)
+
+    def wake(self) -> None:
+        self._woken.set()
 
 
 def _watch(quiet: _Quiet | None, feed: _Feed, stop: threading.Event) -> threading.Thread:
@@ -95,8 +104,27 @@ def test_a_quiet_watcher_looks_without_reading() -> None:
     enough = threading.Event()
     quiet, feed = _Quiet(True, enough), _Feed()
     _run_until(enough, quiet, feed)
-    assert quiet.looks >= ROUNDS
+    assert quiet.looks >= ROUNDS and quiet.rests >= ROUNDS - 1  # each quiet look is followed by a rest
     assert (feed.reads, quiet.marks, quiet.ended) == (0, 0, [])
+
+
+def test_a_stop_ends_the_watchers_rest_at_once() -> None:
+    """A rest may last long (until a commit): the stop wakes it, and the watcher ends."""
+    enough, feed = threading.Event(), _Feed()
+    stop = threading.Event()
+    long_rest = threading.Event()
+
+    class _LongRest(_Quiet):
+        def rest(self, now: datetime, look_every: float) -> None:
+            long_rest.set()
+            super().rest(now, GENEROUS_SECONDS * 10)
+
+    quiet = _LongRest(True, enough)
+    thread = _watch(quiet, feed, stop)
+    assert long_rest.wait(GENEROUS_SECONDS)
+    stop.set()
+    thread.join(GENEROUS_SECONDS)
+    assert not thread.is_alive()
 
 
 def test_each_round_ends_with_the_mark_taken_before_it_read() -> None:

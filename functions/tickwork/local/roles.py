@@ -30,7 +30,7 @@ from tickwork.local.lifeline import (
 )
 from tickwork.local.runtime import executor_index
 from tickwork.local.status import SnapshotMetrics
-from tickwork.services.ports import RunChangeFeed
+from tickwork.services.ports import RunChangeFeed, WatchQuiet
 from tickwork.services.watching import Watcher
 from tickwork.settings import Settings, SettingsError
 
@@ -141,13 +141,17 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
     feed = parts.run_change_feed()
     quiet = parts.watch_quiet()  # an idle round costs a look, not its reads (services/ports.WatchQuiet)
     interval = _float_env("TICKWORK_WATCH_INTERVAL", 0.5)
+    if quiet is not None:
+        # A stop ends a rest at once; this thread sleeps until then.
+        threading.Thread(target=_wake_on_stop, args=(quiet, stop), daemon=True).start()
     failed_rounds = 0
     while not stop.is_set():
         changes: Sequence[tuple[int, SeenChange]] = []
         worked = 0
         try:
-            if quiet is not None and quiet.quiet(parts.clock.now()):
-                stop.wait(interval)
+            now = parts.clock.now()
+            if quiet is not None and quiet.quiet(now):
+                quiet.rest(now, interval)
                 continue
             mark = None if quiet is None else quiet.round_begins()
             changes = feed.take_changes(1000)
@@ -177,6 +181,13 @@ def run_watcher(parts: Components, stop: threading.Event) -> None:
 
 
 WATCH_TRIES = 3
+
+
+def _wake_on_stop(quiet: WatchQuiet, stop: threading.Event) -> None:
+    stop.wait()
+    quiet.wake()
+
+
 # A watcher round works on due bulk actions this long at most (the runs' changes wait meanwhile).
 BULK_ROUND_SECONDS = 2.0
 

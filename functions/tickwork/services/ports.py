@@ -392,6 +392,15 @@ class WatchQuiet(Protocol):
         that ended, and nothing of the outbox (messages, digests, deadlines, bulk actions) due by `now`."""
         ...
 
+    def rest(self, now: datetime, look_every: float) -> None:
+        """After a quiet look: sleep until a round may find something (a write, the outbox's next due
+        time), or `look_every` seconds where the engine cannot tell; at once if it is no longer quiet."""
+        ...
+
+    def wake(self) -> None:
+        """End a rest, and every later one at once (the watcher is stopping)."""
+        ...
+
 
 class EmailChannel(Protocol):
     """E-mail channels: a topic per address, held by the first owner who names it (adapters/email.py)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import select
@@ -29,6 +30,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 # <sys/inotify.h>
+_IN_MODIFY = 0x00000002
 _IN_ATTRIB = 0x00000004
 _IN_DELETE_SELF = 0x00000400
 _IN_MOVE_SELF = 0x00000800
@@ -164,6 +166,89 @@ def _masks(events: bytes) -> int:
     return mask
 
 
+class CommitWait:
+    """Sleep until a commit lands in a WAL database, from any process: each commit appends to its `-wal`
+    file, and Linux inotify hears the write. The file is watched only while someone sleeps here, so a
+    process at work hears nothing of the commits (a burst's thousands a second). `wake()` ends a sleep,
+    and every later one at once (a stop). Where inotify is missing, or the WAL file is not there to watch,
+    a sleep lasts its fallback."""
+
+    def __init__(self, wal: Path) -> None:
+        self._wal = wal
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)  # a wake never waits: one byte there is enough
+        self._inotify = _inotify_open()
+        weakref.finalize(self, _close_all, [self._wake_read, self._wake_write, self._inotify])
+
+    def sleep(self, seconds: float, fallback: float, still_quiet: Callable[[], bool]) -> bool:
+        """Up to `seconds`, until a write to the WAL file or `wake()`; not at all unless `still_quiet()`,
+        asked once the file is watched (a commit just before the watch began is seen there). Where nothing
+        can be heard, up to `fallback` seconds. True when a write ended it."""
+        watch = self._watch()
+        if watch is None:
+            return self._sleep_on([], min(seconds, fallback), still_quiet)
+        try:
+            return self._sleep_on([self._inotify], seconds, still_quiet)
+        finally:
+            _libc().inotify_rm_watch(self._inotify, watch)
+            self._drain()
+
+    def pause(self, seconds: float) -> None:
+        """Up to `seconds`, or until `wake()`."""
+        self._sleep_on([], seconds, lambda: True)
+
+    def wake(self) -> None:
+        # A full pipe has its byte already; a closed one, nobody sleeping here any more.
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"x")
+
+    def _sleep_on(self, descriptors: list[int], seconds: float, still_quiet: Callable[[], bool]) -> bool:
+        if not still_quiet() or seconds <= 0:
+            return False
+        poller = select.poll()  # not select(): it refuses descriptors past 1024
+        for descriptor in (*descriptors, self._wake_read):
+            poller.register(descriptor, select.POLLIN)
+        ready = {descriptor for descriptor, _ in poller.poll(seconds * 1000)}
+        return self._inotify >= 0 and self._inotify in ready
+
+    def _watch(self) -> int | None:
+        if self._inotify < 0:
+            return None
+        watch = int(_libc().inotify_add_watch(self._inotify, os.fsencode(self._wal), _IN_MODIFY))
+        return None if watch < 0 else watch  # no WAL file (yet): looked at every fallback
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._inotify, 4096):
+                pass
+
+
+def _inotify_open() -> int:
+    """A non-blocking inotify descriptor with no watch yet; -1 where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return -1
+    try:
+        descriptor = int(_libc().inotify_init1(_IN_CLOEXEC | os.O_NONBLOCK))
+        if descriptor < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+    except (OSError, AttributeError) as error:
+        logger.warning("no inotify (%s): an idle watcher looks at its interval", error)
+        return -1
+    return descriptor
+
+
+def _close_all(descriptors: list[int]) -> None:
+    for descriptor in descriptors:
+        if descriptor >= 0:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _inotify_watch(path: Path) -> int | None:
     """An inotify descriptor watching `path` for a ring (its timestamps changed), or None where inotify is
     missing or the file cannot be watched (logged)."""
@@ -171,7 +256,7 @@ def _inotify_watch(path: Path) -> int | None:
         return None
     try:
         path.touch()
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
         descriptor = int(libc.inotify_init1(_IN_CLOEXEC))
         if descriptor < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")

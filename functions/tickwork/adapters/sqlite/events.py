@@ -3,10 +3,12 @@ trigger): what the watcher reads and writes in the embedded engine."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from tickwork.adapters.bulk_records import BULK_OUTBOX
@@ -43,13 +45,14 @@ from tickwork.adapters.event_records import (
 from tickwork.adapters.records import run_before_from_item, run_from_item
 from tickwork.adapters.sqlite.base import SqliteBase, load, put
 from tickwork.adapters.sqlite.db import Database
+from tickwork.adapters.sqlite.doorbell import CommitWait
 from tickwork.domain.alert_rules import AlertRules, Channel
 from tickwork.domain.alerts import EventKind, JobEvent, RunBefore
 from tickwork.domain.errors import ConflictError, StoreError
 from tickwork.domain.models import Job, Run, RunState
 from tickwork.domain.notify import ChannelHealth, DeadlineTimer, Message, Window
 from tickwork.domain.revisions import Revision
-from tickwork.domain.timekeys import epoch_seconds, format_instant_ms
+from tickwork.domain.timekeys import epoch_seconds, format_instant_ms, parse_instant
 from tickwork.resources import EVENTS
 
 
@@ -258,6 +261,13 @@ class SqliteWatchQuiet(SqliteBase):
         super().__init__(db)
         # The last ended round's mark, and the outbox's earliest `send_at` as stored (None: empty).
         self._seen: tuple[int, str | None] | None = None
+        # SQLite names the WAL after the database's real file, not a link to it.
+        self._wal = Path(f"{os.path.realpath(db.path)}-wal")
+        self._commits = CommitWait(self._wal)
+        # The WAL file as last seen (size, time, inode), and how many short rests are left to take since
+        # it changed with no commit to see yet.
+        self._wal_seen: tuple[int, int, int] | None = None
+        self._unsettled = 0
 
     def round_begins(self) -> int:
         return self.db.data_version()
@@ -266,6 +276,7 @@ class SqliteWatchQuiet(SqliteBase):
         if not isinstance(mark, int):
             raise TypeError(f"not a mark of this database: {mark!r}")
         self._seen = (mark, self._next_due())
+        self._wal_seen, self._unsettled = self._wal_state(), 0
 
     def quiet(self, now: datetime) -> bool:
         if self._seen is None:
@@ -275,6 +286,45 @@ class SqliteWatchQuiet(SqliteBase):
         # would take is never quiet, whatever its text.
         return (next_due is None or next_due > format_instant_ms(now)) and self.db.data_version() == mark
 
+    def rest(self, now: datetime, look_every: float) -> None:
+        """Until another commit lands (heard on the WAL file: a burst's first claims wake it at once), the
+        outbox is next due, or QUIET_REST_SECONDS; where commits cannot be heard, `look_every`. A write
+        that wakes it is given COMMIT_SETTLE_SECONDS to be joined by others: a round then takes them
+        together, and a writer's long transaction (pages written before its commit) wakes it no more often.
+        SQLite shows a commit to other connections (`data_version`) only after it wrote and synced the
+        WAL: a WAL written since the last look that saw no commit may hold one in flight, so the rests stay
+        `look_every` long while it settles (SETTLING_RESTS of them once it stops changing)."""
+        written = self._wal_state()
+        if written != self._wal_seen:
+            self._wal_seen, self._unsettled = written, SETTLING_RESTS
+        longest = self._longest_rest(now, look_every)
+        if self._unsettled > 0:
+            self._unsettled -= 1
+            longest = min(longest, look_every)
+        if self._commits.sleep(longest, look_every, lambda: self.quiet(now)):
+            self._commits.pause(COMMIT_SETTLE_SECONDS)
+
+    def wake(self) -> None:
+        self._commits.wake()
+
+    def _longest_rest(self, now: datetime, look_every: float) -> float:
+        next_due = None if self._seen is None else self._seen[1]
+        if next_due is None:
+            return QUIET_REST_SECONDS
+        try:
+            until_due = (parse_instant(next_due) - now).total_seconds()
+        except ValueError:  # quiet() compares it as stored; not an instant, it is looked at as before
+            return look_every
+        # Due by its instant while not by its text (quiet): looked at as before, never in a tight loop.
+        return min(QUIET_REST_SECONDS, until_due) if until_due > 0 else look_every
+
+    def _wal_state(self) -> tuple[int, int, int] | None:
+        try:
+            status = os.stat(self._wal)
+        except OSError:  # none yet: every rest is `look_every` long (CommitWait), nothing to settle
+            return None
+        return (status.st_size, status.st_mtime_ns, status.st_ino)
+
     def _next_due(self) -> str | None:
         # One MIN per partition, each the first entry of its index range.
         keys = [*outbox_keys(), BULK_OUTBOX]
@@ -282,6 +332,14 @@ class SqliteWatchQuiet(SqliteBase):
         with self.db.read() as connection:
             row = connection.execute(f"SELECT MIN(due) FROM ({sql})", keys).fetchone()
         return None if row is None or row[0] is None else str(row[0])
+
+
+# An idle watcher that hears commits still looks this often (a ring lost, a WAL file replaced).
+QUIET_REST_SECONDS = 10.0
+# How long a commit that woke it is left to be joined by others before the watcher looks.
+COMMIT_SETTLE_SECONDS = 0.05
+# Short rests after the WAL file changed with no commit seen: a commit's sync may be that slow to show.
+SETTLING_RESTS = 4
 
 
 def _still_as_read(connection: sqlite3.Connection, message: Message) -> bool:
