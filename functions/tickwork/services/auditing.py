@@ -34,7 +34,7 @@ from tickwork.domain.errors import (
     StoreError,
     TransientStoreError,
 )
-from tickwork.domain.models import Run, RunState
+from tickwork.domain.models import Job, Run, RunState
 from tickwork.services.planning import DEFAULT_REREAD
 from tickwork.services.ports import AuditStore, Dispatcher, Metrics
 from tickwork.services.sweeping import Sweeper
@@ -225,7 +225,7 @@ class Auditor:
         # have moved meanwhile, a tick most likely (its next fire, not its version): its owed fires are
         # taken from it as it is now. A fire recorded meanwhile is created by no one twice: restore_runs
         # creates only what does not exist.
-        job = audited.whole if audited.whole is not None else self._store.get_job(audited.job_id)
+        job = self._whole(audited)
         if job is None:
             return  # deleted meanwhile: nothing is owed
         missing = self._missing(AuditedJob.of(job, audited.filed_under), now, recorded)
@@ -238,6 +238,10 @@ class Auditor:
             self._dispatcher.dispatch(planned, now)
         for run in created:
             logger.warning("audit recorded lost run %s again as %s", run.run_id, run.state)
+
+    def _whole(self, audited: AuditedJob) -> Job | None:
+        """The whole job a repair is written from: as the engine read it, or read now (None: gone)."""
+        return audited.whole if audited.whole is not None else self._store.get_job(audited.job_id)
 
     def _missing(self, audited: AuditedJob, now: datetime, recorded: AbstractSet[datetime]) -> list[datetime]:
         return [
@@ -260,7 +264,7 @@ class Auditor:
     def _refile(
         self, audited: AuditedJob, watermark: datetime | None, now: datetime, report: AuditReport
     ) -> None:
-        job = audited.whole if audited.whole is not None else self._store.get_job(audited.job_id)
+        job = self._whole(audited)
         # Read again, it must be the job found stranded (its version, run requests and next fire), as a
         # write conditional on the job as read would have required: otherwise what filed it meanwhile
         # stands, and the next pass checks it as it is.

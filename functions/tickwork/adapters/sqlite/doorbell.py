@@ -228,12 +228,17 @@ def _inotify_open() -> int:
     if not sys.platform.startswith("linux"):
         return -1
     try:
-        descriptor = int(_libc().inotify_init1(_IN_CLOEXEC | os.O_NONBLOCK))
-        if descriptor < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
+        return _inotify_init(_IN_CLOEXEC | os.O_NONBLOCK)
     except (OSError, AttributeError) as error:
         logger.warning("no inotify (%s): an idle watcher looks at its interval", error)
         return -1
+
+
+def _inotify_init(flags: int) -> int:
+    """A new inotify descriptor; OSError (AttributeError: no such call in this libc) where there is none."""
+    descriptor = int(_libc().inotify_init1(flags))
+    if descriptor < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
     return descriptor
 
 
@@ -256,11 +261,8 @@ def _inotify_watch(path: Path) -> int | None:
         return None
     try:
         path.touch()
-        libc = _libc()
-        descriptor = int(libc.inotify_init1(_IN_CLOEXEC))
-        if descriptor < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        if int(libc.inotify_add_watch(descriptor, os.fsencode(path), _IN_ATTRIB | _DEAF)) < 0:
+        descriptor = _inotify_init(_IN_CLOEXEC)
+        if int(_libc().inotify_add_watch(descriptor, os.fsencode(path), _IN_ATTRIB | _DEAF)) < 0:
             error = ctypes.get_errno()
             os.close(descriptor)
             raise OSError(error, "inotify_add_watch")
