@@ -768,7 +768,7 @@ def test_a_checkpoint_that_fails_is_logged_and_the_write_it_follows_stands(
     else:
         connect = db._connect
 
-        def busy_checkpointer(busy_timeout_ms: int = db_module.BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+        def busy_checkpointer(busy_timeout_ms: int | None = None) -> sqlite3.Connection:
             if busy_timeout_ms == 0:  # the checkpointer's
                 raise TransientStoreError("database is locked: busy")
             return connect(busy_timeout_ms)

@@ -329,7 +329,11 @@ class Database:
         with self.read() as connection:
             return int(connection.execute("PRAGMA user_version").fetchone()[0])
 
-    def _connect(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    def _connect(self, busy_timeout_ms: int | None = None) -> sqlite3.Connection:
+        """A connection that waits `busy_timeout_ms` for the lock (None: BUSY_TIMEOUT_MS, read at the call, so
+        a test can shorten it)."""
+        if busy_timeout_ms is None:
+            busy_timeout_ms = BUSY_TIMEOUT_MS
         try:
             # check_same_thread off: a connection moves between threads, never used by two at once (the
             # write lock, the reader pool and the watch lock see to that).
