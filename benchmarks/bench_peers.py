@@ -20,7 +20,13 @@ Figures (every one from this invocation):
     python benchmarks/bench_peers.py 1000 10000 --chart docs/burst_start_delay.png     # make bench-peers
     python benchmarks/bench_peers.py 1000 --only tickwork,aps
     python benchmarks/bench_peers.py 1000 --tickwork-ref 2d957c7    # Tickwork as of that commit
+    python benchmarks/bench_peers.py 1000 --only tickwork,aps --rounds 3   # alternated, ratios per round
     python benchmarks/bench_peers.py --chart docs/burst_start_delay.png --from-json 1000.json 10000.json
+
+With `--rounds R`, each size runs every scheduler R times, alternating: the order is reversed every other
+round, so a drift of the shared machine (another tenant, the page cache) weighs on no scheduler alone. Each
+round prints its table; then the ratios the targets name, round by round, and their medians. The JSON keeps
+every round ("rounds", written after each), and the first under "results"; the chart draws the first.
 
 Every service is started by this script and stopped by PID when it ends, whatever ends it (peers' Services;
 `tickwork local` stops its role processes on SIGINT).
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -140,6 +147,47 @@ def table(n: int, results: dict[str, PeerResult], floor_ms: float = 0.0) -> str:
     return "\n".join(lines)
 
 
+def round_order(chosen: list[str], round_index: int) -> list[str]:
+    """The schedulers' order in a round: as chosen in even rounds, reversed in odd ones."""
+    return list(chosen) if round_index % 2 == 0 else list(reversed(chosen))
+
+
+def ratios_by_round(n: int, rounds: list[dict[str, PeerResult]]) -> str:
+    """The targets' ratios in every round and their medians: each Tickwork row's p99 over the best peer's
+    p99 in the same round, and its CPU per fire over APScheduler's in the same round."""
+    lines = [f"\n{n:,} jobs, {len(rounds)} rounds: the ratios round by round (median last)"]
+    for key in ("tickwork-before", "tickwork"):
+        p99s: list[float] = []
+        cpus: list[float] = []
+        bests: set[str] = set()
+        for results in rounds:
+            if key not in results:
+                continue
+            t = results[key]
+            peers = [r for k, r in results.items() if not k.startswith("tickwork") and r.delays]
+            if peers and t.delays:
+                best = min(peers, key=lambda r: r.stats()["p99"])
+                p99s.append(t.stats()["p99"] / best.stats()["p99"])
+                bests.add(best.scheduler)
+            if "aps" in results and results["aps"].cpu_per_fire_ms:
+                cpus.append(t.cpu_per_fire_ms / results["aps"].cpu_per_fire_ms)
+        if not p99s and not cpus:
+            continue
+        label = rounds[0][key].scheduler if key in rounds[0] else key
+        if p99s:
+            lines.append(
+                f"  {label}: p99 / best peer's ({', '.join(sorted(bests))}): "
+                f"{', '.join(f'{r:.2f}x' for r in p99s)}; "
+                f"median {statistics.median(p99s):.2f}x"
+            )
+        if cpus:
+            lines.append(
+                f"  {label}: CPU per fire / APScheduler's: {', '.join(f'{r:.2f}x' for r in cpus)}; "
+                f"median {statistics.median(cpus):.2f}x"
+            )
+    return "\n".join(lines)
+
+
 def chart(out: Path, by_size: dict[int, dict[str, dict[str, Any]]]) -> None:
     import matplotlib
 
@@ -194,7 +242,8 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=PeerSettings.idle_seconds)
     parser.add_argument("--executors", type=int, help="Tickwork's executor processes (default: its own)")
     parser.add_argument(
-        "--tickwork-ref", help="also run Tickwork as of this git commit (a temporary worktree), first"
+        "--tickwork-ref",
+        help="also run Tickwork as of this git commit (a temporary worktree): first, last in reversed rounds",
     )
     parser.add_argument(
         "--floor",
@@ -202,6 +251,12 @@ def main() -> None:
         default=0,
         metavar="RUNS",
         help="first measure the floor (bench_floor.py) over RUNS",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every scheduler this many times per size, the order reversed every other round",
     )
     parser.add_argument("--json", type=Path, help="write every result here")
     parser.add_argument("--chart", type=Path, help="draw the chart (docs/burst_start_delay.png)")
@@ -212,6 +267,12 @@ def main() -> None:
         help="only draw the chart from --json files (a size per invocation)",
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
+
+    def of_round(round_index: int) -> str:
+        return f" (round {round_index + 1} of {args.rounds})" if args.rounds > 1 else ""
+
     if args.from_json:
         merged: dict[int, dict[str, dict[str, Any]]] = {}
         for path in args.from_json:
@@ -227,7 +288,8 @@ def main() -> None:
     print(f"machine: {machine()}")
     if others := other_benchmarks():
         print(f"note: other benchmarks running at start: {others}")
-    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}  # the first round's (the chart's)
+    every_round: dict[int, list[dict[str, dict[str, Any]]]] = {}
     tables = []
     target = Target().start()
     try:
@@ -248,23 +310,38 @@ def main() -> None:
             if before is not None and "tickwork-before" not in chosen:
                 chosen.insert(0, "tickwork-before")
             for n in args.counts:
-                results: dict[str, PeerResult] = {}
-                for key in chosen:
-                    started = time.time()
-                    print(f"{n}: {key} ...", flush=True)
-                    target.reset()
-                    results[key] = run[key](n, target, settings, Path(tmp), services)
-                    s = results[key].stats()
-                    print(
-                        f"{n}: {key} done in {time.time() - started:.0f} s: p50 {s['p50']:.2f} s, p99 "
-                        f"{s['p99']:.2f} s, {results[key].cpu_per_fire_ms:.2f} ms CPU per fire",
-                        flush=True,
-                    )
-                tables.append(table(n, results, floor_ms))
-                print(tables[-1], flush=True)
-                by_size[n] = {k: r.to_json() for k, r in results.items()}
-                if args.json:
-                    args.json.write_text(json.dumps({"machine": machine(), "results": by_size}))
+                rounds: list[dict[str, PeerResult]] = []
+                for round_index in range(args.rounds):
+                    results: dict[str, PeerResult] = {}
+                    for key in round_order(chosen, round_index):
+                        started = time.time()
+                        print(f"{n}: {key}{of_round(round_index)} ...", flush=True)
+                        target.reset()
+                        # A directory per round: a peer's files of the last round (APScheduler's job store,
+                        # Temporal's schedules) must not be found by this one.
+                        workdir = Path(tmp) / f"round-{round_index + 1}" if args.rounds > 1 else Path(tmp)
+                        results[key] = run[key](n, target, settings, workdir, services)
+                        s = results[key].stats()
+                        print(
+                            f"{n}: {key}{of_round(round_index)} done in {time.time() - started:.0f} s: p50 "
+                            f"{s['p50']:.2f} s, p99 "
+                            f"{s['p99']:.2f} s, {results[key].cpu_per_fire_ms:.2f} ms CPU per fire",
+                            flush=True,
+                        )
+                    rounds.append(results)
+                    by_size[n] = {k: r.to_json() for k, r in rounds[0].items()}
+                    every_round[n] = [{k: r.to_json() for k, r in done.items()} for done in rounds]
+                    if args.json:  # after each round: a failure in a later one keeps the earlier
+                        args.json.write_text(
+                            json.dumps({"machine": machine(), "results": by_size, "rounds": every_round})
+                        )
+                    tables.append(table(n, results, floor_ms))
+                    if args.rounds > 1:
+                        tables[-1] += f"\n  (round {round_index + 1} of {args.rounds})"
+                    print(tables[-1], flush=True)
+                if args.rounds > 1:
+                    tables.append(ratios_by_round(n, rounds))
+                    print(tables[-1], flush=True)
     finally:
         target.stop()
         services.stop()
