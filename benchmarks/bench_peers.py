@@ -15,7 +15,9 @@ Figures (every one from this invocation):
   from one second before the due second until its own record says the last run is done, / runs done.
   Tickwork plans ahead: the tick that planned the burst is added (peer_tickwork.py);
 - idle CPU per second: over PeerSettings.idle_seconds after the burst, the N jobs still registered;
-- peak RSS of every process; lost runs (never reached the target), duplicate arrivals.
+- peak RSS of every process; lost runs (never reached the target), duplicate arrivals;
+- in the notes, the whole machine over each burst window: its busy CPU beside the scheduler's, and the time
+  the hypervisor stole (MachineMeter): a run the machine disturbed shows it.
 
     python benchmarks/bench_peers.py 1000 10000 --chart docs/burst_start_delay.png     # make bench-peers
     python benchmarks/bench_peers.py 1000 --only tickwork,aps
@@ -39,11 +41,14 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -145,6 +150,64 @@ def table(n: int, results: dict[str, PeerResult], floor_ms: float = 0.0) -> str:
                 f"idle CPU {t.idle_cpu_per_s * 1000:.2f} vs {a.idle_cpu_per_s * 1000:.2f} ms/s"
             )
     return "\n".join(lines)
+
+
+class MachineMeter:
+    """The whole machine's CPU (psutil.cpu_times: every process, this one and its target included) and the
+    time the hypervisor gave to other guests (steal), sampled every `every` seconds in a thread: a burst
+    window where the machine was busy beyond the scheduler, or stolen from, says so in its notes."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        self.every = every
+        self.samples: list[tuple[float, float, float]] = []  # (epoch, busy CPU s, steal s), cumulative
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="machine-meter")
+
+    def start(self) -> MachineMeter:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def _sample(self) -> None:
+        times = psutil.cpu_times()
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        steal = getattr(times, "steal", 0.0)
+        busy = sum(times) - idle - steal - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+        self.samples.append((time.time(), busy, steal))
+
+    def between(self, start: float, end: float) -> tuple[float, float] | None:
+        """(busy CPU s, steal s) from the last sample at or before `start` to the first at or after `end`;
+        None when the samples do not span the window."""
+        before = [sample for sample in self.samples if sample[0] <= start]
+        after = [sample for sample in self.samples if sample[0] >= end]
+        if not before or not after:
+            return None
+        (_, busy0, steal0), (_, busy1, steal1) = before[-1], after[0]
+        return busy1 - busy0, steal1 - steal0
+
+
+def machine_note(machine_meter: MachineMeter, result: PeerResult) -> str | None:
+    """The machine over the burst window (due - 1 s to the last run done): its busy CPU against the
+    scheduler's own, and the steal."""
+    start = result.due - 1
+    seen = machine_meter.between(start, start + result.burst_seconds)
+    if seen is None:
+        return None
+    busy, steal = seen
+    own = sum(cpu for group, cpu in result.burst_cpu_s.items() if group != "planning (tick)")
+    return (
+        f"the machine over the burst's {result.burst_seconds:.1f} s (to the meter's 0.5 s samples): "
+        f"{busy:.2f} s of CPU busy in all, the scheduler's {own:.2f} s of it; "
+        f"{steal:.2f} s stolen by the host"
+    )
 
 
 def round_order(chosen: list[str], round_index: int) -> list[str]:
@@ -292,6 +355,7 @@ def main() -> None:
     every_round: dict[int, list[dict[str, dict[str, Any]]]] = {}
     tables = []
     target = Target().start()
+    machine_meter = MachineMeter().start()
     try:
         with tempfile.TemporaryDirectory(prefix="tickwork-peers-") as tmp, ExitStack() as stack:
             before = None
@@ -321,6 +385,8 @@ def main() -> None:
                         # Temporal's schedules) must not be found by this one.
                         workdir = Path(tmp) / f"round-{round_index + 1}" if args.rounds > 1 else Path(tmp)
                         results[key] = run[key](n, target, settings, workdir, services)
+                        if note := machine_note(machine_meter, results[key]):
+                            results[key].notes.append(note)
                         s = results[key].stats()
                         print(
                             f"{n}: {key}{of_round(round_index)} done in {time.time() - started:.0f} s: p50 "
@@ -343,6 +409,7 @@ def main() -> None:
                     tables.append(ratios_by_round(n, rounds))
                     print(tables[-1], flush=True)
     finally:
+        machine_meter.stop()
         target.stop()
         services.stop()
     print("\n".join(tables))
