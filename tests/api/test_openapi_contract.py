@@ -40,8 +40,8 @@ SEED_KEY = "schemathesis-seed"
 STATEFUL_SCENARIOS = 60
 SEEDED_MINUTELY_JOBS = 3
 # Rounds of a few examples each, up to the same bound as 6 rounds of 60: the run stops at the end of the
-# first round that leaves nothing unreached, so a round too many costs little (each scenario empties and
-# seeds its moto world again: about a third of a second here).
+# first round by which it has run STATEFUL_SCENARIOS scenarios and left nothing unreached, so a round too
+# many costs little (each scenario empties and seeds its moto world again: about a third of a second here).
 ROUND_EXAMPLES = 20
 MAX_STATEFUL_ROUNDS = 18
 # What the stateful run must have done at least once: operations on real ids, reached through links.
@@ -255,7 +255,7 @@ def fresh_world() -> Iterator[Callable[[], None]]:
             ensure_tables(dynamodb, NAMES)
             runtime.reset_for_tests(build_components(dynamodb, FakeClock(ANCHOR)))
             # Jobs due every minute: their planned runs are there for `GET /jobs` -> runs -> run to reach
-            # (several, so the first job of a listing is most often one of them).
+            # (several, so the first job of a listing is often one of them: ids are random, listed in order).
             for _ in range(SEEDED_MINUTELY_JOBS):
                 created = Api(runtime.components(), FakeClock(ANCHOR)).send(
                     request("POST", "/jobs", body=job_body(schedule={"expression": "* * * * *"}))
@@ -326,6 +326,7 @@ def test_stateful_runs_follow_links_from_create_to_real_jobs_and_runs(
         except FlakyStrategyDefinition:
             continue
     assert not tally.violations, "\n\n".join(tally.violations[:10])
+    assert tally.scenarios >= STATEFUL_SCENARIOS, f"only {tally.scenarios} scenarios ran\n{tally.table()}"
     assert not [key for key in tally.calls if key[1] >= 500], tally.table()
     with capsys.disabled():  # the report belongs in CI's output
         print(
