@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psutil  # type: ignore[import-untyped]
 
@@ -159,29 +159,15 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
 # --- CPU and RSS of every process ------------------------------------------------------------------
 
 
-class ProcessMeter:
-    """Samples CPU seconds per group (a root PID and every process below it, found again at each sample: a
-    prefork pool or a restarted child is counted) and RSS per process, every `every` seconds, in a thread."""
+class Sampler:
+    """Calls `_sample` at start, every `every` seconds in a thread, and once more at the stop."""
 
-    def __init__(self, roots: dict[str, int], every: float = 0.2, own_only: set[str] | None = None) -> None:
-        self.roots = dict(roots)
-        self.own_only = own_only or set()  # groups counted without their descendants
+    def __init__(self, every: float, name: str) -> None:
         self.every = every
-        self.times: list[float] = []
-        self.cpu: list[dict[str, float]] = []
-        self.peak_rss: dict[str, float] = {}  # "group" or "group/pid": bytes
-        self._procs: dict[int, psutil.Process] = {}
-        self._gone_cpu: dict[str, float] = {name: 0.0 for name in roots}  # CPU of processes that ended
-        self._last_cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="process-meter")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
 
-    def add(self, name: str, pid: int) -> None:
-        """A group started after the meter (read from its next sample)."""
-        self.roots[name] = pid
-        self._gone_cpu.setdefault(name, 0.0)
-
-    def start(self) -> ProcessMeter:
+    def start(self) -> Self:
         self._sample()
         self._thread.start()
         return self
@@ -194,6 +180,30 @@ class ProcessMeter:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self._sample()
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+
+class ProcessMeter(Sampler):
+    """Samples CPU seconds per group (a root PID and every process below it, found again at each sample: a
+    prefork pool or a restarted child is counted) and RSS per process, every `every` seconds, in a thread."""
+
+    def __init__(self, roots: dict[str, int], every: float = 0.2, own_only: set[str] | None = None) -> None:
+        super().__init__(every, "process-meter")
+        self.roots = dict(roots)
+        self.own_only = own_only or set()  # groups counted without their descendants
+        self.times: list[float] = []
+        self.cpu: list[dict[str, float]] = []
+        self.peak_rss: dict[str, float] = {}  # "group" or "group/pid": bytes
+        self._procs: dict[int, psutil.Process] = {}
+        self._gone_cpu: dict[str, float] = {name: 0.0 for name in roots}  # CPU of processes that ended
+        self._last_cpu: dict[int, tuple[str, float]] = {}
+
+    def add(self, name: str, pid: int) -> None:
+        """A group started after the meter (read from its next sample)."""
+        self.roots[name] = pid
+        self._gone_cpu.setdefault(name, 0.0)
 
     def _members(self) -> Iterable[tuple[str, psutil.Process]]:
         for name, pid in list(self.roots.items()):
@@ -283,6 +293,50 @@ class ProcessMeter:
             else:
                 out |= {key: self.peak_rss[key] / 2**20 for key in sorted(keys)}
         return out
+
+
+class MachineMeter(Sampler):
+    """The whole machine's CPU (psutil.cpu_times: every process, this one and its target included) and the
+    time the hypervisor gave to other guests (steal), sampled every `every` seconds in a thread: a burst
+    window where the machine was busy beyond the scheduler, or stolen from, says so in its notes."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        super().__init__(every, "machine-meter")
+        self.samples: list[tuple[float, float, float]] = []  # (epoch, busy CPU s, steal s), cumulative
+
+    def _sample(self) -> None:
+        times = psutil.cpu_times()
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        steal = getattr(times, "steal", 0.0)
+        busy = sum(times) - idle - steal - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+        self.samples.append((time.time(), busy, steal))
+
+    def between(self, start: float, end: float) -> tuple[float, float] | None:
+        """(busy CPU s, steal s) from the last sample at or before `start` to the first at or after `end`;
+        None when the samples do not span the window."""
+        before = [sample for sample in self.samples if sample[0] <= start]
+        after = [sample for sample in self.samples if sample[0] >= end]
+        if not before or not after:
+            return None
+        (_, busy0, steal0), (_, busy1, steal1) = before[-1], after[0]
+        return busy1 - busy0, steal1 - steal0
+
+
+def machine_note(machine_meter: MachineMeter, result: PeerResult) -> str | None:
+    """The machine over the burst window (due - 1 s to the last run done): its busy CPU against the
+    scheduler's own, and the steal."""
+    start = result.due - 1
+    seen = machine_meter.between(start, start + result.burst_seconds)
+    if seen is None:
+        return None
+    busy, steal = seen
+    own = sum(cpu for group, cpu in result.burst_cpu_s.items() if group != "planning (tick)")
+    return (
+        f"the machine over the burst's {result.burst_seconds:.1f} s "
+        f"(to the meter's {machine_meter.every:g} s samples): "
+        f"{busy:.2f} s of CPU busy in all, the scheduler's {own:.2f} s of it; "
+        f"{steal:.2f} s stolen by the host"
+    )
 
 
 # --- what the target saw ------------------------------------------------------------------------------------

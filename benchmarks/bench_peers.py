@@ -41,20 +41,17 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import baseline_checkout
 from _e2e import Target, machine, other_benchmarks
-from _peers import PeerResult, PeerSettings, Services
+from _peers import MachineMeter, PeerResult, PeerSettings, Services, machine_note
 
 Runner = Callable[[int, Target, PeerSettings, Path, Services], PeerResult]
 ORDER = ("tickwork-before", "tickwork", "aps", "celery", "temporal")
@@ -150,64 +147,6 @@ def table(n: int, results: dict[str, PeerResult], floor_ms: float = 0.0) -> str:
                 f"idle CPU {t.idle_cpu_per_s * 1000:.2f} vs {a.idle_cpu_per_s * 1000:.2f} ms/s"
             )
     return "\n".join(lines)
-
-
-class MachineMeter:
-    """The whole machine's CPU (psutil.cpu_times: every process, this one and its target included) and the
-    time the hypervisor gave to other guests (steal), sampled every `every` seconds in a thread: a burst
-    window where the machine was busy beyond the scheduler, or stolen from, says so in its notes."""
-
-    def __init__(self, every: float = 0.5) -> None:
-        self.every = every
-        self.samples: list[tuple[float, float, float]] = []  # (epoch, busy CPU s, steal s), cumulative
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="machine-meter")
-
-    def start(self) -> MachineMeter:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self._sample()
-
-    def _sample(self) -> None:
-        times = psutil.cpu_times()
-        idle = times.idle + getattr(times, "iowait", 0.0)
-        steal = getattr(times, "steal", 0.0)
-        busy = sum(times) - idle - steal - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-        self.samples.append((time.time(), busy, steal))
-
-    def between(self, start: float, end: float) -> tuple[float, float] | None:
-        """(busy CPU s, steal s) from the last sample at or before `start` to the first at or after `end`;
-        None when the samples do not span the window."""
-        before = [sample for sample in self.samples if sample[0] <= start]
-        after = [sample for sample in self.samples if sample[0] >= end]
-        if not before or not after:
-            return None
-        (_, busy0, steal0), (_, busy1, steal1) = before[-1], after[0]
-        return busy1 - busy0, steal1 - steal0
-
-
-def machine_note(machine_meter: MachineMeter, result: PeerResult) -> str | None:
-    """The machine over the burst window (due - 1 s to the last run done): its busy CPU against the
-    scheduler's own, and the steal."""
-    start = result.due - 1
-    seen = machine_meter.between(start, start + result.burst_seconds)
-    if seen is None:
-        return None
-    busy, steal = seen
-    own = sum(cpu for group, cpu in result.burst_cpu_s.items() if group != "planning (tick)")
-    return (
-        f"the machine over the burst's {result.burst_seconds:.1f} s (to the meter's 0.5 s samples): "
-        f"{busy:.2f} s of CPU busy in all, the scheduler's {own:.2f} s of it; "
-        f"{steal:.2f} s stolen by the host"
-    )
 
 
 def round_order(chosen: list[str], round_index: int) -> list[str]:
