@@ -158,6 +158,10 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
 
 # --- CPU and RSS of every process ------------------------------------------------------------------
 
+# Tickwork's burst CPU group for the tick that planned the burst ahead of it (peer_tickwork.py): not in the
+# burst's window, so the machine's figures over that window leave it out.
+PLANNING_GROUP = "planning (tick)"
+
 
 class Sampler:
     """Calls `_sample` at start, every `every` seconds in a thread, and once more at the stop."""
@@ -330,7 +334,7 @@ def machine_note(machine_meter: MachineMeter, result: PeerResult) -> str | None:
     if seen is None:
         return None
     busy, steal = seen
-    own = sum(cpu for group, cpu in result.burst_cpu_s.items() if group != "planning (tick)")
+    own = sum(cpu for group, cpu in result.burst_cpu_s.items() if group != PLANNING_GROUP)
     return (
         f"the machine over the burst's {result.burst_seconds:.1f} s "
         f"(to the meter's {machine_meter.every:g} s samples): "

@@ -133,20 +133,32 @@ def table(n: int, results: dict[str, PeerResult], floor_ms: float = 0.0) -> str:
                 )
     if "tickwork" in results:
         t = results["tickwork"]
-        peers = {k: r for k, r in results.items() if not k.startswith("tickwork") and r.delays}
-        if peers:
-            best = min(peers.values(), key=lambda r: r.stats()["p99"])
-            lines.append(
-                f"  Tickwork p99 / best peer's ({best.scheduler}): "
-                f"{t.stats()['p99'] / best.stats()['p99']:.2f}x"
-            )
+        best, p99_ratio, cpu_ratio = target_ratios(results, "tickwork")
+        if best is not None:
+            lines.append(f"  Tickwork p99 / best peer's ({best.scheduler}): {p99_ratio:.2f}x")
         if "aps" in results:
             a = results["aps"]
+            cpu = "n/a (APScheduler used no CPU)" if cpu_ratio is None else f"{cpu_ratio:.2f}x"
             lines.append(
-                f"  Tickwork / APScheduler: CPU per fire {t.cpu_per_fire_ms / a.cpu_per_fire_ms:.2f}x, "
+                f"  Tickwork / APScheduler: CPU per fire {cpu}, "
                 f"idle CPU {t.idle_cpu_per_s * 1000:.2f} vs {a.idle_cpu_per_s * 1000:.2f} ms/s"
             )
     return "\n".join(lines)
+
+
+def target_ratios(
+    results: dict[str, PeerResult], key: str
+) -> tuple[PeerResult | None, float | None, float | None]:
+    """What the targets compare for Tickwork's row `key` among one run of each scheduler: the best peer by
+    p99 and that row's p99 over the peer's, and its CPU per fire over APScheduler's (None: nothing to
+    compare with)."""
+    row = results[key]
+    peers = [r for k, r in results.items() if not k.startswith("tickwork") and r.delays]
+    best = min(peers, key=lambda r: r.stats()["p99"]) if peers else None
+    p99_ratio = row.stats()["p99"] / best.stats()["p99"] if best is not None else None
+    aps = results.get("aps")
+    cpu_ratio = row.cpu_per_fire_ms / aps.cpu_per_fire_ms if aps is not None and aps.cpu_per_fire_ms else None
+    return best, p99_ratio, cpu_ratio
 
 
 def round_order(chosen: list[str], round_index: int) -> list[str]:
@@ -165,14 +177,12 @@ def ratios_by_round(n: int, rounds: list[dict[str, PeerResult]]) -> str:
         for results in rounds:
             if key not in results:
                 continue
-            t = results[key]
-            peers = [r for k, r in results.items() if not k.startswith("tickwork") and r.delays]
-            if peers and t.delays:
-                best = min(peers, key=lambda r: r.stats()["p99"])
-                p99s.append(t.stats()["p99"] / best.stats()["p99"])
+            best, p99_ratio, cpu_ratio = target_ratios(results, key)
+            if best is not None and p99_ratio is not None and results[key].delays:
+                p99s.append(p99_ratio)
                 bests.add(best.scheduler)
-            if "aps" in results and results["aps"].cpu_per_fire_ms:
-                cpus.append(t.cpu_per_fire_ms / results["aps"].cpu_per_fire_ms)
+            if cpu_ratio is not None:
+                cpus.append(cpu_ratio)
         if not p99s and not cpus:
             continue
         label = rounds[0][key].scheduler if key in rounds[0] else key
@@ -334,15 +344,15 @@ def main() -> None:
                             flush=True,
                         )
                     rounds.append(results)
-                    by_size[n] = {k: r.to_json() for k, r in rounds[0].items()}
-                    every_round[n] = [{k: r.to_json() for k, r in done.items()} for done in rounds]
+                    every_round.setdefault(n, []).append({k: r.to_json() for k, r in results.items()})
+                    by_size[n] = every_round[n][0]
                     if args.json:  # after each round: a failure in a later one keeps the earlier
                         args.json.write_text(
                             json.dumps({"machine": machine(), "results": by_size, "rounds": every_round})
                         )
                     tables.append(table(n, results, floor_ms))
                     if args.rounds > 1:
-                        tables[-1] += f"\n  (round {round_index + 1} of {args.rounds})"
+                        tables[-1] += f"\n {of_round(round_index)}"
                     print(tables[-1], flush=True)
                 if args.rounds > 1:
                     tables.append(ratios_by_round(n, rounds))

@@ -33,7 +33,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _e2e import LocalSettings, LocalTickwork, Target, fixed_second, seed_jobs, sleep_until, wait_for
-from _peers import PeerResult, PeerSettings, ProcessMeter, Services, arrivals_for, measure_idle, report
+from _peers import (
+    PLANNING_GROUP,
+    PeerResult,
+    PeerSettings,
+    ProcessMeter,
+    Services,
+    arrivals_for,
+    measure_idle,
+    report,
+)
 from bench_burst import ticker_ticks
 from tickwork.local.status import snapshots_by_file
 
@@ -106,7 +115,7 @@ def run_tickwork(
             planning = _planning_tick(state / "run" / "ticker.log", result.due)
             if planning is not None:
                 tick_cpu = meter.cpu_between(*planning)
-                result.burst_cpu_s["planning (tick)"] = sum(tick_cpu.values())
+                result.burst_cpu_s[PLANNING_GROUP] = sum(tick_cpu.values())
                 by_role = ", ".join(f"{role} {cpu:.2f}" for role, cpu in tick_cpu.items() if cpu >= 0.005)
                 result.notes.append(
                     f"the burst was planned by the tick {result.due - planning[0]:.0f} s before the due "
