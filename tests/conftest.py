@@ -237,11 +237,22 @@ def racing_engine(request: pytest.FixtureRequest, tmp_path: Path) -> RacingEngin
     )
 
 
-def build_components(dynamodb: Any, clock: FakeClock) -> Components:
+def moto_clients() -> dict[str, Any]:
+    """The clients `build_components` uses besides DynamoDB's. Under moto, boto3 makes a client in some
+    40 ms (it copies moto's event hooks): a test that builds components many times makes these once."""
+    return {
+        "sqs": boto3.client("sqs", region_name="us-east-1"),
+        # secret header values (domain/secrets.py), as in the deployed stack
+        "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
+        "sns": boto3.client("sns", region_name="us-east-1"),  # e-mail channels' notifications topic
+    }
+
+
+def build_components(dynamodb: Any, clock: FakeClock, clients: dict[str, Any] | None = None) -> Components:
     """The deployment's components on moto: tables, two dispatch queues and a DLQ, local mode (loopback
-    targets allowed), metrics kept in memory."""
-    sqs = boto3.client("sqs", region_name="us-east-1")
-    queue_urls, dlq_url = ensure_queues(sqs, NAMES, dispatch_queues=2)
+    targets allowed), metrics kept in memory. `clients`: moto_clients() made earlier (None: new ones)."""
+    clients = {"dynamodb": dynamodb, **(moto_clients() if clients is None else clients)}
+    queue_urls, dlq_url = ensure_queues(clients["sqs"], NAMES, dispatch_queues=2)
     settings = Settings(
         table_prefix=NAMES.prefix,
         shard_count=2,
@@ -250,11 +261,4 @@ def build_components(dynamodb: Any, clock: FakeClock) -> Components:
         dead_letter_queue_url=dlq_url,
         signing_secret="s3cret",
     )
-    clients = {
-        "dynamodb": dynamodb,
-        "sqs": sqs,
-        # secret header values (domain/secrets.py), as in the deployed stack
-        "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
-        "sns": boto3.client("sns", region_name="us-east-1"),  # e-mail channels' notifications topic
-    }
     return Components(settings, clock, clients.__getitem__, RecordingMetrics())
