@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -78,10 +79,14 @@ def wait_listening(port: int, timeout: float = 10.0) -> None:
 
 
 def floor(
-    runs: int, workdir: Path, profile: cProfile.Profile | None = None
+    runs: int,
+    workdir: Path,
+    profile: cProfile.Profile | None = None,
+    on_loop: Callable[[], None] | None = None,
 ) -> tuple[float, float, list[float]]:
     """(CPU ms per run, wall ms per run, each run's wall ms) over `runs` runs after a warm-up; `profile`, if
-    given, profiles the timed loop (then slower: its figures say where the time goes, not the floor)."""
+    given, profiles the timed loop (then slower: its figures say where the time goes, not the floor);
+    `on_loop`, if given, is called right before the timed loop (after the seeding and the warm-up)."""
     port = free_port()
     target = subprocess.Popen([sys.executable, "-c", TARGET, str(port)])
     try:
@@ -104,6 +109,8 @@ def floor(
             for run in planned[:WARMUP]:
                 executor.execute(RunMessage.for_run(run))
             each: list[float] = []
+            if on_loop is not None:
+                on_loop()
             cpu, wall = time.process_time(), time.monotonic()
             if profile is not None:
                 profile.enable()
