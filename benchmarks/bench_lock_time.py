@@ -9,8 +9,9 @@ back after a statement (the sqlite3 module lets it go around each one), or for a
 - The floor: bench_floor.py's loop (one claim, one HTTP call, one finish, one run after another) in this
   process, with nothing else running in it.
 - The burst: bench_burst.py's N jobs due in one second through a whole `tickwork local`; each role process
-  loads the meter (its directory on PYTHONPATH) and reports over its life: the executors' is the burst, the
-  ticker's the planning.
+  loads the meter (its directory on PYTHONPATH) and reports over its whole life, divided by the burst's
+  fires: the executors' write transactions are the burst's (an idle executor's polls only read), the
+  ticker's the planning and its idle ticks.
 
     python benchmarks/bench_lock_time.py                  # floor over 1,500 runs, burst of 1,000
     python benchmarks/bench_lock_time.py --burst 3000
@@ -50,7 +51,10 @@ def load_meter() -> ModuleType:
 
 
 def role_of(argv: list[str]) -> str:
-    return Path(argv[-1]).name if argv else "?"
+    """A role process runs `roles.py <role>`; the supervisor is `tickwork local ...`."""
+    if argv and argv[0].endswith("roles.py"):
+        return argv[-1]
+    return "supervisor" if "local" in argv else Path(argv[0]).name if argv else "?"
 
 
 def burst_reports(directory: Path) -> dict[str, dict[str, Any]]:
@@ -79,7 +83,7 @@ def hold_line(name: str, report: dict[str, Any], runs: int) -> str:
 
 def statements_in_hold(report: dict[str, Any]) -> dict[str, tuple[int, float]]:
     """Statement kind -> (count, wall s inside write transactions)."""
-    return {kind: (int(c), float(w)) for kind, (c, _, w) in report["statements"].items() if w > 0}
+    return {kind: (int(c), float(w)) for kind, (_, _, c, w) in report["statements"].items() if c > 0}
 
 
 def main() -> None:
