@@ -48,7 +48,7 @@ STATEFUL_SCENARIOS = 60
 SEEDED_MINUTELY_JOBS = 3
 # Rounds of a few examples each, up to the same bound as 6 rounds of 60: the run stops at the end of the
 # first round by which it has run STATEFUL_SCENARIOS scenarios and left nothing unreached, so a round too
-# many costs little (each scenario empties and seeds its moto world again: about a third of a second here).
+# many costs little (a round of 20 examples is some 40-50 scenarios, 8-10 s here).
 ROUND_EXAMPLES = 20
 MAX_STATEFUL_ROUNDS = 18
 # What the stateful run must have done at least once: operations on real ids, reached through links.
