@@ -64,20 +64,23 @@ def burst_reports(directory: Path) -> dict[str, dict[str, Any]]:
         report = json.loads(path.read_text())
         if not report["holds"]["transactions"]:
             continue
-        role, number = role_of(report["argv"]), 1
-        while (f"{role}-{number}" if number > 1 else role) in reports:
+        role = name = role_of(report["argv"])
+        number = 1
+        while name in reports:
             number += 1
-        reports[f"{role}-{number}" if number > 1 else role] = report
+            name = f"{role}-{number}"
+        reports[name] = report
     return reports
 
 
 def hold_line(name: str, report: dict[str, Any], runs: int) -> str:
     holds = report["holds"]
     wall, sql, cpu = holds["wall"], holds["sql"], holds["thread_cpu"]
+    idle = max(0.0, wall - cpu)  # the lock held, the holder not running
     return (
         f"  {name:<12} {holds['transactions']:>6,} write transactions; the lock held {wall:6.3f} s "
         f"({wall / runs * 1000:.3f} ms a run): statements {sql:6.3f} s, the holder's CPU {cpu:6.3f} s, "
-        f"not running {max(0.0, wall - cpu):6.3f} s ({max(0.0, wall - cpu) / wall * 100 if wall else 0:.0f}%)"
+        f"not running {idle:6.3f} s ({idle / wall * 100 if wall else 0:.0f}%)"
     )
 
 
